@@ -1,0 +1,199 @@
+"""What a per-replica step is given: `StepContext`.
+
+The runner calls `step(ctx, batch)` once per replica, in replica context. `ctx`
+carries what a step needs to give the same numbers under any replica count:
+
+    def step(ctx, batch):
+      generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+      z = ctx.normal([64])                      # same noise for example i, any strategy
+      with tf.GradientTape() as tape:
+        fake = generator(z, training=True)
+        loss = ctx.average(per_example_losses)  # mean over the *global* batch
+      ctx.minimize(loss, "discriminator", tape=tape)
+      return {"discriminator_loss": loss}       # logged as the global-batch value
+"""
+
+import tensorflow as tf
+import keras
+
+# Named, not "auto_select", so that every device and XLA draw the same bits.
+_ALGORITHM = "philox"
+
+
+def _uniform_bits(shape, seed):
+  """Philox bits as floats in [0, 1): 24 random bits, exact in float32."""
+  bits = tf.random.stateless_uniform(shape, seed=seed, minval=None, maxval=None,
+                                     dtype=tf.uint32, alg=_ALGORITHM)
+  return tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) * (2.0 ** -24)
+
+
+def _standard_normal(shape, seed):
+  # Box-Muller on our own uniforms: TF's stateless_normal and XLA's turn the
+  # same Philox bits into different normals, which would make a jit-compiled
+  # step draw other noise than an eager one.
+  u = _uniform_bits([2] + shape, seed)
+  radius = tf.sqrt(-2.0 * tf.math.log(1.0 - u[0]))  # 1 - u is in (0, 1]
+  return radius * tf.cos((2.0 * 3.141592653589793) * u[1])
+
+
+class StepContext:
+  """Per-replica view of one training step.
+
+  Attributes:
+    models: dict of name -> Keras model, as returned by the runner's `build`.
+    optimizers: dict of name -> Keras optimizer; an optimizer updates the model
+      of the same name unless told otherwise.
+    step: int64 scalar tensor, the index of this step (0 for the first).
+    global_batch_size: examples in one step over all replicas.
+    per_replica_batch_size: examples this replica sees (`global / num_replicas`).
+    num_replicas: replicas in sync, over all workers.
+    replica_id: int32 scalar tensor, this replica's index over all workers.
+  """
+
+  def __init__(self, *, models, optimizers, step, seed, global_batch_size,
+               num_replicas, replica_id, compile_update=None):
+    self.models = models
+    self.optimizers = optimizers
+    self.step = step
+    self.global_batch_size = global_batch_size
+    self.num_replicas = num_replicas
+    self.per_replica_batch_size = global_batch_size // num_replicas
+    self.replica_id = replica_id
+    self._seed = seed
+    self._draws = 0
+    self._compile_update = compile_update
+    self._global_values = set()  # refs of values already summed over the global batch
+
+  def average(self, per_example_loss, sample_weight=None):
+    """Sum of `per_example_loss` over this replica divided by the *global* batch.
+
+    Summing this over replicas gives the global-batch mean, which is what the
+    runner does when the step returns it; its gradients are summed the same way
+    by the optimizer, so the update equals the single-device one.
+    """
+    value = tf.nn.compute_average_loss(
+        per_example_loss, sample_weight=sample_weight,
+        global_batch_size=self.global_batch_size)
+    return self._mark_global(value)
+
+  def average_regularization(self, losses):
+    """Weight penalties (e.g. `model.losses`) scaled so that replicas sum to one copy."""
+    return self._mark_global(tf.nn.scale_regularization_loss(tf.add_n(list(losses))))
+
+  def minimize(self, loss, optimizer, *, tape=None, variables=None):
+    """Applies one update of `optimizer` that lowers `loss`.
+
+    Two forms, as Keras 2's `Optimizer.minimize` had:
+      * `loss` a tensor computed under `tape` (one forward pass can feed several
+        updates: pass the same persistent tape);
+      * `loss` a function of no arguments returning the loss. This form also
+        compiles with `jit_compile=True` under `mirrored` and `multi_worker`,
+        where XLA cannot hold the cross-replica gradient sum: the runner then
+        compiles the loss and its gradient and applies them outside XLA.
+
+    Loss scaling is handled when the optimizer is a `LossScaleOptimizer`
+    (mixed_float16).
+
+    Args:
+      loss: scalar tensor from `ctx.average` (with `tape`), or a function returning one.
+      optimizer: name of the optimizer in `ctx.optimizers`.
+      tape: the `tf.GradientTape` that recorded `loss` (tensor form only).
+      variables: variables to update; default: the trainable variables of the
+        model with the optimizer's name.
+
+    Returns:
+      The loss, marked as a global-batch value for the runner's reduction.
+    """
+    opt = self._optimizer(optimizer)
+    variables = self._variables(optimizer, variables)
+    if callable(loss):
+      if tape is not None:
+        raise ValueError("minimize: pass either a loss function or a loss tensor "
+                         "with its tape, not both.")
+      value, grads = self._loss_and_gradients(loss, opt, variables)
+    else:
+      if tape is None:
+        raise ValueError(f"minimize({optimizer!r}): a loss tensor needs the "
+                         "GradientTape that recorded it: minimize(loss, "
+                         f"{optimizer!r}, tape=tape), or pass a loss function.")
+      if self._compile_update is not None:
+        raise ValueError(
+            "jit_compile=True under this strategy compiles each update on its "
+            "own, so the loss must be given as a function: "
+            f"ctx.minimize(lambda: ..., {optimizer!r}).")
+      value, grads = loss, _gradients(tape, loss, opt, variables)
+    opt.apply_gradients(zip(grads, variables))
+    return self._mark_global(value)
+
+  def normal(self, shape, stddev=1.0, dtype=tf.float32):
+    """Standard-normal draws of `shape` per example: `[per_replica_batch, *shape]`.
+
+    Row `i` is the draw for global example `replica_id * per_replica + i` at
+    this step: the same whatever the number of replicas or workers.
+    """
+    return tf.cast(self._draw(_standard_normal, shape) * stddev, dtype)
+
+  def uniform(self, shape, minval=0.0, maxval=1.0, dtype=tf.float32):
+    """Uniform draws in [minval, maxval) per example, like `normal`."""
+    u = self._draw(_uniform_bits, shape)
+    return tf.cast(minval + (maxval - minval) * u, dtype)
+
+  def seed(self):
+    """A fresh stateless seed (shape [2]) for this step, equal on every replica.
+
+    For draws that are not per example; pass it to any `tf.random.stateless_*`.
+    """
+    self._draws += 1
+    fold_in = tf.random.experimental.stateless_fold_in
+    return fold_in(fold_in(self._seed, self.step, alg=_ALGORITHM), self._draws,
+                   alg=_ALGORITHM)
+
+  def is_global(self, value):
+    """Whether `value` came from `average`/`minimize` (summed, not averaged, over replicas)."""
+    return isinstance(value, tf.Tensor) and value.ref() in self._global_values
+
+  def _draw(self, sampler, shape):
+    # Every replica draws the whole global batch from the same seed and keeps
+    # its rows. The cost is global_batch x shape numbers per replica, which is
+    # small for noise vectors and buys results that do not depend on the strategy.
+    shape = [int(d) for d in shape]
+    full = sampler([self.global_batch_size] + shape, self.seed())
+    start = tf.cast(self.replica_id, tf.int32) * self.per_replica_batch_size
+    return tf.slice(full, [start] + [0] * len(shape),
+                    [self.per_replica_batch_size] + shape)
+
+  def _mark_global(self, value):
+    value = tf.convert_to_tensor(value)
+    self._global_values.add(value.ref())
+    return value
+
+  def _optimizer(self, name):
+    if name not in self.optimizers:
+      raise KeyError(f"minimize: no optimizer named {name!r}; build() returned "
+                     f"optimizers {sorted(self.optimizers)}.")
+    return self.optimizers[name]
+
+  def _variables(self, name, variables):
+    if variables is not None:
+      return list(variables)
+    if name not in self.models:
+      raise KeyError(f"minimize({name!r}): no model named {name!r} to take "
+                     f"variables from (models: {sorted(self.models)}); pass "
+                     "variables=... to say what the optimizer updates.")
+    return self.models[name].trainable_variables
+
+  def _loss_and_gradients(self, loss_fn, opt, variables):
+    def compute():
+      with tf.GradientTape() as tape:
+        value = loss_fn()
+      return value, _gradients(tape, value, opt, variables)
+    if self._compile_update is None:
+      return compute()
+    return self._compile_update(compute)()
+
+
+def _gradients(tape, loss, optimizer, variables):
+  if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+    with tape:  # Re-entering the tape records the scaling, so gradients flow.
+      loss = optimizer.scale_loss(loss)
+  return tape.gradient(loss, variables)

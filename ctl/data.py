@@ -1,0 +1,144 @@
+"""Feeding data to replicas: each global batch is split, in order, across replicas.
+
+Two kinds of input are accepted:
+
+    feed = make_feed(dataset, strategy)      # a tf.data.Dataset of global batches
+    feed = make_feed(dataset_fn, strategy, global_batch_size=256)
+    # dataset_fn(input_context) -> per-replica batches, one pipeline per worker
+
+A dataset of global batches is read through a plain iterator and sliced per
+replica (replica r of n gets rows [r*G/n, (r+1)*G/n)). Every strategy thus sees
+the same examples in the same place, which is what makes results independent of
+the strategy, and the plain iterator can be checkpointed (a distributed iterator
+cannot be in TF 2.21). TPUs and dataset functions use TF's distributed datasets.
+"""
+
+import inspect
+
+import tensorflow as tf
+
+
+def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
+              static_shapes=False):
+  """Returns the feed for `data` under `strategy`.
+
+  Args:
+    data: a `tf.data.Dataset` whose elements are global batches (any nest of
+      tensors with the batch as first dimension), or a function taking a
+      `tf.distribute.InputContext` and returning a dataset of per-replica batches.
+    strategy: the `tf.distribute.Strategy` that will run the step.
+    global_batch_size: required with a dataset function; with a dataset, if
+      given, it must equal the dataset's batch size.
+    batches_per_step: how many batches each step takes.
+    static_shapes: require a static batch dimension even on one replica (XLA).
+  """
+  if isinstance(data, tf.data.Dataset):
+    feed = GlobalBatches(data, strategy, batches_per_step=batches_per_step,
+                         static_shapes=static_shapes)
+    if global_batch_size is not None and global_batch_size != feed.global_batch_size:
+      raise ValueError(f"global_batch_size ({global_batch_size}) differs from the "
+                       f"batch size of data ({feed.global_batch_size}); drop "
+                       "global_batch_size or batch the dataset by it.")
+    return feed
+  if callable(data) and len(inspect.signature(data).parameters) == 1:
+    return DistributedBatches(data, strategy, global_batch_size=global_batch_size,
+                              batches_per_step=batches_per_step)
+  raise TypeError(f"data must be a tf.data.Dataset of global batches or a function "
+                  f"taking a tf.distribute.InputContext, got {type(data).__name__}.")
+
+
+def check_global_batch_size(global_batch_size, num_replicas):
+  """Raises unless `global_batch_size` splits evenly across `num_replicas`."""
+  if global_batch_size < num_replicas:
+    raise ValueError(f"global batch size ({global_batch_size}) is smaller than the "
+                     f"{num_replicas} replicas in sync: every replica needs at least "
+                     f"one example; use a multiple of {num_replicas}.")
+  if global_batch_size % num_replicas:
+    raise ValueError(f"global batch size ({global_batch_size}) is not divisible by "
+                     f"the {num_replicas} replicas in sync; use a multiple of "
+                     f"{num_replicas}, e.g. {global_batch_size // num_replicas * num_replicas or num_replicas}.")
+
+
+def _uses_distributed_datasets(strategy):
+  # A TPU program cannot call a host-side iterator; it gets its input from
+  # TF's distributed datasets, which feed the TPU hosts.
+  return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+class GlobalBatches:
+  """A dataset of global batches, sliced per replica inside the step function."""
+
+  def __init__(self, dataset, strategy, *, batches_per_step=1, static_shapes=False):
+    self.strategy = strategy
+    self.batches_per_step = batches_per_step
+    self.global_batch_size = _batch_size(dataset.element_spec)
+    num_replicas = strategy.num_replicas_in_sync
+    if self.global_batch_size is None and (num_replicas > 1 or static_shapes):
+      why = (f"splitting it across {num_replicas} replicas" if num_replicas > 1
+             else "XLA (jit_compile)")
+      raise ValueError(
+          f"data has no static batch size (its batch dimension is None), which "
+          f"{why} needs; batch it with drop_remainder=True, e.g. "
+          "dataset.batch(global_batch_size, drop_remainder=True).")
+    if self.global_batch_size is not None:
+      check_global_batch_size(self.global_batch_size, num_replicas)
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    if _uses_distributed_datasets(strategy):
+      self.iterator = iter(strategy.experimental_distribute_dataset(dataset))
+      self._split = lambda batch: batch
+    else:
+      self.iterator = iter(dataset)
+      self._split = self._split_across_replicas
+
+  def next(self):
+    """The next step's input: one per-replica batch, or a tuple of them."""
+    batches = tuple(self._split(next(self.iterator))
+                    for _ in range(self.batches_per_step))
+    return batches[0] if self.batches_per_step == 1 else batches
+
+  def _split_across_replicas(self, batch):
+    n = self.strategy.num_replicas_in_sync
+    if n == 1:
+      return self.strategy.experimental_distribute_values_from_function(
+          lambda _: batch)
+    size = self.global_batch_size // n
+
+    def rows_of_replica(context):
+      start = context.replica_id_in_sync_group * size
+      return tf.nest.map_structure(lambda x: x[start:start + size], batch)
+
+    return self.strategy.experimental_distribute_values_from_function(rows_of_replica)
+
+
+class DistributedBatches:
+  """Per-replica batches from a dataset function, one input pipeline per worker."""
+
+  def __init__(self, dataset_fn, strategy, *, global_batch_size, batches_per_step=1):
+    if global_batch_size is None:
+      raise ValueError("data is a dataset function, so the runner cannot see the "
+                       "global batch size; pass global_batch_size=... (the sum of "
+                       "the per-replica batches).")
+    check_global_batch_size(global_batch_size, strategy.num_replicas_in_sync)
+    self.strategy = strategy
+    self.batches_per_step = batches_per_step
+    self.global_batch_size = global_batch_size
+    self.iterator = iter(strategy.distribute_datasets_from_function(
+        lambda context: dataset_fn(context).prefetch(tf.data.AUTOTUNE)))
+
+  def next(self):
+    batches = tuple(next(self.iterator) for _ in range(self.batches_per_step))
+    return batches[0] if self.batches_per_step == 1 else batches
+
+
+def _batch_size(element_spec):
+  """The common static first dimension of every tensor in a dataset element."""
+  sizes = set()
+  for spec in tf.nest.flatten(element_spec):
+    if not isinstance(spec, tf.TensorSpec) or spec.shape.rank in (None, 0):
+      raise ValueError(f"data elements must be batches: tensors whose first "
+                       f"dimension is the batch, got {spec}; call dataset.batch(...).")
+    sizes.add(spec.shape[0])
+  if len(sizes) > 1:
+    raise ValueError(f"the tensors of one data element have different batch sizes "
+                     f"{sorted(sizes, key=str)}; batch them together.")
+  return sizes.pop()

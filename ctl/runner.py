@@ -1,0 +1,264 @@
+"""The runner: builds models under a strategy and runs a per-replica step.
+
+    def build():
+      models = {"generator": make_generator(), "discriminator": make_discriminator()}
+      optimizers = {"generator": keras.optimizers.Adam(2e-4),
+                    "discriminator": keras.optimizers.Adam(2e-4)}
+      return models, optimizers
+
+    runner = ctl.Runner(step, build, dataset, strategy="mirrored", steps_per_loop=10)
+    history = runner.train(1000)   # {"generator_loss": array of 1000 values, ...}
+
+The same `step` runs eagerly (`eager=True`: print and pdb work), compiled, or
+distributed; only the `strategy` argument changes.
+"""
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+from ctl import data as data_lib
+from ctl.context import StepContext
+from ctl.strategies import make_strategy
+
+SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
+
+# Strategies whose gradient sum is a cross-replica merge_call, which XLA
+# cannot compile: under them jit_compile compiles each update on its own.
+_MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
+                          tf.distribute.MultiWorkerMirroredStrategy)
+
+
+class Runner:
+  """Runs `step(ctx, batch)` on every replica, `steps_per_loop` steps per call.
+
+  Results: the step returns a dict of scalars. A value that came from
+  `ctx.average`, `ctx.average_regularization` or `ctx.minimize` is already a
+  share of the global-batch mean and is summed over replicas; any other value
+  (a per-replica mean such as an accuracy) is averaged over replicas. Either
+  way the logged number is the global-batch value.
+
+  Args:
+    step: function `(ctx, batch) -> dict` run in replica context; `ctx` is a
+      `ctl.StepContext`, `batch` this replica's rows of the global batch (a
+      tuple of `batches_per_step` of them when that is above 1).
+    build: function of no arguments returning `(models, optimizers)`, two
+      dicts of Keras models and optimizers; called inside the strategy scope.
+      An optimizer is built on the model of the same name; one that updates
+      something else must be built in `build` (`optimizer.build(variables)`).
+    data: `tf.data.Dataset` of global batches, or a function of a
+      `tf.distribute.InputContext` returning per-replica batches (then pass
+      `global_batch_size`). See `ctl.data`.
+    strategy: a `tf.distribute.Strategy` or a name for `ctl.make_strategy`.
+    seed: seed of the per-example draws (`ctx.normal`, `ctx.uniform`).
+    steps_per_loop: steps run inside one compiled call (an in-graph loop).
+    jit_compile: compile the step with XLA; under `mirrored`/`multi_worker`
+      each `ctx.minimize(loss_fn, ...)` is compiled instead (see there).
+    eager: run the step as plain Python (for debugging); slow.
+    mixed_precision: None, "mixed_float16" or "mixed_bfloat16"; sets Keras'
+      global policy before `build`, and float16 wraps every optimizer in a
+      `LossScaleOptimizer`.
+    global_batch_size: needed only when `data` is a dataset function.
+    batches_per_step: batches each step takes (e.g. one per critic update).
+  """
+
+  def __init__(self, step, build, data, *, strategy="default", seed=0,
+               steps_per_loop=1, jit_compile=False, eager=False,
+               mixed_precision=None, global_batch_size=None, batches_per_step=1):
+    _require_positive_int("steps_per_loop", steps_per_loop)
+    _require_positive_int("batches_per_step", batches_per_step)
+    _require_int("seed", seed)
+    if not callable(step):
+      raise TypeError(f"step must be a function (ctx, batch) -> dict, got {step!r}.")
+    if not callable(build):
+      raise TypeError(f"build must be a function () -> (models, optimizers), got {build!r}.")
+    if mixed_precision not in (None, "mixed_float16", "mixed_bfloat16"):
+      raise ValueError(f"mixed_precision {mixed_precision!r} is not known; use None, "
+                       "'mixed_float16' or 'mixed_bfloat16'.")
+    if eager and jit_compile:
+      raise ValueError("eager=True and jit_compile=True contradict each other: XLA "
+                       "compiles a graph, eager mode runs Python; pick one.")
+    if isinstance(strategy, str):
+      strategy = make_strategy(strategy)
+    _check_supported(strategy, eager)
+    self.strategy = strategy
+    self.steps_per_loop = steps_per_loop
+    self.eager = eager
+    self._step_fn = step
+    self._mixed_precision = mixed_precision
+    with strategy.scope():
+      self.models, self.optimizers = self._build(build)
+      # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
+      # parameter servers (see TF field notes).
+      self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     name="global_step")
+    self._seed = tf.constant([seed, 0], tf.int64)
+    self._feed = data_lib.make_feed(
+        data, strategy, global_batch_size=global_batch_size,
+        batches_per_step=batches_per_step, static_shapes=jit_compile)
+    self._reductions = {}  # result key -> ReduceOp, filled in when the step is traced
+    self._result_keys = None
+    self._compile_update = None
+    replica_step = self._replica_step
+    if jit_compile and isinstance(strategy, _MERGE_CALL_STRATEGIES):
+      self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
+    elif jit_compile:
+      replica_step = tf.function(self._replica_step, jit_compile=True)
+    self._run_replicas = replica_step
+    self._loop = None if eager else tf.function(self._loop_fn)
+
+  @property
+  def global_batch_size(self):
+    return self._feed.global_batch_size
+
+  def train(self, num_steps):
+    """Runs `num_steps` steps; returns each result key's per-step values (numpy)."""
+    _require_positive_int("num_steps", num_steps)
+    chunks = []
+    done = 0
+    while done < num_steps:
+      n = min(self.steps_per_loop, num_steps - done)
+      chunks.append(self.run_steps(n))
+      done += n
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+  def run_steps(self, num_steps):
+    """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
+    try:
+      if self.eager:
+        results = [self._one_step() for _ in range(num_steps)]
+        return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
+      if self._result_keys is None:
+        self._trace_result_keys()
+      out = self._loop(tf.constant(num_steps, tf.int32))
+      return {k: v.numpy() for k, v in out.items()}
+    except tf.errors.OutOfRangeError:
+      raise ValueError(f"data ran out at step {int(self.global_step.numpy())}: the "
+                       "dataset holds fewer batches than the steps asked for; "
+                       "call .repeat() on it or ask for fewer steps.") from None
+
+  def _build(self, build):
+    if self._mixed_precision:
+      keras.mixed_precision.set_global_policy(self._mixed_precision)
+    built = build()
+    if not (isinstance(built, tuple) and len(built) == 2 and
+            all(isinstance(d, dict) for d in built)):
+      raise TypeError(f"build() must return (models, optimizers), two dicts, "
+                      f"got {type(built).__name__}.")
+    models, optimizers = built
+    for name, model in models.items():
+      if not isinstance(model, keras.Model):
+        raise TypeError(f"models[{name!r}] is a {type(model).__name__}, not a keras.Model.")
+      if not model.built or not model.trainable_variables:
+        raise ValueError(f"model {name!r} has no variables yet; give it an input "
+                         "shape (keras.Input) or call it once inside build().")
+    for name, opt in list(optimizers.items()):
+      if not isinstance(opt, keras.optimizers.Optimizer):
+        raise TypeError(f"optimizers[{name!r}] is a {type(opt).__name__}, not a "
+                        "keras.optimizers.Optimizer.")
+      if (self._mixed_precision == "mixed_float16" and
+          not isinstance(opt, keras.optimizers.LossScaleOptimizer)):
+        opt = optimizers[name] = keras.optimizers.LossScaleOptimizer(opt)
+      if not opt.built:
+        if name not in models:
+          raise ValueError(
+              f"optimizer {name!r} has no model of the same name to build its "
+              f"slots for (models: {sorted(models)}); call "
+              f"optimizer.build(variables) inside build().")
+        # Keras 3 fails under Mirrored if the slots are created lazily by
+        # the first apply_gradients inside a tf.function.
+        opt.build(models[name].trainable_variables)
+    self._check_in_scope(models, optimizers)
+    return models, optimizers
+
+  def _check_in_scope(self, models, optimizers):
+    owners = [("model", n, m.variables) for n, m in models.items()]
+    owners += [("optimizer", n, o.variables) for n, o in optimizers.items()]
+    for kind, name, variables in owners:
+      for v in variables:
+        if not self.strategy.extended.variable_created_in_scope(getattr(v, "value", v)):
+          raise ValueError(f"{kind} {name!r} was created outside the strategy's "
+                           "scope, so its variables are not replicated; create it "
+                           "inside build(), which the runner calls in the scope.")
+
+  def _replica_step(self, batch, step):
+    context = tf.distribute.get_replica_context()
+    ctx = StepContext(
+        models=self.models, optimizers=self.optimizers, step=step, seed=self._seed,
+        global_batch_size=self._global_batch_size(batch),
+        num_replicas=self.strategy.num_replicas_in_sync,
+        replica_id=context.replica_id_in_sync_group,
+        compile_update=self._compile_update)
+    results = self._step_fn(ctx, batch)
+    if not isinstance(results, dict):
+      raise TypeError(f"step must return a dict of scalar values, got "
+                      f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
+    out = {}
+    for key, value in results.items():
+      value = _scalar(key, value)
+      self._reductions[key] = SUM if ctx.is_global(value) else MEAN
+      out[key] = tf.cast(value, tf.float32)
+    return out
+
+  def _global_batch_size(self, batch):
+    if self.global_batch_size is not None:
+      return self.global_batch_size
+    return tf.shape(tf.nest.flatten(batch)[0])[0]  # one replica, dynamic batch
+
+  def _one_step(self):
+    batch = self._feed.next()
+    results = self.strategy.run(self._run_replicas,
+                                args=(batch, self.global_step.read_value()))
+    reduced = {k: self.strategy.reduce(self._reductions[k], v, axis=None)
+               for k, v in results.items()}
+    self.global_step.assign_add(1)
+    return reduced
+
+  def _trace_result_keys(self):
+    # The loop stacks each result per step in a TensorArray made before the
+    # loop, so it must know the keys first: trace one step (no run) to see them.
+    tf.function(self._one_step).get_concrete_function()
+    self._result_keys = list(self._reductions)
+
+  def _loop_fn(self, num_steps):
+    arrays = {k: tf.TensorArray(tf.float32, size=num_steps) for k in self._result_keys}
+    for i in tf.range(num_steps):
+      results = self._one_step()
+      arrays = {k: a.write(i, results[k]) for k, a in arrays.items()}
+    return {k: a.stack() for k, a in arrays.items()}
+
+
+def _scalar(key, value):
+  try:
+    value = tf.convert_to_tensor(value)
+  except (TypeError, ValueError):
+    raise TypeError(f"step result {key!r} is a {type(value).__name__}, not a "
+                    "tensor; return numbers or scalar tensors.") from None
+  if value.shape.rank != 0:
+    raise ValueError(f"step result {key!r} has shape {value.shape}, not a scalar; "
+                     "reduce it in the step (e.g. ctx.average(...) or tf.reduce_mean).")
+  if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
+    raise TypeError(f"step result {key!r} has dtype {value.dtype.name}; return numbers.")
+  return value
+
+
+def _check_supported(strategy, eager):
+  if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    raise ValueError("Runner does not run ParameterServerStrategy: it needs a "
+                     "ClusterCoordinator loop, which is not built yet; use "
+                     "'multi_worker' for synchronous training across machines.")
+  if eager and isinstance(strategy, tf.distribute.TPUStrategy):
+    raise ValueError("eager=True cannot run under TPUStrategy (a TPU only runs "
+                     "compiled programs); debug eagerly under 'default', then "
+                     "switch the strategy.")
+
+
+def _require_int(name, value):
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+    raise TypeError(f"{name} must be an int, got {value!r}.")
+
+
+def _require_positive_int(name, value):
+  _require_int(name, value)
+  if value < 1:
+    raise ValueError(f"{name} must be at least 1, got {value}.")

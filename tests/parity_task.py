@@ -1,0 +1,156 @@
+"""One seeded training run for the parity tests, run in its own process.
+
+    python tests/parity_task.py --task gan --strategy mirrored --logical-cpus 2 --out r.npz
+
+Writes every step's reduced results and every model's final weights to `--out`
+(under multi_worker, only the chief writes). The tests compare runs that differ
+only in strategy, compilation and loop length.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ctl  # noqa: E402  (first TF-touching import: make_strategy comes next)
+
+GLOBAL_BATCH = 8
+NOISE = 4
+FEATURES = 6
+
+
+def parse_args():
+  p = argparse.ArgumentParser()
+  p.add_argument("--task", choices=["gan", "bigan"], default="gan")
+  p.add_argument("--strategy", default="default")
+  p.add_argument("--logical-cpus", type=int)
+  p.add_argument("--steps", type=int, default=10)
+  p.add_argument("--steps-per-loop", type=int, default=1)
+  p.add_argument("--eager", action="store_true")
+  p.add_argument("--jit", action="store_true")
+  p.add_argument("--out", required=True)
+  return p.parse_args()
+
+
+def dataset(num_batches):
+  """Fixed real data: a deterministic function of the example index."""
+  import tensorflow as tf
+  n = num_batches * GLOBAL_BATCH
+  rng = np.random.default_rng(1234)
+  x = rng.normal(size=(n, FEATURES)).astype("float32") + np.linspace(-1, 1, FEATURES, dtype="float32")
+  return tf.data.Dataset.from_tensor_slices(x).batch(GLOBAL_BATCH, drop_remainder=True)
+
+
+def mlp(name, inputs, outputs, seed):
+  import keras
+  init = lambda s: keras.initializers.GlorotUniform(seed=seed + s)  # noqa: E731
+  return keras.Sequential([
+      keras.Input((inputs,)),
+      keras.layers.Dense(16, activation="tanh", kernel_initializer=init(0)),
+      keras.layers.Dense(outputs, kernel_initializer=init(1)),
+  ], name=name)
+
+
+def build_gan():
+  import keras
+  models = {"generator": mlp("generator", NOISE, FEATURES, 10),
+            "discriminator": mlp("discriminator", FEATURES, 1, 20)}
+  optimizers = {"generator": keras.optimizers.Adam(1e-2),
+                "discriminator": keras.optimizers.Adam(1e-2)}
+  return models, optimizers
+
+
+def gan_step(ctx, real):
+  """Non-saturating GAN: a discriminator update, then a generator update.
+
+  Both losses are given as functions, the form XLA can compile under every
+  strategy (bigan_step uses the tape form).
+  """
+  import tensorflow as tf
+  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+
+  def discriminator_loss():
+    fake = generator(ctx.normal([NOISE]), training=True)
+    real_logits = discriminator(real, training=True)[:, 0]
+    fake_logits = discriminator(fake, training=True)[:, 0]
+    return ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
+
+  def generator_loss():
+    logits = discriminator(generator(ctx.normal([NOISE]), training=True))[:, 0]
+    return ctx.average(tf.nn.softplus(-logits))
+
+  d_loss = ctx.minimize(discriminator_loss, "discriminator")
+  g_loss = ctx.minimize(generator_loss, "generator")
+  real_score = tf.reduce_mean(tf.sigmoid(discriminator(real)))  # a per-replica mean
+  return {"discriminator_loss": d_loss, "generator_loss": g_loss,
+          "real_score": real_score}
+
+
+def build_bigan():
+  import keras
+  models = {"generator": mlp("generator", NOISE, FEATURES, 10),
+            "encoder": mlp("encoder", FEATURES, NOISE, 30),
+            "discriminator": mlp("discriminator", FEATURES + NOISE, 1, 20)}
+  optimizers = {name: keras.optimizers.Adam(5e-3) for name in models}
+  return models, optimizers
+
+
+def bigan_step(ctx, batches):
+  """BiGAN/ALI: two discriminator updates (one batch each), then G and E."""
+  import tensorflow as tf
+  generator, encoder, discriminator = (
+      ctx.models["generator"], ctx.models["encoder"], ctx.models["discriminator"])
+
+  def logits(z):
+    x_real, z_real = batches[0], encoder(batches[0], training=True)
+    real = discriminator(tf.concat([x_real, z_real], -1), training=True)[:, 0]
+    fake = discriminator(tf.concat([generator(z, training=True), z], -1), training=True)[:, 0]
+    return real, fake
+
+  d_losses = []
+  for real_batch in batches:
+    z = ctx.normal([NOISE])
+
+    def discriminator_loss(real_batch=real_batch, z=z):
+      real = discriminator(tf.concat([real_batch, encoder(real_batch)], -1))[:, 0]
+      fake = discriminator(tf.concat([generator(z), z], -1))[:, 0]
+      return ctx.average(tf.nn.softplus(-real) + tf.nn.softplus(fake))
+
+    d_losses.append(ctx.minimize(discriminator_loss, "discriminator"))
+
+  z = ctx.normal([NOISE])
+  with tf.GradientTape(persistent=True) as tape:
+    real, fake = logits(z)
+    g_loss = ctx.average(tf.nn.softplus(-fake))
+    e_loss = ctx.average(tf.nn.softplus(real))
+  ctx.minimize(g_loss, "generator", tape=tape)
+  ctx.minimize(e_loss, "encoder", tape=tape)
+  del tape
+  return {"discriminator_loss": d_losses[-1], "generator_loss": g_loss,
+          "encoder_loss": e_loss}
+
+
+def main():
+  args = parse_args()
+  strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
+  if args.task == "gan":
+    build, step, batches_per_step = build_gan, gan_step, 1
+  else:
+    build, step, batches_per_step = build_bigan, bigan_step, 2
+  runner = ctl.Runner(step, build, dataset(args.steps * batches_per_step),
+                      strategy=strategy, seed=7, steps_per_loop=args.steps_per_loop,
+                      eager=args.eager, jit_compile=args.jit,
+                      batches_per_step=batches_per_step)
+  history = runner.train(args.steps)
+  weights = {f"{name}/{i}": w.numpy() if hasattr(w, "numpy") else np.asarray(w)
+             for name, model in runner.models.items()
+             for i, w in enumerate(model.weights)}
+  if getattr(strategy.extended, "should_checkpoint", True):
+    np.savez(args.out, **{f"loss/{k}": v for k, v in history.items()}, **weights)
+
+
+if __name__ == "__main__":
+  main()
