@@ -169,7 +169,7 @@ class StepContext:
 
   def _optimizer(self, name):
     if name not in self.optimizers:
-      raise KeyError(f"minimize: no optimizer named {name!r}; build() returned "
+      raise ValueError(f"minimize: no optimizer named {name!r}; build() returned "
                      f"optimizers {sorted(self.optimizers)}.")
     return self.optimizers[name]
 
@@ -177,7 +177,7 @@ class StepContext:
     if variables is not None:
       return list(variables)
     if name not in self.models:
-      raise KeyError(f"minimize({name!r}): no model named {name!r} to take "
+      raise ValueError(f"minimize({name!r}): no model named {name!r} to take "
                      f"variables from (models: {sorted(self.models)}); pass "
                      "variables=... to say what the optimizer updates.")
     return self.models[name].trainable_variables

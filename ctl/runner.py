@@ -211,7 +211,11 @@ class Runner:
                                 args=(batch, self.global_step.read_value()))
     reduced = {k: self.strategy.reduce(self._reductions[k], v, axis=None)
                for k, v in results.items()}
-    self.global_step.assign_add(1)
+    # Count the step only once it got its data and ran: in a graph the
+    # increment has no data dependence on either.
+    done = tf.nest.flatten(batch, expand_composites=True)
+    with tf.control_dependencies(done + list(reduced.values())):
+      self.global_step.assign_add(1)
     return reduced
 
   def _trace_result_keys(self):

@@ -1,0 +1,85 @@
+"""Subprocess helpers: TensorFlow fixes devices and collectives per process.
+
+Each strategy runs in its own Python process (see TF field notes: a process
+that ran one strategy cannot always start another), and multi-worker runs
+start one process per worker with TF_CONFIG on 127.0.0.1.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASK = os.path.join(ROOT, "tests", "parity_task.py")
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+
+
+def python(args, *, env=None, timeout=180, check=True):
+  """Runs `python args...` from the repo root; returns the CompletedProcess."""
+  proc = subprocess.run([sys.executable] + list(args), cwd=ROOT, env=_env(env),
+                        capture_output=True, text=True, timeout=timeout)
+  if check and proc.returncode != 0:
+    raise AssertionError(f"{args} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+  return proc
+
+
+def run_task(tmp_path, *args, name="run"):
+  """Runs tests/parity_task.py with `args`; returns its results as a dict."""
+  out = os.path.join(tmp_path, f"{name}.npz")
+  python([TASK, "--out", out] + list(args))
+  return dict(np.load(out))
+
+
+def run_workers(tmp_path, num_workers, *args, timeout=240):
+  """Runs parity_task.py as `num_workers` multi-worker processes; the chief's results."""
+  ports = free_ports(num_workers)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  out = os.path.join(tmp_path, "workers.npz")
+  procs = []
+  try:
+    for i in range(num_workers):
+      config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+      procs.append(subprocess.Popen(
+          [sys.executable, TASK, "--out", out, "--strategy", "multi_worker"] + list(args),
+          cwd=ROOT, env=_env({"TF_CONFIG": json.dumps(config)}),
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    # A worker whose peer never starts waits forever: bound the wait, kill by PID.
+    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  for i, (p, log) in enumerate(zip(procs, logs)):
+    assert p.returncode == 0, f"worker {i} exited {p.returncode}:\n{log[-4000:]}"
+  return dict(np.load(out))
+
+
+def free_ports(count):
+  """Ports free on 127.0.0.1 now (held open together, so they differ)."""
+  sockets = [socket.socket() for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def max_difference(results, reference):
+  """Max absolute difference over every array; the key sets must match."""
+  assert sorted(results) == sorted(reference), (sorted(results), sorted(reference))
+  return max(float(np.max(np.abs(results[k] - reference[k]))) for k in reference)
+
+
+def _env(extra):
+  env = dict(os.environ, **QUIET)
+  env.pop("TF_CONFIG", None)
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  env.update(extra or {})
+  return env

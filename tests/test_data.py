@@ -1,0 +1,113 @@
+"""Data checks and the per-replica split of global batches."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+from ctl import data as data_lib
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+  return ctl.make_strategy("mirrored", logical_cpus=2)
+
+
+def batches(n=4, batch=8, **kwargs):
+  x = np.arange(n * batch * 3, dtype="float32").reshape(n * batch, 3)
+  return tf.data.Dataset.from_tensor_slices(x).batch(batch, **kwargs)
+
+
+@pytest.mark.parametrize("size, replicas, message", [
+    (7, 2, r"global batch size \(7\) is not divisible by the 2 replicas in sync; use a multiple of 2, e.g. 6"),
+    (1, 2, r"global batch size \(1\) is smaller than the 2 replicas in sync"),
+    (6, 4, r"not divisible by the 4 replicas in sync; use a multiple of 4, e.g. 4"),
+])
+def test_global_batch_must_split_evenly(size, replicas, message):
+  with pytest.raises(ValueError, match=message):
+    data_lib.check_global_batch_size(size, replicas)
+
+
+def test_odd_batch_is_refused_before_training(mirrored):
+  with pytest.raises(ValueError, match=r"global batch size \(7\) is not divisible by the 2"):
+    data_lib.make_feed(batches(batch=7, drop_remainder=True), mirrored)
+
+
+def test_dynamic_batch_is_refused_on_several_replicas(mirrored):
+  with pytest.raises(ValueError, match=r"no static batch size .* splitting it across 2 "
+                     r"replicas needs; batch it with drop_remainder=True"):
+    data_lib.make_feed(batches(), mirrored)
+
+
+def test_dynamic_batch_is_refused_under_xla():
+  with pytest.raises(ValueError, match=r"XLA \(jit_compile\) needs"):
+    data_lib.make_feed(batches(), tf.distribute.get_strategy(), static_shapes=True)
+
+
+def test_dynamic_batch_is_accepted_on_one_replica():
+  feed = data_lib.make_feed(batches(), tf.distribute.get_strategy())
+  assert feed.global_batch_size is None
+  assert feed.next().shape == (8, 3)
+
+
+def test_unbatched_data_is_refused():
+  x = tf.data.Dataset.from_tensor_slices(np.zeros(4, "float32"))
+  with pytest.raises(ValueError, match=r"data elements must be batches.*call dataset.batch"):
+    data_lib.make_feed(x, tf.distribute.get_strategy())
+
+
+def test_mismatched_batch_sizes_are_refused():
+  x = tf.data.Dataset.zip((batches(batch=8, drop_remainder=True),
+                           batches(batch=4, drop_remainder=True)))
+  with pytest.raises(ValueError, match="different batch sizes"):
+    data_lib.make_feed(x, tf.distribute.get_strategy())
+
+
+def test_data_of_another_type_is_refused():
+  with pytest.raises(TypeError, match="data must be a tf.data.Dataset of global batches or a function"):
+    data_lib.make_feed(np.zeros((8, 3)), tf.distribute.get_strategy())
+
+
+def test_given_global_batch_size_must_match_the_data():
+  with pytest.raises(ValueError, match=r"global_batch_size \(16\) differs from the batch size of data \(8\)"):
+    data_lib.make_feed(batches(drop_remainder=True), tf.distribute.get_strategy(),
+                       global_batch_size=16)
+
+
+def test_replicas_get_consecutive_rows_in_order(mirrored):
+  feed = data_lib.make_feed(batches(drop_remainder=True), mirrored)
+  first, second = (mirrored.experimental_local_results(feed.next()) for _ in range(2))
+  np.testing.assert_array_equal(np.concatenate(first), np.arange(24).reshape(8, 3))
+  assert [r.shape[0] for r in first] == [4, 4]
+  np.testing.assert_array_equal(second[0][0], [24, 25, 26])
+
+
+def test_nested_elements_are_split_leaf_by_leaf(mirrored):
+  x = tf.data.Dataset.range(16).map(lambda i: {"image": tf.fill([2], i), "label": i})
+  feed = data_lib.make_feed(x.batch(8, drop_remainder=True), mirrored)
+  parts = mirrored.experimental_local_results(feed.next())
+  assert [p["label"].numpy().tolist() for p in parts] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+  assert parts[1]["image"].shape == (4, 2)
+
+
+def test_several_batches_per_step_come_as_a_tuple(mirrored):
+  feed = data_lib.make_feed(batches(drop_remainder=True), mirrored, batches_per_step=2)
+  a, b = feed.next()
+  assert mirrored.experimental_local_results(b)[0][0, 0] == 24.0
+
+
+def test_dataset_function_needs_the_global_batch_size(mirrored):
+  with pytest.raises(ValueError, match="pass global_batch_size="):
+    data_lib.make_feed(lambda context: batches(batch=4), mirrored)
+
+
+def test_dataset_function_gets_the_per_replica_batch(mirrored):
+  seen = []
+
+  def dataset_fn(context):
+    seen.append(context.get_per_replica_batch_size(8))
+    return batches(batch=context.get_per_replica_batch_size(8), drop_remainder=True)
+
+  feed = data_lib.make_feed(dataset_fn, mirrored, global_batch_size=8)
+  parts = mirrored.experimental_local_results(feed.next())
+  assert seen == [4] and [p.shape for p in parts] == [(4, 3), (4, 3)]

@@ -1,0 +1,30 @@
+"""Runs examples/notebooks/debug_step.ipynb top to bottom; any cell error fails.
+
+The notebook asserts its own results (finite losses, 2 replicas, eager/mirrored
+parity), so executing it is the test. It runs in a fresh kernel, i.e. its own
+process, as its device setup requires.
+"""
+
+import os
+
+import nbclient
+import nbformat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(ROOT, "examples", "notebooks", "debug_step.ipynb")
+
+
+def test_notebook_is_stored_without_outputs():
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  for cell in nb.cells:
+    if cell.cell_type == "code":
+      assert not cell.outputs and cell.execution_count is None, cell.source[:80]
+
+
+def test_notebook_runs(monkeypatch):
+  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")  # inherited by the kernel
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  client = nbclient.NotebookClient(
+      nb, timeout=600, kernel_name="python3",
+      resources={"metadata": {"path": os.path.dirname(NOTEBOOK)}})
+  client.execute()  # raises CellExecutionError, with the traceback, if a cell fails

@@ -1,0 +1,262 @@
+"""Runner and StepContext: the reduction rule, the user contract and its errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+
+GLOBAL_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+  return ctl.make_strategy("mirrored", logical_cpus=2)
+
+
+def data(n=64):
+  # Example i is the number i, so the step can tell which rows it got.
+  x = np.arange(n, dtype="float32")[:, None]
+  return tf.data.Dataset.from_tensor_slices(x).batch(GLOBAL_BATCH, drop_remainder=True)
+
+
+def build():
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+  return {"model": model}, {"model": keras.optimizers.SGD(0.01)}
+
+
+def train_step(ctx, x):
+  model = ctx.models["model"]
+  with tf.GradientTape() as tape:
+    loss = ctx.average(tf.square(model(x)[:, 0] - x[:, 0]))
+  ctx.minimize(loss, "model", tape=tape)
+  return {"loss": loss}
+
+
+def run(step, strategy=None, steps=1, **kwargs):
+  runner = ctl.Runner(step, kwargs.pop("build", build), kwargs.pop("data", data()),
+                      strategy=strategy or tf.distribute.get_strategy(), **kwargs)
+  return runner.train(steps)
+
+
+# The reduction rule.
+
+def reduction_step(ctx, x):
+  values = x[:, 0]
+  # Replica 0 holds rows 0-3 (mean 1.5), replica 1 rows 4-7 (mean 5.5).
+  return {"average": ctx.average(values),             # share of the global mean: summed
+          "replica_mean": tf.reduce_mean(values),     # per-replica mean: averaged
+          "replicas": ctx.num_replicas,
+          "per_replica_batch": ctx.per_replica_batch_size}
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_results_are_global_batch_values(strategy_name, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+  history = run(reduction_step, strategy, steps=2)
+  np.testing.assert_allclose(history["average"], [3.5, 11.5])  # mean of 0..7, 8..15
+  np.testing.assert_allclose(history["replica_mean"], [3.5, 11.5])
+  replicas = strategy.num_replicas_in_sync
+  np.testing.assert_array_equal(history["replicas"], [replicas] * 2)
+  np.testing.assert_array_equal(history["per_replica_batch"], [8 // replicas] * 2)
+
+
+def test_minimize_returns_a_global_value(mirrored):
+  def step(ctx, x):
+    return {"loss": ctx.minimize(lambda: ctx.average(x[:, 0] * ctx.models["model"](x)[:, 0] * 0 + x[:, 0]), "model")}
+  assert run(step, mirrored)["loss"][0] == pytest.approx(3.5)
+
+
+def test_regularization_counts_once_over_replicas(mirrored):
+  def step(ctx, x):
+    return {"penalty": ctx.average_regularization([tf.constant(2.0), tf.constant(1.0)])}
+  assert run(step, mirrored)["penalty"][0] == pytest.approx(3.0)
+
+
+# Replica-invariant randomness.
+
+def contexts(num_replicas, step=3, seed=11):
+  return [ctl.StepContext(models={}, optimizers={}, step=tf.constant(step, tf.int64),
+                          seed=tf.constant([seed, 0], tf.int64), global_batch_size=GLOBAL_BATCH,
+                          num_replicas=num_replicas, replica_id=tf.constant(r))
+          for r in range(num_replicas)]
+
+
+@pytest.mark.parametrize("draw", ["normal", "uniform"])
+def test_draws_for_an_example_do_not_depend_on_the_replica_count(draw):
+  whole = getattr(contexts(1)[0], draw)([5]).numpy()
+  for n in (2, 4, 8):
+    parts = [getattr(c, draw)([5]).numpy() for c in contexts(n)]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+  assert whole.shape == (GLOBAL_BATCH, 5)
+
+
+def test_draws_differ_by_step_by_draw_and_by_seed():
+  ctx = contexts(1)[0]
+  first, second = ctx.normal([4]).numpy(), ctx.normal([4]).numpy()
+  assert not np.allclose(first, second)
+  assert not np.allclose(first, contexts(1, step=4)[0].normal([4]).numpy())
+  assert not np.allclose(first, contexts(1, seed=12)[0].normal([4]).numpy())
+  np.testing.assert_array_equal(first, contexts(1)[0].normal([4]).numpy())
+
+
+def test_draws_have_the_asked_distribution():
+  ctx = ctl.StepContext(models={}, optimizers={}, step=tf.constant(0, tf.int64),
+                        seed=tf.constant([0, 0], tf.int64), global_batch_size=4096,
+                        num_replicas=1, replica_id=0)
+  z = ctx.normal([16], stddev=2.0).numpy()
+  u = ctx.uniform([16], minval=-1.0, maxval=3.0).numpy()
+  assert abs(z.mean()) < 0.02 and abs(z.std() - 2.0) < 0.02
+  assert u.min() >= -1.0 and u.max() < 3.0 and abs(u.mean() - 1.0) < 0.02
+
+
+def test_xla_draws_the_same_numbers():
+  def draw():
+    ctx = contexts(2)[1]
+    return ctx.normal([3]), ctx.uniform([3])
+  for eager, compiled in zip(draw(), tf.function(draw, jit_compile=True)()):
+    np.testing.assert_allclose(eager.numpy(), compiled.numpy(), atol=1e-6)
+
+
+# Updates: loss scaling, variables, eager mode, loops.
+
+def test_loss_scale_optimizer_gives_the_plain_update():
+  def updated(optimizer):
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, kernel_initializer="ones")])
+    return run(train_step, build=lambda: ({"model": model}, {"model": optimizer}),
+               steps=3), model.get_weights()
+  plain_history, plain = updated(keras.optimizers.SGD(0.01))
+  scaled_history, scaled = updated(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01)))
+  np.testing.assert_allclose(scaled_history["loss"], plain_history["loss"], rtol=1e-6)
+  for a, b in zip(scaled, plain):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_trains(policy):
+  def build_mixed():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4), keras.layers.Dense(1, dtype="float32")])
+    return {"model": model}, {"model": keras.optimizers.Adam(0.01)}
+  try:
+    same_batch = data().take(1).repeat()
+    runner = ctl.Runner(train_step, build_mixed, same_batch, mixed_precision=policy)
+    # float16 starts with a loss scale of 2**15 and halves it while the scaled
+    # gradients overflow, skipping those updates; then it learns.
+    history = runner.train(12)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert runner.models["model"].layers[0].compute_dtype == policy.split("_")[1]
+  wrapped = isinstance(runner.optimizers["model"], keras.optimizers.LossScaleOptimizer)
+  assert wrapped == (policy == "mixed_float16")
+  assert np.isfinite(history["loss"]).all() and history["loss"][-1] < history["loss"][0]
+
+
+def test_variables_argument_updates_only_those():
+  def build_two():
+    a = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)], name="a")
+    b = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)], name="b")
+    joint = keras.optimizers.SGD(0.1)
+    joint.build(a.trainable_variables)
+    return {"a": a, "b": b}, {"joint": joint}
+
+  def step(ctx, x):
+    a, b = ctx.models["a"], ctx.models["b"]
+    loss = ctx.minimize(lambda: ctx.average(tf.square(b(a(x))[:, 0])), "joint",
+                        variables=a.trainable_variables)
+    return {"loss": loss}
+
+  runner = ctl.Runner(step, build_two, data())
+  before = [w.copy() for w in runner.models["b"].get_weights()]
+  runner.train(2)
+  for w, w0 in zip(runner.models["b"].get_weights(), before):
+    np.testing.assert_array_equal(w, w0)
+
+
+def test_eager_mode_runs_the_step_as_python():
+  seen = []
+
+  def step(ctx, x):
+    seen.append((tf.executing_eagerly(), float(x[0, 0])))
+    return train_step(ctx, x)
+
+  run(step, eager=True, steps=2)
+  assert seen == [(True, 0.0), (True, 8.0)]
+
+
+def test_loop_lengths_do_not_retrace():
+  runner = ctl.Runner(train_step, build, data(256), steps_per_loop=4)
+  runner.train(4)
+  runner.train(3)   # one loop of 3: same traced function, n is a tensor
+  runner.run_steps(1)
+  assert runner._loop.experimental_get_tracing_count() == 1
+  assert int(runner.global_step.numpy()) == 8
+
+
+def test_history_has_every_step():
+  history = ctl.Runner(reduction_step, build, data(), steps_per_loop=3).train(5)
+  np.testing.assert_allclose(history["average"], [3.5, 11.5, 19.5, 27.5, 35.5])
+
+
+# Bad input: clear errors before training.
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"steps_per_loop": 0}, ValueError, "steps_per_loop must be at least 1, got 0"),
+    ({"steps_per_loop": 2.5}, TypeError, "steps_per_loop must be an int, got 2.5"),
+    ({"batches_per_step": 0}, ValueError, "batches_per_step must be at least 1"),
+    ({"seed": "x"}, TypeError, "seed must be an int"),
+    ({"mixed_precision": "float16"}, ValueError, "mixed_precision 'float16' is not known"),
+    ({"eager": True, "jit_compile": True}, ValueError, "eager=True and jit_compile=True contradict"),
+    ({"strategy": "gpu"}, ValueError, "strategy 'gpu' is not known"),
+])
+def test_bad_arguments(kwargs, error, message):
+  with pytest.raises(error, match=message):
+    ctl.Runner(train_step, build, data(), **kwargs)
+
+
+@pytest.mark.parametrize("built, message", [
+    (lambda: [1, 2], r"build\(\) must return \(models, optimizers\), two dicts, got list"),
+    (lambda: ({"m": keras.Sequential([keras.layers.Dense(1)])}, {}),
+     "model 'm' has no variables yet; give it an input shape"),
+    (lambda: ({"m": object()}, {}), "models\\['m'\\] is a object, not a keras.Model"),
+    (lambda: ({}, {"g": keras.optimizers.Adam()}),
+     "optimizer 'g' has no model of the same name to build its slots for"),
+    (lambda: ({}, {"g": "adam"}), "optimizers\\['g'\\] is a str"),
+])
+def test_bad_build(built, message):
+  with pytest.raises((TypeError, ValueError), match=message):
+    ctl.Runner(train_step, built, data())
+
+
+def test_models_created_outside_the_scope_are_refused(mirrored):
+  outside = build()
+  with pytest.raises(ValueError, match="model 'model' was created outside the strategy's scope"):
+    ctl.Runner(train_step, lambda: outside, data(), strategy=mirrored)
+
+
+@pytest.mark.parametrize("result, error, message", [
+    (lambda: [1.0], TypeError, "step must return a dict of scalar values, got list"),
+    (lambda: {"v": tf.zeros([3])}, ValueError, r"step result 'v' has shape \(3,\), not a scalar"),
+    (lambda: {"v": "high"}, TypeError, "step result 'v' has dtype string"),
+    (lambda: {"v": object()}, TypeError, "step result 'v' is a object, not a tensor"),
+])
+def test_bad_step_results(result, error, message):
+  with pytest.raises(error, match=message):
+    run(lambda ctx, x: result())
+
+
+def test_minimize_misuse_names_the_fix():
+  def no_tape(ctx, x):
+    return {"l": ctx.minimize(ctx.average(x[:, 0]), "model")}
+  with pytest.raises(ValueError, match=r"a loss tensor needs the GradientTape that recorded it"):
+    run(no_tape)
+
+  def unknown(ctx, x):
+    return {"l": ctx.minimize(lambda: ctx.average(x[:, 0]), "generator")}
+  with pytest.raises(ValueError, match=r"no optimizer named 'generator'; build\(\) returned optimizers \['model'\]"):
+    run(unknown)
+
+
+def test_data_running_out_says_so():
+  with pytest.raises(ValueError, match=r"data ran out at step 8: .* call .repeat\(\)"):
+    run(train_step, steps=10)

@@ -1,0 +1,132 @@
+"""Strategy factory: names, knobs, `auto` decisions, and device-ordering errors."""
+
+import json
+
+import pytest
+import tensorflow as tf
+
+import ctl
+import helpers
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("default", type(tf.distribute.get_strategy())),
+    ("one_device", tf.distribute.OneDeviceStrategy),
+    ("central_storage", tf.distribute.experimental.CentralStorageStrategy),
+])
+def test_names_build_their_strategy(name, kind):
+  assert isinstance(ctl.make_strategy(name), kind)
+
+
+def test_mirrored_over_logical_cpus_has_one_replica_each():
+  strategy = ctl.make_strategy("mirrored", logical_cpus=2)  # as configured in conftest
+  assert isinstance(strategy, tf.distribute.MirroredStrategy)
+  assert strategy.num_replicas_in_sync == 2
+
+
+@pytest.mark.parametrize("ops", ["reduce_to_one_device", "hierarchical_copy", "nccl"])
+def test_mirrored_cross_device_ops_knob(ops):
+  strategy = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops=ops)
+  assert isinstance(strategy.extended._cross_device_ops, ctl.strategies.CROSS_DEVICE_OPS[ops])
+
+
+def test_unknown_name_lists_the_known_ones():
+  with pytest.raises(ValueError, match=r"strategy 'mirorred' is not known; use one of auto, default"):
+    ctl.make_strategy("mirorred")
+
+
+def test_knob_for_another_strategy_is_refused():
+  with pytest.raises(ValueError, match=r"cross_device_ops \('nccl'\) only applies to strategy 'mirrored'"):
+    ctl.make_strategy("default", cross_device_ops="nccl")
+
+
+def test_unknown_knob_values_are_refused():
+  with pytest.raises(ValueError, match="cross_device_ops 'fast' is not known"):
+    ctl.make_strategy("mirrored", cross_device_ops="fast")
+  with pytest.raises(ValueError, match="communication 'mpi' is not known; use one of auto, ring, nccl"):
+    ctl.make_strategy("multi_worker", communication="mpi")
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True, "2"])
+def test_logical_cpus_must_be_a_positive_int(count):
+  with pytest.raises(ValueError, match="logical_cpus must be a positive int"):
+    ctl.configure_logical_cpus(count)
+
+
+def test_same_logical_cpus_again_is_fine():
+  ctl.configure_logical_cpus(2)
+  assert len(tf.config.list_logical_devices("CPU")) == 2
+
+
+def test_logical_cpus_after_first_op_names_the_fix():
+  with pytest.raises(RuntimeError, match=r"logical_cpus=4 cannot be applied: TensorFlow "
+                     r"already ran an op .* fixed its devices at 2 CPU.*top of the program"):
+    ctl.make_strategy("mirrored", logical_cpus=4)
+
+
+def test_logical_cpus_before_any_op_works_in_a_fresh_process():
+  proc = helpers.python(["-c", "import ctl; s = ctl.make_strategy('mirrored', logical_cpus=3); "
+                               "print('replicas', s.num_replicas_in_sync)"])
+  assert "replicas 3" in proc.stdout
+
+
+def test_parameter_server_without_cluster_says_what_is_missing():
+  with pytest.raises(RuntimeError, match="needs a cluster with 'worker' and 'ps' jobs in TF_CONFIG"):
+    ctl.make_strategy("parameter_server")
+
+
+def test_tpu_without_tpu_fails_fast_with_the_fix():
+  with pytest.raises(RuntimeError, match="strategy 'tpu' found no TPU"):
+    ctl.make_strategy("tpu", tpu="local")
+
+
+def test_multi_worker_after_first_op_names_the_fix():
+  code = ("import tensorflow as tf, ctl; tf.constant(1.0) + 1; "
+          "ctl.make_strategy('multi_worker')")
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in helpers.free_ports(2)]}
+  config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+  proc = helpers.python(["-c", code], env={"TF_CONFIG": config}, check=False, timeout=60)
+  assert proc.returncode != 0
+  assert "must be created before TensorFlow runs any op" in proc.stderr
+
+
+def _config(**cluster):
+  return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})}
+
+
+@pytest.mark.parametrize("env, gpus, tpu, expected", [
+    ({}, 0, False, "default"),
+    ({}, 1, False, "one_device"),
+    ({}, 4, False, "mirrored"),
+    ({"TPU_NAME": "my-tpu"}, 0, False, "tpu"),
+    ({"COLAB_TPU_ADDR": "10.0.0.2:8470"}, 0, False, "tpu"),
+    ({}, 0, True, "tpu"),
+    (_config(worker=["a:1", "b:1"]), 8, False, "multi_worker"),
+    (_config(chief=["a:1"], worker=["b:1"]), 0, False, "multi_worker"),
+    (_config(worker=["a:1"]), 2, False, "mirrored"),
+    (_config(worker=["a:1", "b:1"], ps=["c:1"]), 0, False, "parameter_server"),
+    ({"TF_CONFIG": "  "}, 0, False, "default"),
+])
+def test_auto_decisions(env, gpus, tpu, expected):
+  name, reason = ctl.choose_strategy(env=env, num_gpus=gpus, tpu_devices=tpu)
+  assert name == expected
+  assert reason
+
+
+def test_auto_logs_its_choice(caplog):
+  logger = ctl.strategies.logger
+  logger.propagate = True
+  try:
+    with caplog.at_level("INFO", logger="ctl"):
+      strategy = ctl.make_strategy("auto")
+  finally:
+    logger.propagate = False
+  assert strategy.num_replicas_in_sync == 1
+  assert "strategy 'auto' chose 'default': no TPU, cluster or GPU found" in caplog.text
+
+
+def test_malformed_tf_config_is_a_clear_error():
+  with pytest.raises(ValueError, match="TF_CONFIG is not valid JSON"):
+    ctl.choose_strategy(env={"TF_CONFIG": "{cluster: nope"}, num_gpus=0, tpu_devices=False)
+  with pytest.raises(ValueError, match="TF_CONFIG must be a JSON object with a 'cluster' object"):
+    ctl.choose_strategy(env={"TF_CONFIG": "[1, 2]"}, num_gpus=0, tpu_devices=False)
