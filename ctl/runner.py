@@ -50,7 +50,8 @@ class Runner:
       `tf.distribute.InputContext` returning per-replica batches (then pass
       `global_batch_size`). See `ctl.data`.
     strategy: a `tf.distribute.Strategy` or a name for `ctl.make_strategy`.
-    seed: seed of the per-example draws (`ctx.normal`, `ctx.uniform`).
+    seed: seeds the initial weights (`keras.utils.set_random_seed(seed)` runs
+      just before `build`) and the per-example draws (`ctx.normal`, `ctx.uniform`).
     steps_per_loop: steps run inside one compiled call (an in-graph loop).
     jit_compile: compile the step with XLA; under `mirrored`/`multi_worker`
       each `ctx.minimize(loss_fn, ...)` is compiled instead (see there).
@@ -86,13 +87,14 @@ class Runner:
     self.eager = eager
     self._step_fn = step
     self._mixed_precision = mixed_precision
+    self.seed = int(seed)
     with strategy.scope():
       self.models, self.optimizers = self._build(build)
       # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
       # parameter servers (see TF field notes).
       self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                      name="global_step")
-    self._seed = tf.constant([seed, 0], tf.int64)
+    self._seed = tf.constant([self.seed, 0], tf.int64)
     self._feed = data_lib.make_feed(
         data, strategy, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step, static_shapes=jit_compile)
@@ -140,6 +142,7 @@ class Runner:
   def _build(self, build):
     if self._mixed_precision:
       keras.mixed_precision.set_global_policy(self._mixed_precision)
+    keras.utils.set_random_seed(self.seed)
     built = build()
     if not (isinstance(built, tuple) and len(built) == 2 and
             all(isinstance(d, dict) for d in built)):

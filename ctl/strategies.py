@@ -48,8 +48,8 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
       without accelerators (tests, laptops). Must come before any other
       TensorFlow op in the process.
     devices: devices to replicate over (`mirrored`, `central_storage`) or the
-      device to run on (`one_device`). Defaults: every logical CPU when
-      `logical_cpus` is given, otherwise TensorFlow's choice (all GPUs).
+      device to run on (`one_device`). Default for the first two: all GPUs,
+      or every logical CPU when there is no GPU.
     cross_device_ops: `mirrored` only: one of `CROSS_DEVICE_OPS`
       (`nccl`, `hierarchical_copy`, `reduce_to_one_device`); None lets TF pick.
     communication: `multi_worker` only: one of `COMMUNICATION`
@@ -78,8 +78,6 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
                      f"{', '.join(COMMUNICATION)}.")
   if logical_cpus is not None:
     configure_logical_cpus(logical_cpus)
-    if devices is None and name in ("mirrored", "central_storage"):
-      devices = [f"/cpu:{i}" for i in range(logical_cpus)]
   if name == "auto":
     name, reason = choose_strategy()
     logger.info("strategy 'auto' chose %r: %s", name, reason)
@@ -178,13 +176,21 @@ def _one_device(devices, **unused):
   return tf.distribute.OneDeviceStrategy(devices)
 
 
+def _replica_devices(devices):
+  # TF's own default is all GPUs, else CPU:0 alone, which would ignore a CPU
+  # split into logical devices for local multi-replica runs.
+  if devices is not None or tf.config.list_physical_devices("GPU"):
+    return devices
+  return [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
 def _mirrored(devices, cross_device_ops, **unused):
   ops = CROSS_DEVICE_OPS[cross_device_ops]() if cross_device_ops else None
-  return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+  return tf.distribute.MirroredStrategy(_replica_devices(devices), cross_device_ops=ops)
 
 
 def _central_storage(devices, **unused):
-  return tf.distribute.experimental.CentralStorageStrategy(devices)
+  return tf.distribute.experimental.CentralStorageStrategy(_replica_devices(devices))
 
 
 def _multi_worker(communication, **unused):

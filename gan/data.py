@@ -24,14 +24,27 @@ def load_mnist():
 def mnist_dataset(global_batch_size, *, seed=0, with_labels=False):
   """Endless, shuffled global batches of MNIST images scaled to [-1, 1], [B, 28, 28, 1].
 
-  Batches are static in size (`drop_remainder`), as splitting across replicas
-  and XLA need. With `with_labels`, elements are `(images, labels)`.
+  Epoch `e` visits the digits in an order drawn from the stateless seed
+  `(seed, e)`, so the batches depend on `seed` alone, not on TensorFlow's global
+  seed or on when the dataset is made: every run, and every worker of a
+  multi-worker run, sees the same batches. Batches have a static size
+  (`drop_remainder`), as splitting across replicas and XLA need. With
+  `with_labels`, elements are `(images, labels)`.
   """
-  if global_batch_size < 1:
-    raise ValueError(f"global_batch_size must be at least 1, got {global_batch_size}.")
+  if not isinstance(global_batch_size, int) or global_batch_size < 1:
+    raise ValueError(f"global_batch_size must be a positive int, got {global_batch_size!r}.")
   images, labels = load_mnist()
-  images = (images.astype(np.float32)[..., None] - 127.5) / 127.5
-  data = (images, labels.astype(np.int32)) if with_labels else images
-  dataset = tf.data.Dataset.from_tensor_slices(data)
-  dataset = dataset.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
-  return dataset.repeat().batch(global_batch_size, drop_remainder=True)
+  images, labels = tf.constant(images), tf.constant(labels.astype(np.int32))
+  count = int(images.shape[0])
+
+  def epoch_order(epoch):
+    keys = tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+    return tf.data.Dataset.from_tensor_slices(tf.argsort(keys))
+
+  def gather(indices):
+    batch = (tf.cast(tf.gather(images, indices), tf.float32)[..., None] - 127.5) / 127.5
+    return (batch, tf.gather(labels, indices)) if with_labels else batch
+
+  indices = tf.data.Dataset.counter().flat_map(epoch_order)
+  return (indices.batch(global_batch_size, drop_remainder=True)
+          .map(gather, num_parallel_calls=tf.data.AUTOTUNE))

@@ -1,9 +1,10 @@
 """One seeded training run for the parity tests, run in its own process.
 
-    python tests/parity_task.py --task gan --strategy mirrored --logical-cpus 2 --out r.npz
+    python tests/parity_task.py --strategy mirrored --logical-cpus 2 --out r.npz
 
-Writes every step's reduced results and every model's final weights to `--out`
-(under multi_worker, only the chief writes). The tests compare runs that differ
+Runs each task (`gan`, and `bigan` with three models) with a fresh runner and
+writes every step's reduced results and every model's final weights to `--out`,
+keyed `task/...` (under multi_worker, only the chief writes). The tests compare runs that differ
 only in strategy, compilation and loop length.
 """
 
@@ -24,7 +25,7 @@ FEATURES = 6
 
 def parse_args():
   p = argparse.ArgumentParser()
-  p.add_argument("--task", choices=["gan", "bigan"], default="gan")
+  p.add_argument("--tasks", default="gan,bigan")
   p.add_argument("--strategy", default="default")
   p.add_argument("--logical-cpus", type=int)
   p.add_argument("--steps", type=int, default=10)
@@ -133,23 +134,31 @@ def bigan_step(ctx, batches):
           "encoder_loss": e_loss}
 
 
-def main():
-  args = parse_args()
-  strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
-  if args.task == "gan":
-    build, step, batches_per_step = build_gan, gan_step, 1
-  else:
-    build, step, batches_per_step = build_bigan, bigan_step, 2
+TASKS = {"gan": (build_gan, gan_step, 1), "bigan": (build_bigan, bigan_step, 2)}
+
+
+def train(task, strategy, args):
+  build, step, batches_per_step = TASKS[task]
   runner = ctl.Runner(step, build, dataset(args.steps * batches_per_step),
                       strategy=strategy, seed=7, steps_per_loop=args.steps_per_loop,
                       eager=args.eager, jit_compile=args.jit,
                       batches_per_step=batches_per_step)
   history = runner.train(args.steps)
-  weights = {f"{name}/{i}": w.numpy() if hasattr(w, "numpy") else np.asarray(w)
-             for name, model in runner.models.items()
-             for i, w in enumerate(model.weights)}
-  if getattr(strategy.extended, "should_checkpoint", True):
-    np.savez(args.out, **{f"loss/{k}": v for k, v in history.items()}, **weights)
+  results = {f"{task}/loss/{k}": v for k, v in history.items()}
+  for name, model in runner.models.items():
+    for i, w in enumerate(model.weights):
+      results[f"{task}/{name}/{i}"] = np.asarray(w.numpy())
+  return results
+
+
+def main():
+  args = parse_args()
+  strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
+  results = {}
+  for task in args.tasks.split(","):
+    results.update(train(task, strategy, args))
+  if strategy.extended.should_checkpoint:  # the chief, under multi_worker
+    np.savez(args.out, **results)
 
 
 if __name__ == "__main__":

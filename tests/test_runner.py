@@ -193,6 +193,14 @@ def test_loop_lengths_do_not_retrace():
   assert int(runner.global_step.numpy()) == 8
 
 
+def test_seed_fixes_the_initial_weights():
+  def weights(seed):
+    runner = ctl.Runner(train_step, build, data(), seed=seed)
+    return runner.models["model"].get_weights()[0]
+  np.testing.assert_array_equal(weights(3), weights(3))
+  assert not np.array_equal(weights(3), weights(4))
+
+
 def test_history_has_every_step():
   history = ctl.Runner(reduction_step, build, data(), steps_per_loop=3).train(5)
   np.testing.assert_allclose(history["average"], [3.5, 11.5, 19.5, 27.5, 35.5])

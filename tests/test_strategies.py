@@ -24,6 +24,11 @@ def test_mirrored_over_logical_cpus_has_one_replica_each():
   assert strategy.num_replicas_in_sync == 2
 
 
+def test_mirrored_uses_every_logical_cpu_by_default():
+  assert ctl.make_strategy("mirrored").num_replicas_in_sync == 2
+  assert ctl.make_strategy("central_storage").num_replicas_in_sync == 2
+
+
 @pytest.mark.parametrize("ops", ["reduce_to_one_device", "hierarchical_copy", "nccl"])
 def test_mirrored_cross_device_ops_knob(ops):
   strategy = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops=ops)
