@@ -5,7 +5,8 @@
 
 Paper: Radford et al. 2016 (DCGAN), loss of Goodfellow et al. 2014. Writes
 `samples.png` (an 8x8 grid from fixed noise) to --workdir. After the default
-1,000 steps the samples are recognisable, if rough, digits.
+2,500 steps (about 2 minutes on a 2-core CPU) most samples are recognisable,
+if rough, digits.
 """
 
 import argparse
@@ -57,11 +58,11 @@ def save_samples(generator, path, rows=8, seed=0):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--steps", type=int, default=1000)
+  p.add_argument("--steps", type=int, default=2500)
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
   p.add_argument("--strategy", default="default", choices=ctl.STRATEGY_NAMES)
   p.add_argument("--logical-cpus", type=int, help="split the CPU for mirrored")
-  p.add_argument("--steps-per-loop", type=int, default=50)
+  p.add_argument("--steps-per-loop", type=int, default=100)
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
   args = p.parse_args(argv)
