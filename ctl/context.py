@@ -110,7 +110,7 @@ class StepContext:
       if tape is not None:
         raise ValueError("minimize: pass either a loss function or a loss tensor "
                          "with its tape, not both.")
-      value, grads = self._loss_and_gradients(loss, opt, variables)
+      value, grads = self._loss_and_gradients(loss, opt, variables, optimizer)
     else:
       if tape is None:
         raise ValueError(f"minimize({optimizer!r}): a loss tensor needs the "
@@ -121,6 +121,7 @@ class StepContext:
             "jit_compile=True under this strategy compiles each update on its "
             "own, so the loss must be given as a function: "
             f"ctx.minimize(lambda: ..., {optimizer!r}).")
+      self._check_loss(loss, optimizer)
       value, grads = loss, _gradients(tape, loss, opt, variables)
     opt.apply_gradients(zip(grads, variables))
     return self._mark_global(value)
@@ -148,9 +149,28 @@ class StepContext:
     return fold_in(fold_in(self._seed, self.step, alg=_ALGORITHM), self._draws,
                    alg=_ALGORITHM)
 
-  def is_global(self, value):
-    """Whether `value` came from `average`/`minimize` (summed, not averaged, over replicas)."""
-    return isinstance(value, tf.Tensor) and value.ref() in self._global_values
+  def reduction(self, value, name):
+    """How the runner reduces result `name` over replicas: SUM or MEAN.
+
+    SUM for a share of a global-batch mean (from `average`,
+    `average_regularization`, `minimize`, or sums and constant multiples of
+    them); MEAN for values that do not depend on one (per-replica means).
+    In a compiled step the graph is followed back to tell; eagerly only the
+    values those methods returned count as shares.
+
+    Raises:
+      ValueError: `value` mixes shares with other values, so that neither
+        reduction gives its global-batch value.
+    """
+    kind, op = _kind(value, self._global_values)
+    if kind == _MIXED:
+      raise ValueError(
+          f"{name} combines global-batch averages (from ctx.average or "
+          f"ctx.minimize) with other values through a {op} op, so neither a sum "
+          "nor a mean over replicas gives its global-batch value. Return the "
+          "parts as separate results, or build it from per-example values with "
+          "ctx.average(...).")
+    return tf.distribute.ReduceOp.SUM if kind == _GLOBAL else tf.distribute.ReduceOp.MEAN
 
   def _draw(self, sampler, shape):
     # Every replica draws the whole global batch from the same seed and keeps
@@ -170,7 +190,7 @@ class StepContext:
   def _optimizer(self, name):
     if name not in self.optimizers:
       raise ValueError(f"minimize: no optimizer named {name!r}; build() returned "
-                     f"optimizers {sorted(self.optimizers)}.")
+                       f"optimizers {sorted(self.optimizers)}.")
     return self.optimizers[name]
 
   def _variables(self, name, variables):
@@ -178,14 +198,25 @@ class StepContext:
       return list(variables)
     if name not in self.models:
       raise ValueError(f"minimize({name!r}): no model named {name!r} to take "
-                     f"variables from (models: {sorted(self.models)}); pass "
-                     "variables=... to say what the optimizer updates.")
+                       f"variables from (models: {sorted(self.models)}); pass "
+                       "variables=... to say what the optimizer updates.")
     return self.models[name].trainable_variables
 
-  def _loss_and_gradients(self, loss_fn, opt, variables):
+  def _check_loss(self, loss, name):
+    kind, _ = _kind(loss, self._global_values)
+    if kind != _GLOBAL and not _is_eager(loss):
+      raise ValueError(
+          f"minimize({name!r}): the loss is not an average over the global "
+          "batch; compute it with ctx.average(per_example_losses) (plus "
+          "ctx.average_regularization(...) for weight penalties). A per-replica "
+          "mean such as tf.reduce_mean makes the gradients, summed over "
+          "replicas, num_replicas times too large.")
+
+  def _loss_and_gradients(self, loss_fn, opt, variables, name):
     def compute():
       with tf.GradientTape() as tape:
         value = loss_fn()
+      self._check_loss(value, name)
       return value, _gradients(tape, value, opt, variables)
     if self._compile_update is None:
       return compute()
@@ -197,3 +228,60 @@ def _gradients(tape, loss, optimizer, variables):
     with tape:  # Re-entering the tape records the scaling, so gradients flow.
       loss = optimizer.scale_loss(loss)
   return tape.gradient(loss, variables)
+
+
+_LOCAL, _GLOBAL, _MIXED = "local", "global", "mixed"
+# Ops through which a share of a global mean stays one: the first input is the
+# value, any other input must not depend on a share (a shape, a constant factor).
+_PASS_THROUGH = {"Identity", "StopGradient", "Cast", "Neg", "Reshape", "Squeeze",
+                 "ExpandDims"}
+_SCALE = {"Mul", "RealDiv", "Div", "DivNoNan", "TrueDiv"}
+_SUM = {"Add", "AddV2", "Sub", "AddN"}
+
+
+def _is_eager(value):
+  return not hasattr(value, "graph") or tf.executing_eagerly()
+
+
+def _kind(value, shares):
+  """(kind, op type where shares were mixed) of `value` given the share refs."""
+  if not isinstance(value, tf.Tensor):
+    return _LOCAL, None
+  if _is_eager(value):
+    return (_GLOBAL if value.ref() in shares else _LOCAL), None
+  kinds, mixed_at = {}, [None]
+  stack = [value]
+  while stack:  # post-order walk up the graph, each tensor once
+    tensor = stack[-1]
+    if tensor.ref() in kinds:
+      stack.pop()
+      continue
+    if tensor.ref() in shares:
+      kinds[tensor.ref()] = _GLOBAL
+      stack.pop()
+      continue
+    inputs = [t for t in tensor.op.inputs if t.graph is tensor.graph]
+    pending = [t for t in inputs if t.ref() not in kinds]
+    if pending:
+      stack.extend(pending)
+      continue
+    stack.pop()
+    kinds[tensor.ref()] = _combine(tensor.op.type, [kinds[t.ref()] for t in inputs])
+    if kinds[tensor.ref()] == _MIXED and mixed_at[0] is None:
+      mixed_at[0] = tensor.op.type
+  return kinds[value.ref()], mixed_at[0]
+
+
+def _combine(op_type, kinds):
+  if _MIXED in kinds:
+    return _MIXED
+  if _GLOBAL not in kinds:
+    return _LOCAL
+  if op_type in _PASS_THROUGH and kinds[0] == _GLOBAL and _GLOBAL not in kinds[1:]:
+    return _GLOBAL
+  if op_type in _SUM and all(k == _GLOBAL for k in kinds):
+    return _GLOBAL
+  if op_type in _SCALE and kinds.count(_GLOBAL) == 1:
+    # x * c, c * x and x / c keep a share a share; c / x does not.
+    return _GLOBAL if op_type == "Mul" or kinds[0] == _GLOBAL else _MIXED
+  return _MIXED

@@ -21,8 +21,6 @@ from ctl import data as data_lib
 from ctl.context import StepContext
 from ctl.strategies import make_strategy
 
-SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
-
 # Strategies whose gradient sum is a cross-replica merge_call, which XLA
 # cannot compile: under them jit_compile compiles each update on its own.
 _MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
@@ -32,11 +30,12 @@ _MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
 class Runner:
   """Runs `step(ctx, batch)` on every replica, `steps_per_loop` steps per call.
 
-  Results: the step returns a dict of scalars. A value that came from
-  `ctx.average`, `ctx.average_regularization` or `ctx.minimize` is already a
-  share of the global-batch mean and is summed over replicas; any other value
-  (a per-replica mean such as an accuracy) is averaged over replicas. Either
-  way the logged number is the global-batch value.
+  Results: the step returns a dict of scalars. A share of a global-batch mean
+  (a value from `ctx.average`, `ctx.average_regularization` or `ctx.minimize`,
+  or a sum or constant multiple of such values) is summed over replicas; a
+  value that does not depend on one (a per-replica mean such as an accuracy)
+  is averaged. Either way the logged number is the global-batch value. A value
+  that mixes the two is an error (see `StepContext.reduction`).
 
   Args:
     step: function `(ctx, batch) -> dict` run in replica context; `ctx` is a
@@ -88,6 +87,10 @@ class Runner:
     self._step_fn = step
     self._mixed_precision = mixed_precision
     self.seed = int(seed)
+    # Data first: its checks are cheap, and fail before any model is built.
+    self._feed = data_lib.make_feed(
+        data, strategy, global_batch_size=global_batch_size,
+        batches_per_step=batches_per_step, static_shapes=jit_compile)
     with strategy.scope():
       self.models, self.optimizers = self._build(build)
       # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
@@ -95,16 +98,14 @@ class Runner:
       self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                      name="global_step")
     self._seed = tf.constant([self.seed, 0], tf.int64)
-    self._feed = data_lib.make_feed(
-        data, strategy, global_batch_size=global_batch_size,
-        batches_per_step=batches_per_step, static_shapes=jit_compile)
     self._reductions = {}  # result key -> ReduceOp, filled in when the step is traced
     self._result_keys = None
     self._compile_update = None
     replica_step = self._replica_step
     if jit_compile and isinstance(strategy, _MERGE_CALL_STRATEGIES):
       self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
-    elif jit_compile:
+    elif jit_compile and not isinstance(strategy, tf.distribute.TPUStrategy):
+      # (A TPU compiles the whole step with XLA anyway.)
       replica_step = tf.function(self._replica_step, jit_compile=True)
     self._run_replicas = replica_step
     self._loop = None if eager else tf.function(self._loop_fn)
@@ -199,7 +200,7 @@ class Runner:
     out = {}
     for key, value in results.items():
       value = _scalar(key, value)
-      self._reductions[key] = SUM if ctx.is_global(value) else MEAN
+      self._reductions[key] = ctx.reduction(value, f"step result {key!r}")
       out[key] = tf.cast(value, tf.float32)
     return out
 

@@ -68,6 +68,56 @@ def test_minimize_returns_a_global_value(mirrored):
   assert run(step, mirrored)["loss"][0] == pytest.approx(3.5)
 
 
+def derived_step(ctx, x):
+  values = x[:, 0]
+  share = ctx.average(values)  # 1.5/2 + 5.5/2 summed: 3.5 at step 0
+  return {"sum": share + ctx.average(tf.ones_like(values)),     # 3.5 + 1
+          "scaled": 2.0 * share - share / 4.0,                   # 1.75 * 3.5
+          "cast": tf.cast(tf.stop_gradient(share), tf.float64),  # 3.5
+          "local": tf.reduce_max(values) * 1.0}                  # 3 and 7: mean 5
+
+
+def test_sums_and_multiples_of_shares_are_summed(mirrored):
+  history = run(derived_step, mirrored)
+  assert history["sum"][0] == pytest.approx(4.5)
+  assert history["scaled"][0] == pytest.approx(1.75 * 3.5)
+  assert history["cast"][0] == pytest.approx(3.5)
+  assert history["local"][0] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("make, op", [
+    (lambda ctx, x: tf.sqrt(ctx.average(x[:, 0])), "Sqrt"),
+    (lambda ctx, x: ctx.average(x[:, 0]) + tf.reduce_mean(x), "AddV2"),
+    (lambda ctx, x: 1.0 / ctx.average(x[:, 0]), "RealDiv"),
+])
+def test_results_mixing_shares_are_refused(make, op):
+  with pytest.raises(ValueError, match=rf"step result 'v' combines global-batch averages .* through a {op} op"):
+    run(lambda ctx, x: {"v": make(ctx, x)})
+
+
+def test_minimize_refuses_a_per_replica_mean():
+  def step(ctx, x):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(ctx.models["model"](x)))
+    return {"loss": ctx.minimize(loss, "model", tape=tape)}
+  with pytest.raises(ValueError, match=r"minimize\('model'\): the loss is not an average over "
+                     r"the global batch; compute it with ctx.average"):
+    run(step)
+  with pytest.raises(ValueError, match="num_replicas times too large"):
+    run(lambda ctx, x: {"loss": ctx.minimize(
+        lambda: tf.reduce_mean(ctx.models["model"](x)), "model")})
+
+
+def test_minimize_accepts_a_penalised_share():
+  def step(ctx, x):
+    model = ctx.models["model"]
+    loss = ctx.minimize(lambda: ctx.average(tf.square(model(x)[:, 0])) +
+                        0.5 * ctx.average_regularization([tf.reduce_sum(model.weights[0] ** 2)]),
+                        "model")
+    return {"loss": loss}
+  assert np.isfinite(run(step)["loss"]).all()
+
+
 def test_regularization_counts_once_over_replicas(mirrored):
   def step(ctx, x):
     return {"penalty": ctx.average_regularization([tf.constant(2.0), tf.constant(1.0)])}
