@@ -35,6 +35,9 @@ def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
   if isinstance(data, tf.data.Dataset):
     feed = GlobalBatches(data, strategy, batches_per_step=batches_per_step,
                          static_shapes=static_shapes)
+    if feed.global_batch_size is None and global_batch_size is not None:
+      raise ValueError(f"global_batch_size is {global_batch_size} but data has no "
+                       "static batch size; batch it with drop_remainder=True.")
     if global_batch_size is not None and global_batch_size != feed.global_batch_size:
       raise ValueError(f"global_batch_size ({global_batch_size}) differs from the "
                        f"batch size of data ({feed.global_batch_size}); drop "
@@ -92,7 +95,7 @@ class GlobalBatches:
 
   def next(self):
     """The next step's input: one per-replica batch, or a tuple of them."""
-    batches = tuple(self._split(next(self.iterator))
+    batches = tuple(self._split(_next(self.iterator))
                     for _ in range(self.batches_per_step))
     return batches[0] if self.batches_per_step == 1 else batches
 
@@ -122,12 +125,32 @@ class DistributedBatches:
     self.strategy = strategy
     self.batches_per_step = batches_per_step
     self.global_batch_size = global_batch_size
-    self.iterator = iter(strategy.distribute_datasets_from_function(
-        lambda context: dataset_fn(context).prefetch(tf.data.AUTOTUNE)))
+    per_replica = global_batch_size // strategy.num_replicas_in_sync
+
+    def checked(context):
+      dataset = dataset_fn(context)
+      size = _batch_size(dataset.element_spec)
+      if size != per_replica:
+        raise ValueError(
+            f"the dataset function gives batches of {size} examples, but each of "
+            f"the {strategy.num_replicas_in_sync} replicas needs {per_replica} "
+            f"(global_batch_size {global_batch_size}); batch it by "
+            "input_context.get_per_replica_batch_size(global_batch_size) with "
+            "drop_remainder=True.")
+      return dataset.prefetch(tf.data.AUTOTUNE)
+
+    self.iterator = iter(strategy.distribute_datasets_from_function(checked))
 
   def next(self):
-    batches = tuple(next(self.iterator) for _ in range(self.batches_per_step))
+    batches = tuple(_next(self.iterator) for _ in range(self.batches_per_step))
     return batches[0] if self.batches_per_step == 1 else batches
+
+
+def _next(iterator):
+  try:
+    return next(iterator)
+  except StopIteration:  # eagerly; in a graph the same end is an OutOfRangeError
+    raise tf.errors.OutOfRangeError(None, None, "End of sequence") from None
 
 
 def _batch_size(element_spec):

@@ -127,9 +127,13 @@ class Runner:
 
   def run_steps(self, num_steps):
     """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
+    _require_positive_int("num_steps", num_steps)
     try:
       if self.eager:
-        results = [self._one_step() for _ in range(num_steps)]
+        results = []
+        for _ in range(num_steps):
+          results.append(self._one_step())
+          self._result_keys = self._result_keys or list(results[0])
         return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
       if self._result_keys is None:
         self._trace_result_keys()
@@ -141,10 +145,13 @@ class Runner:
                        "call .repeat() on it or ask for fewer steps.") from None
 
   def _build(self, build):
-    if self._mixed_precision:
-      keras.mixed_precision.set_global_policy(self._mixed_precision)
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(self._mixed_precision or "float32")
     keras.utils.set_random_seed(self.seed)
-    built = build()
+    try:
+      built = build()
+    finally:  # the policy is for this runner's models, not for later ones
+      keras.mixed_precision.set_global_policy(previous_policy)
     if not (isinstance(built, tuple) and len(built) == 2 and
             all(isinstance(d, dict) for d in built)):
       raise TypeError(f"build() must return (models, optimizers), two dicts, "
@@ -162,7 +169,10 @@ class Runner:
                         "keras.optimizers.Optimizer.")
       if (self._mixed_precision == "mixed_float16" and
           not isinstance(opt, keras.optimizers.LossScaleOptimizer)):
-        opt = optimizers[name] = keras.optimizers.LossScaleOptimizer(opt)
+        inner = opt
+        opt = optimizers[name] = keras.optimizers.LossScaleOptimizer(inner)
+        if inner.built:  # built by the user on variables of their choice
+          opt.build(inner._trainable_variables)  # pylint: disable=protected-access
       if not opt.built:
         if name not in models:
           raise ValueError(
@@ -197,6 +207,9 @@ class Runner:
     if not isinstance(results, dict):
       raise TypeError(f"step must return a dict of scalar values, got "
                       f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
+    if self._result_keys is not None and sorted(results) != sorted(self._result_keys):
+      raise ValueError(f"step results changed keys from {sorted(self._result_keys)} "
+                       f"to {sorted(results)}; return the same keys at every step.")
     out = {}
     for key, value in results.items():
       value = _scalar(key, value)

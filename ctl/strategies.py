@@ -73,6 +73,13 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   if cross_device_ops is not None and cross_device_ops not in CROSS_DEVICE_OPS:
     raise ValueError(f"cross_device_ops {cross_device_ops!r} is not known; use one "
                      f"of {', '.join(CROSS_DEVICE_OPS)} (or None for TF's choice).")
+  for knob, value, default, users in (
+      ("devices", devices, None, ("one_device", "mirrored", "central_storage")),
+      ("communication", communication, "auto", ("multi_worker",)),
+      ("tpu", tpu, None, ("tpu",))):
+    if value != default and name not in users + ("auto",):
+      raise ValueError(f"{knob} ({value!r}) only applies to strategy "
+                       f"{' or '.join(map(repr, users))}, not {name!r}; drop it.")
   if communication not in COMMUNICATION:
     raise ValueError(f"communication {communication!r} is not known; use one of "
                      f"{', '.join(COMMUNICATION)}.")
@@ -80,6 +87,8 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
     configure_logical_cpus(logical_cpus)
   if name == "auto":
     name, reason = choose_strategy()
+    if name == "default" and (logical_cpus or 1) > 1:
+      name, reason = "mirrored", f"no TPU, cluster or GPU, and logical_cpus={logical_cpus}"
     logger.info("strategy 'auto' chose %r: %s", name, reason)
   return _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
                          communication=communication, tpu=tpu)

@@ -111,3 +111,16 @@ def test_dataset_function_gets_the_per_replica_batch(mirrored):
   feed = data_lib.make_feed(dataset_fn, mirrored, global_batch_size=8)
   parts = mirrored.experimental_local_results(feed.next())
   assert seen == [4] and [p.shape for p in parts] == [(4, 3), (4, 3)]
+
+
+@pytest.mark.parametrize("batch, remainder", [(8, True), (4, False)])
+def test_dataset_function_batches_must_be_per_replica_and_static(batch, remainder, mirrored):
+  with pytest.raises(ValueError, match=r"each of the 2 replicas needs 4 .* batch it by input_context."
+                     r"get_per_replica_batch_size\(global_batch_size\) with drop_remainder=True"):
+    data_lib.make_feed(lambda context: batches(batch=batch, drop_remainder=remainder),
+                       mirrored, global_batch_size=8)
+
+
+def test_global_batch_size_with_dynamic_data_says_so():
+  with pytest.raises(ValueError, match="data has no static batch size"):
+    data_lib.make_feed(batches(), tf.distribute.get_strategy(), global_batch_size=8)

@@ -188,18 +188,33 @@ def test_mixed_precision_trains(policy):
   def build_mixed():
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4), keras.layers.Dense(1, dtype="float32")])
     return {"model": model}, {"model": keras.optimizers.Adam(0.01)}
-  try:
-    same_batch = data().take(1).repeat()
-    runner = ctl.Runner(train_step, build_mixed, same_batch, mixed_precision=policy)
-    # float16 starts with a loss scale of 2**15 and halves it while the scaled
-    # gradients overflow, skipping those updates; then it learns.
-    history = runner.train(12)
-  finally:
-    keras.mixed_precision.set_global_policy("float32")
+  same_batch = data().take(1).repeat()
+  runner = ctl.Runner(train_step, build_mixed, same_batch, mixed_precision=policy)
+  # float16 starts with a loss scale of 2**15 and halves it while the scaled
+  # gradients overflow, skipping those updates; then it learns.
+  history = runner.train(12)
+  assert keras.mixed_precision.global_policy().name == "float32"  # restored
   assert runner.models["model"].layers[0].compute_dtype == policy.split("_")[1]
   wrapped = isinstance(runner.optimizers["model"], keras.optimizers.LossScaleOptimizer)
   assert wrapped == (policy == "mixed_float16")
   assert np.isfinite(history["loss"]).all() and history["loss"][-1] < history["loss"][0]
+
+
+def test_float16_wraps_an_optimizer_built_by_the_user():
+  def build_prebuilt():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, dtype="float32")])
+    other = keras.optimizers.SGD(0.01)
+    other.build(model.trainable_variables)
+    return {"model": model}, {"other": other}
+
+  def step(ctx, x):
+    model = ctx.models["model"]
+    return {"loss": ctx.minimize(lambda: ctx.average(tf.square(model(x)[:, 0])), "other",
+                                 variables=model.trainable_variables)}
+
+  runner = ctl.Runner(step, build_prebuilt, data(), mixed_precision="mixed_float16")
+  assert isinstance(runner.optimizers["other"], keras.optimizers.LossScaleOptimizer)
+  assert np.isfinite(runner.train(2)["loss"]).all()
 
 
 def test_variables_argument_updates_only_those():
@@ -315,6 +330,31 @@ def test_minimize_misuse_names_the_fix():
     run(unknown)
 
 
-def test_data_running_out_says_so():
+@pytest.mark.parametrize("eager", [False, True])
+def test_data_running_out_says_so(eager):
   with pytest.raises(ValueError, match=r"data ran out at step 8: .* call .repeat\(\)"):
-    run(train_step, steps=10)
+    run(train_step, steps=10, eager=eager)
+
+
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize("steps", [0, -1])
+def test_run_steps_needs_a_positive_count(eager, steps):
+  runner = ctl.Runner(train_step, build, data(), eager=eager)
+  with pytest.raises(ValueError, match=f"num_steps must be at least 1, got {steps}"):
+    runner.run_steps(steps)
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_result_keys_must_stay_the_same(eager):
+  def step(ctx, x):
+    results = train_step(ctx, x)
+    if eager and int(ctx.step) == 1:
+      results["extra"] = 1.0
+    return results
+  runner = ctl.Runner(step, build, data(), eager=eager)
+  runner.train(1)
+  if not eager:  # a new trace, with another key set
+    runner._step_fn = lambda ctx, x: dict(train_step(ctx, x), extra=1.0)
+    runner._loop = tf.function(runner._loop_fn)
+  with pytest.raises(ValueError, match=r"step results changed keys from \['loss'\] to \['extra', 'loss'\]"):
+    runner.train(1)

@@ -1,6 +1,7 @@
 """Strategy factory: names, knobs, `auto` decisions, and device-ordering errors."""
 
 import json
+import re
 
 import pytest
 import tensorflow as tf
@@ -43,6 +44,21 @@ def test_unknown_name_lists_the_known_ones():
 def test_knob_for_another_strategy_is_refused():
   with pytest.raises(ValueError, match=r"cross_device_ops \('nccl'\) only applies to strategy 'mirrored'"):
     ctl.make_strategy("default", cross_device_ops="nccl")
+
+
+@pytest.mark.parametrize("name, knob", [
+    ("default", {"devices": ["/cpu:1"]}),
+    ("mirrored", {"tpu": "local"}),
+    ("default", {"communication": "ring"}),
+])
+def test_knobs_for_other_strategies_are_refused(name, knob):
+  (key, value), = knob.items()
+  with pytest.raises(ValueError, match=re.escape(f"{key} ({value!r}) only applies to strategy")):
+    ctl.make_strategy(name, **knob)
+
+
+def test_auto_with_logical_cpus_mirrors_over_them():
+  assert ctl.make_strategy("auto", logical_cpus=2).num_replicas_in_sync == 2
 
 
 def test_unknown_knob_values_are_refused():
