@@ -13,6 +13,8 @@ carries what a step needs to give the same numbers under any replica count:
       return {"discriminator_loss": loss}       # logged as the global-batch value
 """
 
+import contextlib
+
 import tensorflow as tf
 import keras
 
@@ -62,7 +64,9 @@ class StepContext:
     self._seed = seed
     self._draws = 0
     self._compile_update = compile_update
-    self._global_values = set()  # refs of values already summed over the global batch
+    self._global_values = set()  # refs of shares of a global-batch mean
+    self._shares = []  # the same tensors, for the eager check
+    self._tape = None
 
   def average(self, per_example_loss, sample_weight=None):
     """Sum of `per_example_loss` over this replica divided by the *global* batch.
@@ -152,31 +156,47 @@ class StepContext:
   def reduction(self, value, name):
     """How the runner reduces result `name` over replicas: SUM or MEAN.
 
-    SUM for a share of a global-batch mean (from `average`,
-    `average_regularization`, `minimize`, or sums and constant multiples of
-    them); MEAN for values that do not depend on one (per-replica means).
-    In a compiled step the graph is followed back to tell; eagerly only the
-    values those methods returned count as shares.
+    SUM for a share of a global-batch mean: a value from `average`,
+    `average_regularization` or `minimize`, or a sum of such values, or one
+    times a constant. MEAN for a value that does not depend on a share (a
+    per-replica mean). A compiled step is told apart by following the graph
+    back; an eager one by the gradient of `value` with respect to the shares
+    (a value made of shares by sums and constant factors equals the sum of
+    share x gradient; anything else does not). The eager check has two blind
+    spots: `tf.stop_gradient` hides a share (return the value before it), and
+    a share times a per-replica value passes as a share.
 
     Raises:
-      ValueError: `value` mixes shares with other values, so that neither
+      ValueError: `value` is computed from shares in another way (e.g. a
+        square root, or a sum with a per-replica value), so that neither
         reduction gives its global-batch value.
     """
-    kind, op = _kind(value, self._global_values)
+    kind, op = self._kind(value)
     if kind == _MIXED:
       raise ValueError(
-          f"{name} combines global-batch averages (from ctx.average or "
-          f"ctx.minimize) with other values through a {op} op, so neither a sum "
-          "nor a mean over replicas gives its global-batch value. Return the "
-          "parts as separate results, or build it from per-example values with "
-          "ctx.average(...).")
+          f"{name} is computed from global-batch averages (ctx.average, "
+          f"ctx.minimize) through {op}, after which it is no longer a share of "
+          "the global mean, so the runner cannot reduce it over replicas. Return "
+          "the averages themselves (sums and constant multiples are fine), or "
+          "build it from per-example values with ctx.average(...).")
     return tf.distribute.ReduceOp.SUM if kind == _GLOBAL else tf.distribute.ReduceOp.MEAN
+
+  @contextlib.contextmanager
+  def recording(self):
+    """Around the eager step: records what follows from the shares (see `reduction`)."""
+    if not tf.executing_eagerly():
+      yield
+      return
+    # Only ops fed by watched shares are recorded, so this costs little.
+    with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+      self._tape = tape
+      yield
 
   def _draw(self, sampler, shape):
     # Every replica draws the whole global batch from the same seed and keeps
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
-    shape = [int(d) for d in shape]
+    shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
     full = sampler([self.global_batch_size] + shape, self.seed())
     start = tf.cast(self.replica_id, tf.int32) * self.per_replica_batch_size
     return tf.slice(full, [start] + [0] * len(shape),
@@ -185,7 +205,31 @@ class StepContext:
   def _mark_global(self, value):
     value = tf.convert_to_tensor(value)
     self._global_values.add(value.ref())
+    self._shares.append(value)
+    if self._tape is not None:
+      self._tape.watch(value)
     return value
+
+  def _kind(self, value):
+    """(kind, where shares stopped being shares) of `value`."""
+    if not isinstance(value, tf.Tensor) or value.ref() in self._global_values:
+      return (_GLOBAL if isinstance(value, tf.Tensor) else _CONST), None
+    if not _is_eager(value):
+      return _graph_kind(value, self._global_values)
+    if self._tape is None or not value.dtype.is_floating:
+      return _LOCAL, None
+    if self._tape._recording:  # pylint: disable=protected-access
+      with self._tape.stop_recording():
+        grads = self._tape.gradient(value, self._shares)
+    else:
+      grads = self._tape.gradient(value, self._shares)
+    if all(g is None for g in grads):
+      return _LOCAL, None
+    linear = tf.add_n([tf.cast(g, tf.float32) * tf.cast(share, tf.float32)
+                       for g, share in zip(grads, self._shares) if g is not None])
+    if abs(float(linear) - float(value)) <= 1e-5 * (1.0 + abs(float(value))):
+      return _GLOBAL, None
+    return _MIXED, "an operation other than sums and constant factors"
 
   def _optimizer(self, name):
     if name not in self.optimizers:
@@ -203,8 +247,8 @@ class StepContext:
     return self.models[name].trainable_variables
 
   def _check_loss(self, loss, name):
-    kind, _ = _kind(loss, self._global_values)
-    if kind != _GLOBAL and not _is_eager(loss):
+    kind, _ = self._kind(loss)
+    if kind != _GLOBAL:
       raise ValueError(
           f"minimize({name!r}): the loss is not an average over the global "
           "batch; compute it with ctx.average(per_example_losses) (plus "
@@ -230,12 +274,15 @@ def _gradients(tape, loss, optimizer, variables):
   return tape.gradient(loss, variables)
 
 
-_LOCAL, _GLOBAL, _MIXED = "local", "global", "mixed"
+_CONST, _LOCAL, _GLOBAL, _MIXED = "const", "local", "global", "mixed"
 # Ops through which a share of a global mean stays one: the first input is the
-# value, any other input must not depend on a share (a shape, a constant factor).
+# value, any other input must be a constant (a shape, an axis).
 _PASS_THROUGH = {"Identity", "StopGradient", "Cast", "Neg", "Reshape", "Squeeze",
                  "ExpandDims"}
+# A share times or over a constant is a share of a scaled mean; times a
+# per-replica value it is not (each replica would scale its share differently).
 _SCALE = {"Mul", "RealDiv", "Div", "DivNoNan", "TrueDiv"}
+# Shares summed are a share of the summed means.
 _SUM = {"Add", "AddV2", "Sub", "AddN"}
 
 
@@ -243,15 +290,11 @@ def _is_eager(value):
   return not hasattr(value, "graph") or tf.executing_eagerly()
 
 
-def _kind(value, shares):
-  """(kind, op type where shares were mixed) of `value` given the share refs."""
-  if not isinstance(value, tf.Tensor):
-    return _LOCAL, None
-  if _is_eager(value):
-    return (_GLOBAL if value.ref() in shares else _LOCAL), None
-  kinds, mixed_at = {}, [None]
+def _graph_kind(value, shares):
+  """Walks the graph up from `value` (each tensor once) to classify it."""
+  kinds, where = {}, [None]
   stack = [value]
-  while stack:  # post-order walk up the graph, each tensor once
+  while stack:
     tensor = stack[-1]
     if tensor.ref() in kinds:
       stack.pop()
@@ -266,22 +309,25 @@ def _kind(value, shares):
       stack.extend(pending)
       continue
     stack.pop()
-    kinds[tensor.ref()] = _combine(tensor.op.type, [kinds[t.ref()] for t in inputs])
-    if kinds[tensor.ref()] == _MIXED and mixed_at[0] is None:
-      mixed_at[0] = tensor.op.type
-  return kinds[value.ref()], mixed_at[0]
+    kind = _combine(tensor.op.type, [kinds[t.ref()] for t in inputs])
+    kinds[tensor.ref()] = kind
+    if kind == _MIXED and where[0] is None:
+      where[0] = f"a {tensor.op.type} op"
+  return kinds[value.ref()], where[0]
 
 
 def _combine(op_type, kinds):
+  if not kinds:
+    return _CONST if op_type == "Const" else _LOCAL
   if _MIXED in kinds:
     return _MIXED
   if _GLOBAL not in kinds:
-    return _LOCAL
-  if op_type in _PASS_THROUGH and kinds[0] == _GLOBAL and _GLOBAL not in kinds[1:]:
+    return _CONST if all(k == _CONST for k in kinds) else _LOCAL
+  others = [k for k in kinds if k != _GLOBAL]
+  if op_type in _PASS_THROUGH and kinds[0] == _GLOBAL and all(k == _CONST for k in kinds[1:]):
     return _GLOBAL
-  if op_type in _SUM and all(k == _GLOBAL for k in kinds):
+  if op_type in _SUM and not others:
     return _GLOBAL
-  if op_type in _SCALE and kinds.count(_GLOBAL) == 1:
-    # x * c, c * x and x / c keep a share a share; c / x does not.
+  if op_type in _SCALE and len(kinds) == 2 and others == [_CONST]:
     return _GLOBAL if op_type == "Mul" or kinds[0] == _GLOBAL else _MIXED
   return _MIXED

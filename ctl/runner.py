@@ -203,7 +203,8 @@ class Runner:
         num_replicas=self.strategy.num_replicas_in_sync,
         replica_id=context.replica_id_in_sync_group,
         compile_update=self._compile_update)
-    results = self._step_fn(ctx, batch)
+    with ctx.recording():
+      results = self._step_fn(ctx, batch)
     if not isinstance(results, dict):
       raise TypeError(f"step must return a dict of scalar values, got "
                       f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
