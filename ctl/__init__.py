@@ -12,7 +12,6 @@
 import logging as _logging
 
 from ctl.context import StepContext
-from ctl.data import make_feed
 from ctl.runner import Runner
 from ctl.strategies import NAMES as STRATEGY_NAMES
 from ctl.strategies import choose_strategy
@@ -30,4 +29,4 @@ if not _logger.handlers:
   _logger.propagate = False
 
 __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
-           "configure_logical_cpus", "make_feed", "STRATEGY_NAMES"]
+           "configure_logical_cpus", "STRATEGY_NAMES"]
