@@ -95,9 +95,7 @@ class GlobalBatches:
 
   def next(self):
     """The next step's input: one per-replica batch, or a tuple of them."""
-    batches = tuple(self._split(_next(self.iterator))
-                    for _ in range(self.batches_per_step))
-    return batches[0] if self.batches_per_step == 1 else batches
+    return _step_input(lambda: self._split(_next(self.iterator)), self.batches_per_step)
 
   def _split_across_replicas(self, batch):
     n = self.strategy.num_replicas_in_sync
@@ -142,8 +140,12 @@ class DistributedBatches:
     self.iterator = iter(strategy.distribute_datasets_from_function(checked))
 
   def next(self):
-    batches = tuple(_next(self.iterator) for _ in range(self.batches_per_step))
-    return batches[0] if self.batches_per_step == 1 else batches
+    return _step_input(lambda: _next(self.iterator), self.batches_per_step)
+
+
+def _step_input(fetch, batches_per_step):
+  batches = tuple(fetch() for _ in range(batches_per_step))
+  return batches[0] if batches_per_step == 1 else batches
 
 
 def _next(iterator):

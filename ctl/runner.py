@@ -164,26 +164,30 @@ class Runner:
         raise ValueError(f"model {name!r} has no variables yet; give it an input "
                          "shape (keras.Input) or call it once inside build().")
     for name, opt in list(optimizers.items()):
-      if not isinstance(opt, keras.optimizers.Optimizer):
-        raise TypeError(f"optimizers[{name!r}] is a {type(opt).__name__}, not a "
-                        "keras.optimizers.Optimizer.")
-      if (self._mixed_precision == "mixed_float16" and
-          not isinstance(opt, keras.optimizers.LossScaleOptimizer)):
-        inner = opt
-        opt = optimizers[name] = keras.optimizers.LossScaleOptimizer(inner)
-        if inner.built:  # built by the user on variables of their choice
-          opt.build(inner._trainable_variables)  # pylint: disable=protected-access
-      if not opt.built:
-        if name not in models:
-          raise ValueError(
-              f"optimizer {name!r} has no model of the same name to build its "
-              f"slots for (models: {sorted(models)}); call "
-              f"optimizer.build(variables) inside build().")
-        # Keras 3 fails under Mirrored if the slots are created lazily by
-        # the first apply_gradients inside a tf.function.
-        opt.build(models[name].trainable_variables)
+      optimizers[name] = self._prepare_optimizer(name, opt, models)
     self._check_in_scope(models, optimizers)
     return models, optimizers
+
+  def _prepare_optimizer(self, name, opt, models):
+    """Checks `opt`, wraps it for float16 loss scaling, and builds its slots."""
+    if not isinstance(opt, keras.optimizers.Optimizer):
+      raise TypeError(f"optimizers[{name!r}] is a {type(opt).__name__}, not a "
+                      "keras.optimizers.Optimizer.")
+    if (self._mixed_precision == "mixed_float16" and
+        not isinstance(opt, keras.optimizers.LossScaleOptimizer)):
+      inner, opt = opt, keras.optimizers.LossScaleOptimizer(opt)
+      if inner.built:  # built by the user on variables of their choice
+        opt.build(inner._trainable_variables)  # pylint: disable=protected-access
+    if not opt.built:
+      if name not in models:
+        raise ValueError(
+            f"optimizer {name!r} has no model of the same name to build its "
+            f"slots for (models: {sorted(models)}); call "
+            f"optimizer.build(variables) inside build().")
+      # Keras 3 fails under Mirrored if the slots are created lazily by the
+      # first apply_gradients inside a tf.function.
+      opt.build(models[name].trainable_variables)
+    return opt
 
   def _check_in_scope(self, models, optimizers):
     owners = [("model", n, m.variables) for n, m in models.items()]

@@ -67,19 +67,17 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   """
   if name not in NAMES:
     raise ValueError(f"strategy {name!r} is not known; use one of {', '.join(NAMES)}.")
-  if cross_device_ops is not None and name != "mirrored":
-    raise ValueError(f"cross_device_ops ({cross_device_ops!r}) only applies to "
-                     f"strategy 'mirrored', not {name!r}; drop it.")
-  if cross_device_ops is not None and cross_device_ops not in CROSS_DEVICE_OPS:
-    raise ValueError(f"cross_device_ops {cross_device_ops!r} is not known; use one "
-                     f"of {', '.join(CROSS_DEVICE_OPS)} (or None for TF's choice).")
   for knob, value, default, users in (
+      ("cross_device_ops", cross_device_ops, None, ("mirrored",)),
       ("devices", devices, None, ("one_device", "mirrored", "central_storage")),
       ("communication", communication, "auto", ("multi_worker",)),
       ("tpu", tpu, None, ("tpu",))):
     if value != default and name not in users + ("auto",):
       raise ValueError(f"{knob} ({value!r}) only applies to strategy "
                        f"{' or '.join(map(repr, users))}, not {name!r}; drop it.")
+  if cross_device_ops is not None and cross_device_ops not in CROSS_DEVICE_OPS:
+    raise ValueError(f"cross_device_ops {cross_device_ops!r} is not known; use one "
+                     f"of {', '.join(CROSS_DEVICE_OPS)} (or None for TF's choice).")
   if communication not in COMMUNICATION:
     raise ValueError(f"communication {communication!r} is not known; use one of "
                      f"{', '.join(COMMUNICATION)}.")
