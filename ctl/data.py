@@ -85,17 +85,24 @@ class GlobalBatches:
           "dataset.batch(global_batch_size, drop_remainder=True).")
     if self.global_batch_size is not None:
       check_global_batch_size(self.global_batch_size, num_replicas)
-    dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    if _uses_distributed_datasets(strategy):
-      self.iterator = iter(strategy.experimental_distribute_dataset(dataset))
-      self._split = lambda batch: batch
-    else:
-      self.iterator = iter(dataset)
+    self._dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    # A plain iterator can be checkpointed; TF's distributed one cannot.
+    self.checkpointable = not _uses_distributed_datasets(strategy)
+    if self.checkpointable:
       self._split = self._split_across_replicas
+    else:
+      self._dataset = strategy.experimental_distribute_dataset(self._dataset)
+      self._split = lambda batch: batch
+    self.iterator = self.make_iterator()
 
-  def next(self):
+  def make_iterator(self):
+    """A new iterator from the start of the data."""
+    return iter(self._dataset)
+
+  def next(self, iterator=None):
     """The next step's input: one per-replica batch, or a tuple of them."""
-    return _step_input(lambda: self._split(_next(self.iterator)), self.batches_per_step)
+    iterator = self.iterator if iterator is None else iterator
+    return _step_input(lambda: self._split(_next(iterator)), self.batches_per_step)
 
   def _split_across_replicas(self, batch):
     n = self.strategy.num_replicas_in_sync
@@ -137,10 +144,17 @@ class DistributedBatches:
             "drop_remainder=True.")
       return dataset.prefetch(tf.data.AUTOTUNE)
 
-    self.iterator = iter(strategy.distribute_datasets_from_function(checked))
+    self.checkpointable = False  # TF 2.21 cannot save a distributed iterator
+    self._dataset = strategy.distribute_datasets_from_function(checked)
+    self.iterator = self.make_iterator()
 
-  def next(self):
-    return _step_input(lambda: _next(self.iterator), self.batches_per_step)
+  def make_iterator(self):
+    """A new iterator from the start of the data."""
+    return iter(self._dataset)
+
+  def next(self, iterator=None):
+    iterator = self.iterator if iterator is None else iterator
+    return _step_input(lambda: _next(iterator), self.batches_per_step)
 
 
 def _step_input(fetch, batches_per_step):

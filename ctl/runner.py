@@ -8,16 +8,24 @@
 
     runner = ctl.Runner(step, build, dataset, strategy="mirrored", steps_per_loop=10)
     history = runner.train(1000)   # {"generator_loss": array of 1000 values, ...}
+    runner.fit(10_000, "runs/x")   # resumable: checkpoints, summaries, progress
+    metrics = runner.evaluate(eval_step, eval_dataset)
+    runner.export("generator", "runs/x/export")
 
 The same `step` runs eagerly (`eager=True`: print and pdb work), compiled, or
 distributed; only the `strategy` argument changes.
 """
+
+import os
+import shutil
+import tempfile
 
 import numpy as np
 import tensorflow as tf
 import keras
 
 from ctl import data as data_lib
+from ctl import loop as loop_lib
 from ctl.context import StepContext
 from ctl.strategies import make_strategy
 
@@ -99,6 +107,7 @@ class Runner:
                                      name="global_step")
     self._seed = tf.constant([self.seed, 0], tf.int64)
     self._reductions = {}  # result key -> ReduceOp, filled in when the step is traced
+    self._evaluations = {}  # (eval step, data) -> (feed, compiled function, reductions)
     self._result_keys = None
     self._compile_update = None
     replica_step = self._replica_step
@@ -113,6 +122,120 @@ class Runner:
   @property
   def global_batch_size(self):
     return self._feed.global_batch_size
+
+  @property
+  def examples_per_step(self):
+    """Examples one step consumes over all replicas (None if unknown)."""
+    size = self._feed.global_batch_size
+    return None if size is None else size * self._feed.batches_per_step
+
+  @property
+  def data_iterator(self):
+    """The training data's iterator if a checkpoint can hold it, else None."""
+    return self._feed.iterator if self._feed.checkpointable else None
+
+  def fit(self, num_steps, workdir=None, *, actions=None, progress=True):
+    """Trains until the global step is `num_steps`; resumes from `workdir`.
+
+    With a `workdir`, training starts from the newest checkpoint in
+    `<workdir>/checkpoints` (if any) and by default checkpoints every 1000
+    steps or 10 minutes and at the end, and writes TensorBoard scalars every
+    100 steps to `<workdir>/events/train`; pass `ctl.Checkpoint(...)` or
+    `ctl.Summaries(...)` in `actions` to change that. On SIGTERM it saves and
+    exits with code 42 (`ctl.PREEMPTED_EXIT_CODE`). A NaN or Inf result stops
+    training with a FloatingPointError before anything later is saved.
+
+    Args:
+      num_steps: the global step to train up to (not a number of new steps),
+        so that rerunning the same call after an interruption finishes the run.
+      workdir: directory for checkpoints, events, samples and exports; None
+        writes nothing and does not resume.
+      actions: periodic actions (see `ctl.actions`): `ctl.Checkpoint`,
+        `ctl.Summaries`, `ctl.Samples`, `ctl.Evaluate`, `ctl.Export`, or your own.
+      progress: show a progress bar (log lines when stderr is not a terminal).
+
+    Returns:
+      Each result key's per-step values for the steps this call ran (numpy).
+    """
+    return loop_lib.fit(self, num_steps, workdir, actions=actions, progress=progress)
+
+  def evaluate(self, step, data, *, global_batch_size=None):
+    """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.
+
+    `step` returns a dict of scalars, reduced over replicas like a training
+    step's results (so `ctx.average(per_example)` gives the batch mean); the
+    batches' values are then averaged weighted by their size, which gives the
+    mean over the whole dataset. `data` is a finite dataset of global batches
+    (or a dataset function with `global_batch_size`), read from its start on
+    every call. `ctx.step` is the current global step.
+    """
+    key = (step, data)
+    if key not in self._evaluations:
+      feed = data_lib.make_feed(data, self.strategy, global_batch_size=global_batch_size)
+      self._evaluations[key] = (feed,) + self._evaluation_fn(step, feed)
+    feed, fn, _ = self._evaluations[key]
+    iterator = feed.make_iterator()
+    totals, examples = {}, 0.0
+    while True:
+      try:
+        results, rows = fn(iterator)
+      except tf.errors.OutOfRangeError:
+        break
+      rows = float(rows)
+      for k, v in results.items():
+        totals[k] = totals.get(k, 0.0) + float(v) * rows
+      examples += rows
+    if not examples:
+      raise ValueError("evaluate: data gave no batch; pass a dataset with at least "
+                       "one (and without .repeat(), which never ends).")
+    return {k: v / examples for k, v in totals.items()}
+
+  def _evaluation_fn(self, step_fn, feed):
+    reductions = {}
+
+    def replica(batch, step):
+      results = self._replica_step(batch, step, step_fn=step_fn, reductions=reductions,
+                                   global_batch_size=feed.global_batch_size)
+      return results, tf.shape(tf.nest.flatten(batch)[0])[0]
+
+    def one_batch(iterator):
+      batch = feed.next(iterator)
+      results, rows = self.strategy.run(replica, args=(batch, self.global_step.read_value()))
+      reduced = {k: self.strategy.reduce(reductions[k], v, axis=None)
+                 for k, v in results.items()}
+      return reduced, self.strategy.reduce("SUM", rows, axis=None)
+
+    return (one_batch if self.eager else tf.function(one_batch)), reductions
+
+  def export(self, name, directory):
+    """Writes model `name` to `<directory>/<name>.keras` and a SavedModel in
+    `<directory>/<name>/`; returns the two paths.
+
+    Neither needs this library to load: `keras.saving.load_model(path)` and
+    `tf.saved_model.load(path).serve(inputs)`. Each replaces any earlier
+    export only once it is complete. Off the chief, nothing is kept.
+    """
+    if name not in self.models:
+      raise ValueError(f"export: no model named {name!r}; the models are "
+                       f"{sorted(self.models)}.")
+    model = self.models[name]
+    if not self.strategy.extended.should_checkpoint:
+      directory = tempfile.mkdtemp(prefix="ctl-export-")  # every worker takes part
+    os.makedirs(directory, exist_ok=True)
+    keras_path = os.path.join(directory, f"{name}.keras")
+    saved_path = os.path.join(directory, name)
+    scratch = tempfile.mkdtemp(prefix=f".{name}-", dir=directory)
+    try:
+      model.save(os.path.join(scratch, "model.keras"))
+      model.export(os.path.join(scratch, "saved_model"), verbose=False)
+      os.replace(os.path.join(scratch, "model.keras"), keras_path)
+      shutil.rmtree(saved_path, ignore_errors=True)
+      os.replace(os.path.join(scratch, "saved_model"), saved_path)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
+    if not self.strategy.extended.should_checkpoint:
+      shutil.rmtree(directory, ignore_errors=True)
+    return keras_path, saved_path
 
   def train(self, num_steps):
     """Runs `num_steps` steps; returns each result key's per-step values (numpy)."""
@@ -199,33 +322,38 @@ class Runner:
                            "scope, so its variables are not replicated; create it "
                            "inside build(), which the runner calls in the scope.")
 
-  def _replica_step(self, batch, step):
+  def _replica_step(self, batch, step, *, step_fn=None, reductions=None,
+                    global_batch_size=None):
+    """Runs the step (or `step_fn`) on one replica; records each result's reduction."""
+    step_fn = step_fn or self._step_fn
+    reductions = self._reductions if reductions is None else reductions
+    training = step_fn is self._step_fn
     context = tf.distribute.get_replica_context()
+    if training:
+      global_batch_size = self.global_batch_size
+    if global_batch_size is None:  # one replica, dynamic batch
+      global_batch_size = tf.shape(tf.nest.flatten(batch)[0])[0]
     ctx = StepContext(
         models=self.models, optimizers=self.optimizers, step=step, seed=self._seed,
-        global_batch_size=self._global_batch_size(batch),
+        global_batch_size=global_batch_size,
         num_replicas=self.strategy.num_replicas_in_sync,
         replica_id=context.replica_id_in_sync_group,
         compile_update=self._compile_update)
     with ctx.recording():
-      results = self._step_fn(ctx, batch)
+      results = step_fn(ctx, batch)
     if not isinstance(results, dict):
       raise TypeError(f"step must return a dict of scalar values, got "
                       f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
-    if self._result_keys is not None and sorted(results) != sorted(self._result_keys):
+    if (training and self._result_keys is not None and
+        sorted(results) != sorted(self._result_keys)):
       raise ValueError(f"step results changed keys from {sorted(self._result_keys)} "
                        f"to {sorted(results)}; return the same keys at every step.")
     out = {}
     for key, value in results.items():
       value = _scalar(key, value)
-      self._reductions[key] = ctx.reduction(value, f"step result {key!r}")
+      reductions[key] = ctx.reduction(value, f"step result {key!r}")
       out[key] = tf.cast(value, tf.float32)
     return out
-
-  def _global_batch_size(self, batch):
-    if self.global_batch_size is not None:
-      return self.global_batch_size
-    return tf.shape(tf.nest.flatten(batch)[0])[0]  # one replica, dynamic batch
 
   def _one_step(self):
     batch = self._feed.next()

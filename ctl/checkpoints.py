@@ -1,0 +1,128 @@
+"""Checkpoints that resume a run exactly: `Checkpointer`.
+
+    checkpointer = Checkpointer(runner, "runs/x/checkpoints", keep=3)
+    step = checkpointer.restore()      # 0 when the directory holds no checkpoint
+    ...
+    checkpointer.save()                # ckpt-<global step>
+
+A checkpoint holds every model variable (trainable or not: batch-norm
+statistics, dropout seed states, EMA copies kept as models), every optimizer
+variable (slots, iteration count, loss scale), the step counter, and the
+position in the data. The per-example noise of `ctx.normal`/`ctx.uniform` is
+a function of (seed, step), so the step counter is its whole state.
+"""
+
+import logging
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+_log = logging.getLogger("ctl")
+
+
+class Checkpointer:
+  """Saves and restores a runner's state under `directory`.
+
+  Every worker takes part in a save (TF's collective save needs them all);
+  only the chief's files are kept, the others write to a scratch directory
+  that is removed at once.
+
+  Args:
+    runner: the `ctl.Runner` whose state is saved.
+    directory: where checkpoints go.
+    keep: how many of the newest checkpoints to keep.
+  """
+
+  def __init__(self, runner, directory, keep=3):
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+      raise ValueError(f"keep must be an int of at least 1, got {keep!r}.")
+    self.runner = runner
+    self.directory = directory
+    extended = runner.strategy.extended
+    self.is_chief = extended.should_checkpoint
+    state = dict(
+        step=runner.global_step,
+        # A Keras 3 model put in a tf.train.Checkpoint saves none of its own
+        # variables (only those an optimizer reaches): list them explicitly,
+        # by position, which does not depend on Keras' global layer names.
+        models={name: list(m.variables) for name, m in runner.models.items()},
+        optimizers={name: list(o.variables) for name, o in runner.optimizers.items()})
+    iterator = runner.data_iterator
+    if iterator is not None:
+      state["data"] = iterator
+    else:
+      _log.warning("the data position is not checkpointed (a dataset function or a "
+                   "TPU feeds the replicas through TF's distributed iterator, which "
+                   "TF 2.21 cannot save): a resumed run restarts its input pipeline. "
+                   "Pass a dataset of global batches for an exact resume.")
+    self.checkpoint = tf.train.Checkpoint(**state)
+    self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+    if self.is_chief:
+      self._write_manager = self.manager
+    else:
+      self._scratch = os.path.join(directory, f"workertemp_{extended._task_id}")  # pylint: disable=protected-access
+      self._write_manager = tf.train.CheckpointManager(self.checkpoint, self._scratch,
+                                                       max_to_keep=1)
+
+  @property
+  def latest(self):
+    """Path prefix of the newest checkpoint, or None."""
+    return self.manager.latest_checkpoint
+
+  def restore(self):
+    """Restores the newest checkpoint if there is one; returns the global step."""
+    path = self.latest
+    if path is None:
+      return 0
+    status = self.checkpoint.restore(path).expect_partial()
+    try:
+      status.assert_existing_objects_matched()
+    except AssertionError as e:
+      raise ValueError(
+          f"checkpoint {path} does not match this runner (other models, optimizers "
+          f"or data?): {str(e)[:500]}. Use a new work directory for a different "
+          "experiment.") from None
+    step = int(self.runner.global_step.numpy())
+    _log.info("restored %s (step %d)", path, step)
+    return step
+
+  def save(self):
+    """Writes `ckpt-<global step>`; returns its path (on the chief).
+
+    TF writes the data and index files first and then atomically replaces the
+    small `checkpoint` file that names the newest one, so a crash mid-save
+    leaves the previous checkpoint the one that is restored.
+    """
+    step = int(self.runner.global_step.numpy())
+    path = self._write_manager.save(checkpoint_number=step)
+    if not self.is_chief:
+      shutil.rmtree(self._scratch, ignore_errors=True)
+      return None
+    _save_operative_config(self.directory)
+    return path
+
+
+def _save_operative_config(directory):
+  try:
+    import gin  # pylint: disable=import-outside-toplevel
+  except ImportError:  # gin is a dependency; be lenient for vendored copies
+    return
+  write_text_atomically(os.path.join(directory, "operative_config.gin"),
+                        gin.operative_config_str())
+
+
+def write_text_atomically(path, text):
+  """Writes `text` to `path` through a temporary file and a rename."""
+  directory = os.path.dirname(path) or "."
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise

@@ -1,0 +1,277 @@
+"""The outer loop: `fit` trains to a step count, resumably, with periodic actions.
+
+    history = runner.fit(10_000, "runs/x")   # what `Runner.fit` calls
+
+Each pass runs one compiled call of up to `steps_per_loop` steps (shortened to
+land on the next step-based action), checks the results are finite, advances
+the progress display, and runs the actions that are due. Training resumes
+from the newest checkpoint in `<workdir>/checkpoints`, so rerunning the same
+command after a crash, a kill or a preemption continues where it stopped.
+
+On SIGTERM the run finishes the compiled call in flight, saves a checkpoint
+and exits with `PREEMPTED_EXIT_CODE` (42, TF's restart code): schedulers
+that restart on failure then resume it.
+"""
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from ctl import actions as actions_lib
+from ctl.progress import Progress
+
+PREEMPTED_EXIT_CODE = 42
+_log = logging.getLogger("ctl")
+
+
+class Preempted(SystemExit):
+  """Raised after the checkpoint that follows a SIGTERM; exits the program with 42."""
+
+  def __init__(self, step):
+    super().__init__(PREEMPTED_EXIT_CODE)
+    self.step = step
+
+  def __str__(self):
+    return (f"preempted: saved a checkpoint at step {self.step}; rerun to resume "
+            f"(exit code {PREEMPTED_EXIT_CODE}).")
+
+
+class Loop:
+  """What an action sees: the runner, the step reached and the latest results.
+
+  Attributes:
+    runner: the `ctl.Runner`.
+    workdir: the work directory (None: nothing is written).
+    step: the global step reached (steps done).
+    results: the last compiled call's results, each key an array of per-step values.
+    metrics: the latest evaluation's metrics (dict), if any.
+    is_chief: whether this worker writes summaries, samples and kept files.
+  """
+
+  def __init__(self, runner, workdir, step):
+    self.runner = runner
+    self.workdir = workdir
+    self.step = self.start_step = step
+    self.start_time = time.perf_counter()
+    self.results = {}
+    self.metrics = {}
+    self.is_chief = runner.strategy.extended.should_checkpoint
+    self._writers = {}
+
+  def writer(self, name):
+    """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
+    if name not in self._writers:
+      if self.is_chief and self.workdir:
+        self._writers[name] = tf.summary.create_file_writer(
+            os.path.join(self.workdir, "events", name))
+      else:
+        self._writers[name] = tf.summary.create_noop_writer()
+    return self._writers[name]
+
+  def close(self):
+    for writer in self._writers.values():
+      writer.close()
+
+
+def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
+  """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
+  if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 0:
+    raise ValueError(f"num_steps must be a non-negative int (the step to train up "
+                     f"to), got {num_steps!r}.")
+  actions = _complete(actions, workdir)
+  checkpoint = next((a for a in actions if isinstance(a, actions_lib.Checkpoint)), None)
+  loop = Loop(runner, workdir, int(runner.global_step.numpy()))
+  if checkpoint:
+    loop.step = loop.start_step = checkpoint.restore(loop)
+  if loop.step >= num_steps:
+    _log.info("already at step %d of %d: nothing to train", loop.step, num_steps)
+    return {}
+  scheduled = [a for a in actions if a.every is not None]
+  for action in scheduled:
+    action.every.start(loop.step)
+  bar = Progress(num_steps, loop.step, enabled=progress and loop.is_chief)
+  preemption = _watch_preemption(runner, checkpoint)
+  history = []
+  try:
+    while loop.step < num_steps:
+      n = min([runner.steps_per_loop, num_steps - loop.step] +
+              [a.every.steps_to_next(loop.step) for a in scheduled
+               if a.every.steps_to_next(loop.step)])
+      results = runner.run_steps(n)
+      _check_finite(results, loop.step, checkpoint)
+      history.append(results)
+      loop.step, loop.results = loop.step + n, results
+      bar.update(loop.step, results)
+      due = _agree(runner.strategy, [a.every.due(loop.step) for a in scheduled])
+      for action, now in zip(scheduled, due):
+        if now:
+          _run(action, loop)
+          action.every.fired(loop.step)
+      preemption.check(loop)
+    for action in actions:  # the end: everything runs once for the final step
+      if action.every is None or action.every.last_step != loop.step:
+        _run(action, loop)
+  finally:
+    preemption.stop()
+    bar.close()
+    loop.close()
+  return {k: np.concatenate([h[k] for h in history]) for k in history[0]}
+
+
+def _complete(actions, workdir):
+  """The actions to run: the defaults, or the user's with the defaults added."""
+  actions = list(actions or [])
+  for action in actions:
+    if not (hasattr(action, "every") and callable(action)):
+      raise TypeError(f"action {action!r} is not an action: give it an `every` "
+                      "(a ctl.Every, or None for the end only) and a __call__(loop).")
+    if action.every is not None and not isinstance(action.every, actions_lib.Every):
+      raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
+                      "ctl.Every(steps=..., seconds=...) or None.")
+  if workdir is None:
+    writes = [a for a in actions if not isinstance(a, actions_lib.Evaluate)]
+    if writes:
+      raise ValueError(f"actions {[type(a).__name__ for a in writes]} write files "
+                       "but workdir is None; pass workdir=... to fit.")
+    return actions
+  if sum(isinstance(a, actions_lib.Checkpoint) for a in actions) > 1:
+    raise ValueError("give at most one ctl.Checkpoint action.")
+  for kind in (actions_lib.Checkpoint, actions_lib.Summaries):
+    if not any(isinstance(a, kind) for a in actions):
+      actions.insert(0, kind())
+  return sorted(actions, key=lambda a: isinstance(a, actions_lib.Checkpoint))
+
+
+def _run(action, loop):
+  if loop.is_chief or getattr(action, "collective", False):
+    action(loop)
+
+
+def _check_finite(results, first_step, checkpoint):
+  """Raises FloatingPointError at the first step with a NaN or Inf result."""
+  bad = [i for values in results.values() for i in np.flatnonzero(~np.isfinite(values))]
+  if not bad:
+    return
+  i = min(bad)
+  values = ", ".join(f"{k} {v[i]:.6g}" for k, v in results.items())
+  last = checkpoint.checkpointer.latest if checkpoint else None
+  kept = (f"the last checkpoint, {last}, is intact (nothing later was saved)" if last
+          else "no checkpoint was saved")
+  raise FloatingPointError(
+      f"non-finite result at step {first_step + i} (ctx.step == {first_step + i}): "
+      f"{values}. Training stopped; {kept}. Rerunning replays the same steps "
+      "exactly, so change something first: a lower learning rate, gradient "
+      "clipping, or a penalty on the discriminator.")
+
+
+def _agree(strategy, flags):
+  """Under multi-worker strategies, each flag is True if it is on any worker.
+
+  Time-based schedules differ between workers' clocks, but collective work
+  (a checkpoint, an evaluation) must run on all of them or none.
+  """
+  if not flags or getattr(strategy.extended, "_num_workers", 1) <= 1:  # pylint: disable=protected-access
+    return flags
+  votes = tf.constant([int(f) for f in flags], tf.int32)
+  values = strategy.experimental_distribute_values_from_function(lambda _: votes)
+  return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)
+
+
+def _watch_preemption(runner, checkpoint):
+  if checkpoint is None or threading.current_thread() is not threading.main_thread():
+    return _NoPreemption()
+  if _pch_applies(runner.strategy):
+    return _HandlerPreemption(runner, checkpoint)
+  return _SignalPreemption(runner, checkpoint)
+
+
+def _pch_applies(strategy):
+  """Whether TF's PreemptionCheckpointHandler serves this strategy here.
+
+  It supports Mirrored, MultiWorkerMirrored and OneDevice strategies, and on a
+  GCE VM without GPUs it ignores SIGTERM; elsewhere we catch SIGTERM ourselves.
+  """
+  from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
+  if not isinstance(strategy, (tf.distribute.MirroredStrategy,
+                               tf.distribute.MultiWorkerMirroredStrategy,
+                               tf.distribute.OneDeviceStrategy)):
+    return False
+  return failure_handling_util.detect_platform() not in (
+      failure_handling_util.PlatformDevice.GCE_CPU,
+      failure_handling_util.PlatformDevice.GCE_TPU)
+
+
+class _NoPreemption:
+
+  def check(self, loop):
+    pass
+
+  def stop(self):
+    pass
+
+
+class _SignalPreemption:
+  """SIGTERM sets a flag; after the call in flight, save and exit."""
+
+  def __init__(self, runner, checkpoint):
+    self._runner = runner
+    self._checkpoint = checkpoint
+    self._received = False
+    self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+
+  def _on_signal(self, signum, frame):
+    del signum, frame
+    self._received = True
+
+  def check(self, loop):
+    if self._received:
+      self._checkpoint.checkpointer.save()
+      raise Preempted(loop.step)
+
+  def stop(self):
+    signal.signal(signal.SIGTERM, self._previous)
+
+
+class _HandlerPreemption:
+  """TF's PreemptionCheckpointHandler: workers agree on the step to save at."""
+
+  def __init__(self, runner, checkpoint):
+    self._runner = runner
+    self._previous = signal.getsignal(signal.SIGTERM)
+    checkpointer = checkpoint.checkpointer
+    self._step = None
+
+    def exit_fn():
+      raise Preempted(self._step)
+
+    def save_fn():
+      self._step = int(runner.global_step.numpy())
+      checkpointer.save()
+
+    config = tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn,
+                                                         save_fn=save_fn)
+    # The handler restores from the manager it is given: on every worker that
+    # is the chief's directory, so all workers restore the same run count.
+    self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        runner.strategy.cluster_resolver, checkpointer.manager,
+        termination_config=config)
+
+  def check(self, loop):
+    del loop
+    self._handler.save_checkpoint_if_preempted()
+
+  def stop(self):
+    signal.signal(signal.SIGTERM, self._previous)
+    # Its watcher threads otherwise live until garbage collection.
+    for stop in ("_stop_poll_termination_signal_thread",
+                 "_stop_cluster_wise_termination_watcher_thread"):
+      try:
+        getattr(self._handler, stop)()
+      except Exception:  # pylint: disable=broad-except
+        pass
+

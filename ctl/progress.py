@@ -1,0 +1,85 @@
+"""Progress of `fit`: a tqdm bar on a terminal, periodic log lines elsewhere.
+
+    progress = Progress(total=2500, initial=0, enabled=True)
+    progress.update(100, {"generator_loss": array([...])})   # after each call
+    progress.close()
+
+A bar needs a terminal to redraw in place; in a log file or a notebook's
+captured output it would print a line per refresh, so there we log one line
+every 30 seconds (and at the end) instead.
+"""
+
+import logging
+import sys
+import time
+
+import numpy as np
+
+_log = logging.getLogger("ctl")
+
+
+class Progress:
+  """Shows steps done of `total`, the latest results, speed and time left.
+
+  Args:
+    total: the step training goes up to.
+    initial: the step it starts from (after a resume).
+    enabled: False shows nothing.
+    stream: where the bar goes; a bar only if it is a terminal.
+    log_seconds: seconds between log lines when `stream` is not a terminal.
+    clock: a function returning seconds.
+  """
+
+  def __init__(self, total, initial, *, enabled=True, stream=None, log_seconds=30.0,
+               clock=time.monotonic):
+    stream = stream or sys.stderr
+    self.total = total
+    self._initial = initial
+    self._clock = clock
+    self._start = clock()
+    self._last_log = self._start
+    self._log_seconds = log_seconds
+    self._step = initial
+    self._bar = None
+    self._enabled = enabled
+    if enabled and getattr(stream, "isatty", lambda: False)():
+      from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+      self._bar = tqdm(total=total, initial=initial, unit="step", file=stream,
+                       dynamic_ncols=True, smoothing=0.1)
+
+  def update(self, step, results):
+    """Records that training reached `step`; `results` are the last call's."""
+    latest = {k: float(np.asarray(v)[-1]) for k, v in results.items()}
+    advanced, self._step = step - self._step, step
+    if not self._enabled:
+      return
+    if self._bar is not None:
+      self._bar.set_postfix({k: f"{v:.4g}" for k, v in latest.items()}, refresh=False)
+      self._bar.update(advanced)
+      return
+    now = self._clock()
+    if now - self._last_log >= self._log_seconds or step >= self.total:
+      self._last_log = now
+      _log.info("%s", self.line(step, latest, now))
+
+  def line(self, step, latest, now):
+    """One log line: step, results, steps per second and time left."""
+    elapsed = now - self._start
+    rate = (step - self._initial) / elapsed if elapsed > 0 else 0.0
+    left = (self.total - step) / rate if rate > 0 else float("nan")
+    values = "  ".join(f"{k} {v:.4g}" for k, v in latest.items())
+    return (f"step {step}/{self.total} ({100.0 * step / self.total:.0f}%)  {values}  "
+            f"{rate:.2f} steps/s  ETA {_duration(left)}")
+
+  def close(self):
+    if self._bar is not None:
+      self._bar.close()
+
+
+def _duration(seconds):
+  if not np.isfinite(seconds):
+    return "?"
+  seconds = int(round(seconds))
+  hours, rest = divmod(seconds, 3600)
+  minutes, seconds = divmod(rest, 60)
+  return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
