@@ -1,0 +1,360 @@
+"""The outer loop's outputs, read back: schedules, event files, samples,
+evaluation, exports (loaded without ctl), progress lines and the gin record."""
+
+import glob
+import io
+import logging
+import os
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+import ctl
+from ctl.progress import Progress
+from helpers import python
+
+GLOBAL_BATCH = 8
+NOISE = 3
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+  return ctl.make_strategy("mirrored", logical_cpus=2)
+
+
+class FakeClock:
+
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
+def data(n=64):
+  x = np.linspace(-2, 2, n * 2, dtype="float32").reshape(n, 2)
+  return tf.data.Dataset.from_tensor_slices(x).batch(GLOBAL_BATCH, drop_remainder=True)
+
+
+def build():
+  models = {"generator": keras.Sequential([keras.Input((NOISE,)), keras.layers.Dense(2)],
+                                          name="generator"),
+            "discriminator": keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)],
+                                              name="discriminator")}
+  optimizers = {"generator": keras.optimizers.Adam(1e-3),
+                "discriminator": keras.optimizers.SGD(0.05)}
+  return models, optimizers
+
+
+def step(ctx, real):
+  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+  with tf.GradientTape(persistent=True) as tape:
+    fake_logits = discriminator(generator(ctx.normal([NOISE])))[:, 0]
+    real_logits = discriminator(real)[:, 0]
+    d_loss = ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
+    g_loss = ctx.average(tf.nn.softplus(-fake_logits))
+  ctx.minimize(d_loss, "discriminator", tape=tape)
+  ctx.minimize(g_loss, "generator", tape=tape)
+  return {"discriminator_loss": d_loss, "generator_loss": g_loss}
+
+
+def score_step(ctx, real):
+  logits = ctx.models["discriminator"](real)[:, 0]
+  return {"real_score": ctx.average(tf.sigmoid(logits)),        # a share: summed
+          "real_accuracy": tf.reduce_mean(tf.cast(logits > 0, tf.float32))}  # averaged
+
+
+def runner(strategy=None, steps_per_loop=4, **kwargs):
+  return ctl.Runner(step, build, data().repeat(), strategy=strategy or tf.distribute.get_strategy(),
+                    steps_per_loop=steps_per_loop, **kwargs)
+
+
+def events(path):
+  accumulator = event_accumulator.EventAccumulator(
+      path, size_guidance={event_accumulator.TENSORS: 0, event_accumulator.IMAGES: 0})
+  accumulator.Reload()
+  return accumulator
+
+
+def scalars(accumulator, tag):
+  return {e.step: float(tf.make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)}
+
+
+# Every: when periodic work is due.
+
+def test_every_steps_fires_on_multiples():
+  every = ctl.Every(steps=5)
+  every.start(0)
+  fired = []
+  for step in range(1, 21):
+    if every.due(step):
+      every.fired(step)
+      fired.append(step)
+  assert fired == [5, 10, 15, 20]
+  assert every.steps_to_next(7) == 3 and every.steps_to_next(10) == 5
+
+
+def test_every_seconds_uses_the_injected_clock():
+  clock = FakeClock()
+  every = ctl.Every(seconds=60, clock=clock)
+  every.start(0)
+  clock.now = 59.9
+  assert not every.due(1)
+  clock.now = 60.0
+  assert every.due(2)
+  every.fired(2)
+  clock.now = 100.0
+  assert not every.due(3)
+  assert every.steps_to_next(3) is None
+
+
+def test_every_steps_or_seconds_whichever_first():
+  clock = FakeClock()
+  every = ctl.Every(steps=100, seconds=10, clock=clock)
+  every.start(0)
+  clock.now = 11
+  assert every.due(3)          # time first
+  every.fired(3)
+  clock.now = 12
+  assert every.due(100)        # then the step multiple
+  assert not every.due(99)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({}, "steps=... or seconds=..."),
+    ({"steps": 0}, "at least 1"),
+    ({"steps": 2.5}, "at least 1"),
+    ({"seconds": -1}, "positive number"),
+])
+def test_every_refuses_bad_arguments(kwargs, message):
+  with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+    ctl.Every(**kwargs)
+
+
+def test_fit_schedule_with_injected_clock_and_loop_alignment(tmp_path):
+  """Step actions land on exact multiples even when steps_per_loop does not
+  divide them; second actions follow the injected clock."""
+  clock = FakeClock()
+  calls = []
+
+  class Record:
+    collective = False
+
+    def __init__(self, name, every):
+      self.name, self.every = name, every
+
+    def __call__(self, loop):
+      calls.append((self.name, loop.step))
+      if self.name == "tick":
+        clock.now += 10  # every step "takes" 10 seconds
+
+  runner(steps_per_loop=4).fit(20, tmp_path, actions=[
+      Record("tick", ctl.Every(steps=1)),
+      Record("steps", ctl.Every(steps=5)),
+      Record("seconds", ctl.Every(seconds=60, clock=clock)),
+      Record("end", None)], progress=False)
+  by_name = lambda name: [s for n, s in calls if n == name]  # noqa: E731
+  assert by_name("tick") == list(range(1, 21))
+  assert by_name("steps") == [5, 10, 15, 20]
+  # Due at step 7 (60 s after the start), then 60 s after that firing (step
+  # 14), and at the end (step 20) because every action runs for the last step.
+  assert by_name("seconds") == [7, 14, 20]
+  assert by_name("end") == [20]
+
+
+# Event files, samples, evaluation.
+
+def test_fit_writes_scalars_images_and_eval_metrics(tmp_path):
+  r = runner(steps_per_loop=5)
+  z = np.random.default_rng(0).normal(size=(6, NOISE)).astype("float32")
+
+  def show(models):  # 2-D points drawn as 1x2 "images"
+    return models["generator"](z).numpy().reshape(6, 1, 2, 1)
+
+  history = r.fit(20, tmp_path, actions=[
+      ctl.Summaries(ctl.Every(steps=10)),
+      ctl.Samples(show, ctl.Every(steps=10)),
+      ctl.Evaluate(score_step, data(16), ctl.Every(steps=20)),
+  ], progress=False)
+  train = events(str(tmp_path / "events" / "train"))
+  for key in ("discriminator_loss", "generator_loss"):
+    got = scalars(train, key)
+    # Each write is the mean of the last compiled call's steps (5 per call).
+    np.testing.assert_allclose([got[10], got[20]],
+                               [history[key][5:10].mean(), history[key][15:20].mean()],
+                               rtol=1e-6)
+  np.testing.assert_allclose(list(scalars(train, "learning_rate/generator").values()),
+                             [1e-3, 1e-3])
+  np.testing.assert_allclose(list(scalars(train, "learning_rate/discriminator").values()),
+                             [0.05, 0.05])
+  assert scalars(train, "steps_per_second")[20] > 0
+  assert scalars(train, "examples_per_second")[20] == pytest.approx(
+      scalars(train, "steps_per_second")[20] * GLOBAL_BATCH, rel=1e-5)
+  assert train.Tags()["tensors"].count("samples") == 1
+  pngs = sorted(os.listdir(tmp_path / "samples"))
+  assert pngs == ["samples_00000010.png", "samples_00000020.png"]
+  image = tf.io.decode_png(tf.io.read_file(str(tmp_path / "samples" / pngs[-1]))).numpy()
+  assert image.shape == (2, 6, 1)  # 6 images of 1x2: 2 rows of 3
+  evaluation = events(str(tmp_path / "events" / "eval"))
+  assert set(scalars(evaluation, "real_score")) == {20}
+  metrics = r.evaluate(score_step, data(16))
+  assert scalars(evaluation, "real_score")[20] == pytest.approx(metrics["real_score"])
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_evaluate_is_the_mean_over_the_whole_dataset(strategy_name, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+  r = runner(strategy)
+  x = np.concatenate(list(data(24).as_numpy_iterator()))
+  logits = r.models["discriminator"](x).numpy()[:, 0]
+  metrics = r.evaluate(score_step, data(24))
+  assert metrics["real_score"] == pytest.approx(np.mean(1 / (1 + np.exp(-logits))), rel=1e-5)
+  assert metrics["real_accuracy"] == pytest.approx(np.mean(logits > 0), rel=1e-6)
+  assert r.evaluate(score_step, data(24)) == metrics  # starts from the top each time
+
+
+def test_evaluate_weights_a_short_last_batch_by_its_size():
+  r = runner()
+  x = np.linspace(-2, 2, 40, dtype="float32").reshape(20, 2)
+  uneven = tf.data.Dataset.from_tensor_slices(x).batch(8)  # 8, 8 and 4 examples
+  logits = r.models["discriminator"](x).numpy()[:, 0]
+  metrics = r.evaluate(score_step, uneven)
+  assert metrics["real_score"] == pytest.approx(np.mean(1 / (1 + np.exp(-logits))), rel=1e-5)
+
+
+# Export: loadable by plain TensorFlow and Keras, without ctl.
+
+LOAD_WITHOUT_CTL = """
+import sys
+import numpy as np
+import tensorflow as tf
+import keras
+z = np.load(sys.argv[3])
+saved_model = tf.saved_model.load(sys.argv[1])  # keep it: it owns the variables
+served = saved_model.serve(tf.constant(z)).numpy()
+loaded = keras.saving.load_model(sys.argv[2])(z).numpy()
+assert "ctl" not in sys.modules and "gan" not in sys.modules
+np.save(sys.argv[4], np.stack([served, loaded]))
+"""
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_export_loads_without_ctl(tmp_path, strategy_name, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+  r = runner(strategy)
+  r.fit(4, tmp_path, actions=[ctl.Export("generator")], progress=False)
+  z = np.random.default_rng(1).normal(size=(5, NOISE)).astype("float32")
+  np.save(tmp_path / "z.npy", z)
+  script = tmp_path / "load.py"
+  script.write_text(LOAD_WITHOUT_CTL)
+  python([str(script), str(tmp_path / "export" / "generator"),
+          str(tmp_path / "export" / "generator.keras"), str(tmp_path / "z.npy"),
+          str(tmp_path / "out.npy")], env={"PYTHONPATH": ""})
+  served, loaded = np.load(tmp_path / "out.npy")
+  expected = r.models["generator"](z).numpy()
+  np.testing.assert_allclose(served, expected, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(loaded, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_export_names_the_models_when_the_name_is_wrong(tmp_path):
+  with pytest.raises(ValueError, match=r"no model named 'gen'.*'discriminator', 'generator'"):
+    runner().export("gen", str(tmp_path))
+
+
+# Progress, the gin record, resume bookkeeping, bad arguments.
+
+def test_progress_logs_lines_when_not_a_terminal():
+  clock = FakeClock()
+  lines = io.StringIO()
+  handler = logging.StreamHandler(lines)
+  logging.getLogger("ctl").addHandler(handler)
+  try:
+    progress = Progress(100, 0, stream=io.StringIO(), log_seconds=30, clock=clock)
+    clock.now = 10
+    progress.update(20, {"loss": np.array([0.5, 0.25])})   # 10 s: too soon
+    clock.now = 40
+    progress.update(40, {"loss": np.array([0.125])})
+    clock.now = 50
+    progress.update(100, {"loss": np.array([0.0625])})      # the end always logs
+  finally:
+    logging.getLogger("ctl").removeHandler(handler)
+  logged = lines.getvalue().splitlines()
+  assert len(logged) == 2, logged
+  assert logged[0].startswith("step 40/100 (40%)  loss 0.125  1.00 steps/s  ETA 1:00")
+  assert logged[1].startswith("step 100/100 (100%)  loss 0.0625")
+
+
+def test_progress_is_a_tqdm_bar_on_a_terminal():
+  class Terminal(io.StringIO):
+    def isatty(self):
+      return True
+
+  terminal = Terminal()
+  progress = Progress(10, 2, stream=terminal)
+  progress.update(6, {"generator_loss": np.array([1.5])})
+  progress.close()
+  out = terminal.getvalue()
+  assert "6/10" in out and "generator_loss=1.5" in out
+
+
+@gin.configurable
+def learning_rate_for_test(value=0.1):
+  return value
+
+
+def test_operative_gin_config_is_saved_next_to_the_checkpoints(tmp_path):
+  gin.clear_config()
+  gin.parse_config("learning_rate_for_test.value = 0.25")
+  try:
+    assert learning_rate_for_test() == 0.25
+    runner().fit(2, tmp_path, progress=False)
+    saved = (tmp_path / "checkpoints" / "operative_config.gin").read_text()
+  finally:
+    gin.clear_config()
+  assert "learning_rate_for_test.value = 0.25" in saved
+  assert glob.glob(str(tmp_path / "checkpoints" / "ckpt-2.index"))
+
+
+def test_fit_again_resumes_and_does_nothing_past_the_target(tmp_path):
+  first = runner()
+  first.fit(6, tmp_path, progress=False)
+  second = runner()
+  history = second.fit(10, tmp_path, progress=False)
+  assert len(history["generator_loss"]) == 4
+  assert int(second.global_step.numpy()) == 10
+  assert runner().fit(10, tmp_path, progress=False) == {}
+  # The restored weights are the saved ones.
+  for a, b in zip(second.models["generator"].weights, runner().models["generator"].weights):
+    assert a.shape == b.shape
+
+
+def test_fit_refuses_bad_arguments(tmp_path):
+  r = runner()
+  with pytest.raises(ValueError, match="num_steps must be a non-negative int"):
+    r.fit(-1, tmp_path)
+  with pytest.raises(TypeError, match="is not an action"):
+    r.fit(1, tmp_path, actions=[lambda loop: None])
+  with pytest.raises(ValueError, match=r"\['Samples'\] write files but workdir is None"):
+    r.fit(1, None, actions=[ctl.Samples(lambda m: None, ctl.Every(steps=1))])
+  with pytest.raises(TypeError, match="use ctl.Every"):
+    r.fit(1, tmp_path, actions=[ctl.Export("generator", every=5)])
+  with pytest.raises(ValueError, match="at most one ctl.Checkpoint"):
+    r.fit(1, tmp_path, actions=[ctl.Checkpoint(), ctl.Checkpoint()])
+
+
+def test_a_checkpoint_of_another_experiment_is_refused(tmp_path):
+  runner().fit(2, tmp_path, progress=False)
+
+  def other_build():
+    models, optimizers = build()
+    models["encoder"] = keras.Sequential([keras.Input((2,)), keras.layers.Dense(NOISE)])
+    optimizers["encoder"] = keras.optimizers.Adam()
+    return models, optimizers
+
+  other = ctl.Runner(step, other_build, data().repeat())
+  with pytest.raises(ValueError, match="does not match this runner"):
+    other.fit(4, tmp_path, progress=False)
