@@ -34,26 +34,37 @@ def run_task(tmp_path, *args, name="run"):
   return dict(np.load(out))
 
 
-def run_workers(tmp_path, num_workers, *args, timeout=240):
-  """Runs parity_task.py as `num_workers` multi-worker processes; the chief's results."""
+def start_workers(num_workers, task, *args):
+  """Starts `task` as `num_workers` multi-worker processes on 127.0.0.1."""
   ports = free_ports(num_workers)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  out = os.path.join(tmp_path, "workers.npz")
   procs = []
+  for i in range(num_workers):
+    config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
+    procs.append(subprocess.Popen(
+        [sys.executable, task, "--strategy", "multi_worker"] + list(args),
+        cwd=ROOT, env=_env({"TF_CONFIG": json.dumps(config)}),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  return procs
+
+
+def finish(procs, timeout):
+  """Waits for every process (killing all by PID after `timeout`); their logs."""
   try:
-    for i in range(num_workers):
-      config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
-      procs.append(subprocess.Popen(
-          [sys.executable, TASK, "--out", out, "--strategy", "multi_worker"] + list(args),
-          cwd=ROOT, env=_env({"TF_CONFIG": json.dumps(config)}),
-          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    # A worker whose peer never starts waits forever: bound the wait, kill by PID.
-    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    # A worker whose peer never starts waits forever: bound the wait.
+    return [p.communicate(timeout=timeout)[0] for p in procs]
   finally:
     for p in procs:
       if p.poll() is None:
         p.kill()
         p.wait()
+
+
+def run_workers(tmp_path, num_workers, *args, task=TASK, timeout=240):
+  """Runs `task` as `num_workers` multi-worker processes; the chief's `--out`."""
+  out = os.path.join(tmp_path, "workers.npz")
+  procs = start_workers(num_workers, task, "--out", out, *args)
+  logs = finish(procs, timeout)
   for i, (p, log) in enumerate(zip(procs, logs)):
     assert p.returncode == 0, f"worker {i} exited {p.returncode}:\n{log[-4000:]}"
   return dict(np.load(out))

@@ -103,8 +103,8 @@ def make_step(nan_at):
 
 
 class Pause:
-  """Prints PAUSED at one step and waits for `<workdir>/go`."""
-  collective = False
+  """Prints PAUSED at one step and waits for `<workdir>/go` (on every worker)."""
+  collective = True
 
   def __init__(self, step, workdir):
     self.every = ctl.Every(steps=step)

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from helpers import ROOT, python, _env
+from helpers import ROOT, _env, finish, python, run_workers, start_workers
 
 TASK = os.path.join(ROOT, "tests", "resume_task.py")
 STEPS = 12
@@ -169,3 +169,45 @@ def test_nan_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, strategy):
   checkpoints = tmp_path / "work" / "checkpoints"
   assert tf.train.latest_checkpoint(str(checkpoints)).endswith("ckpt-8")
   assert not [p for p in os.listdir(checkpoints) if p.startswith(("ckpt-9", "ckpt-1"))]
+
+
+# Multi-worker: every worker saves, only the chief's copy is kept.
+
+def test_multi_worker_keeps_the_chiefs_checkpoints_and_resumes(tmp_path, reference):
+  work = tmp_path / "work"
+  args = ("--workdir", str(work), "--dropout", "0")
+  run_workers(tmp_path, 2, *args, "--steps", "8", task=TASK)
+  assert sorted(os.listdir(work / "checkpoints")) == [
+      "checkpoint", "ckpt-4.data-00000-of-00001", "ckpt-4.index",
+      "ckpt-8.data-00000-of-00001", "ckpt-8.index", "operative_config.gin"]
+  assert sorted(os.listdir(work / "events" / "train"))  # the chief's events only:
+  assert len(os.listdir(work / "events" / "train")) == 1
+  resumed = run_workers(tmp_path, 2, *args, "--steps", str(STEPS), task=TASK)
+  assert int(resumed["first_step"]) == 8
+  assert_same_run(resumed, reference("default", "--dropout", "0"), atol=1e-5)
+
+
+def test_multi_worker_sigterm_to_one_worker_saves_on_all_and_exits_42(tmp_path, reference):
+  work = tmp_path / "work"
+  os.makedirs(work)
+  args = ("--workdir", str(work), "--dropout", "0", "--checkpoint-every", "100",
+          "--steps", str(STEPS), "--pause-at", "6")
+  procs = start_workers(2, TASK, "--out", str(tmp_path / "a.npz"), *args)
+  try:
+    for proc in procs:
+      wait_for(proc, "PAUSED 6")
+    procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief must learn of it
+    open(work / "go", "w").close()
+  finally:
+    logs = finish(procs, 180)
+  for proc, log in zip(procs, logs):
+    assert proc.returncode == ctl.PREEMPTED_EXIT_CODE, log[-4000:]
+  saved = tf.train.latest_checkpoint(str(work / "checkpoints"))
+  saved_step = int(saved.rsplit("-", 1)[1])
+  assert 6 <= saved_step < STEPS
+  assert not [p for p in os.listdir(work / "checkpoints") if p.startswith("workertemp")]
+  os.remove(work / "go")
+  resumed = run_workers(tmp_path, 2, "--workdir", str(work), "--dropout", "0",
+                        "--checkpoint-every", "100", "--steps", str(STEPS), task=TASK)
+  assert int(resumed["first_step"]) == saved_step
+  assert_same_run(resumed, reference("default", "--dropout", "0"), atol=1e-5)
