@@ -74,8 +74,16 @@ class Checkpointer:
   def restore(self):
     """Restores the newest checkpoint if there is one; returns the global step."""
     path = self.latest
-    if path is None:
-      return 0
+    step = int(self.runner.global_step.numpy())
+    if path is None:  # a new run (or one trained before without a workdir)
+      return step
+    saved_step = int(path.rsplit("-", 1)[1])
+    if step not in (0, saved_step):
+      raise ValueError(
+          f"the runner has trained to step {step} in memory, but the newest "
+          f"checkpoint in {self.directory} is at step {saved_step}: restoring it "
+          "would discard the difference. Pass another workdir to keep this "
+          "runner's state, or make a new Runner to resume from the checkpoint.")
     status = self.checkpoint.restore(path).expect_partial()
     try:
       status.assert_existing_objects_matched()
@@ -121,6 +129,9 @@ def write_text_atomically(path, text):
   try:
     with os.fdopen(fd, "w") as f:
       f.write(text)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a plain file is not
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

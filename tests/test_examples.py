@@ -17,22 +17,35 @@ def png_size(path):
 
 
 @pytest.mark.parametrize("strategy", [[], ["--strategy", "mirrored", "--logical-cpus", "2"]])
-def test_main_job_trains_and_writes_samples(strategy, tmp_path):
-  proc = helpers.python(["examples/mnist_dcgan.py", "--steps", "6", "--steps-per-loop", "3",
-                         "--workdir", str(tmp_path)] + strategy)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("step ")]
-  assert [l.split()[1] for l in lines] == ["3/6", "6/6"]
+def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
+  command = ["examples/mnist_dcgan.py", "--steps", "6", "--steps-per-loop", "3",
+             "--samples-every", "3", "--workdir", str(tmp_path)] + strategy
+  proc = helpers.python(command)
+  # Not a terminal: progress is logged as lines, the last at the end.
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("ctl: step ")]
+  assert lines and lines[-1].startswith("ctl: step 6/6 (100%)"), proc.stderr[-2000:]
   losses = [float(v) for v in re.findall(r"_loss (\S+)", lines[-1])]
   assert len(losses) == 2 and all(0 < v < 10 for v in losses)
-  assert png_size(os.path.join(tmp_path, "samples.png")) == (224, 224)
+  assert png_size(tmp_path / "samples" / "samples_00000003.png") == (224, 224)
+  assert png_size(tmp_path / "samples" / "samples_00000006.png") == (224, 224)
+  assert (tmp_path / "checkpoints" / "ckpt-6.index").exists()
+  assert (tmp_path / "checkpoints" / "operative_config.gin").exists()
+  assert os.listdir(tmp_path / "events" / "train")
+  assert (tmp_path / "export" / "generator.keras").exists()
+  assert (tmp_path / "export" / "generator" / "saved_model.pb").exists()
+  # The same command again: already done, nothing trained.
+  again = helpers.python(command)
+  assert "already at step 6 of 6" in again.stderr
 
 
 def test_readme_example_runs(tmp_path):
   with open(os.path.join(helpers.ROOT, "README.md")) as f:
     blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-  assert len(blocks) == 1
-  code = blocks[0].replace("runner.train(1000)", "runner.train(4)")
-  code += "\nassert history['generator_loss'].shape == (4,), history\nprint('ok')\n"
+  assert len(blocks) == 2
+  code = "\n".join(blocks).replace("runner.train(1000)", "runner.train(4)")
+  code = code.replace("runner.fit(2000, \"runs/readme\"", f"runner.fit(8, {str(tmp_path)!r}")
+  code += ("\nassert history['generator_loss'].shape == (4,), history"
+           "\nassert 0 < metrics['real_score'] < 1, metrics\nprint('ok')\n")
   script = tmp_path / "readme_example.py"
   script.write_text(code)
   assert helpers.python([str(script)]).stdout.strip().endswith("ok")

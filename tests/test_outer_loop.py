@@ -332,6 +332,18 @@ def test_fit_again_resumes_and_does_nothing_past_the_target(tmp_path):
     assert a.shape == b.shape
 
 
+def test_fit_does_not_discard_steps_trained_in_memory(tmp_path):
+  r = runner()
+  r.fit(4, tmp_path, progress=False)
+  r.train(2)
+  with pytest.raises(ValueError, match="trained to step 6 in memory, but the newest "
+                                       "checkpoint .* is at step 4"):
+    r.fit(8, tmp_path, progress=False)
+  fresh = runner()
+  fresh.train(3)  # trained without a workdir: fit starts a new one from here
+  assert len(fresh.fit(5, tmp_path / "other", progress=False)["generator_loss"]) == 2
+
+
 def test_fit_refuses_bad_arguments(tmp_path):
   r = runner()
   with pytest.raises(ValueError, match="num_steps must be a non-negative int"):
