@@ -99,19 +99,13 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
   history = []
   try:
     while loop.step < num_steps:
-      n = min([runner.steps_per_loop, num_steps - loop.step] +
-              [a.every.steps_to_next(loop.step) for a in scheduled
-               if a.every.steps_to_next(loop.step)])
+      n = _call_length(loop, scheduled, num_steps)
       results = runner.run_steps(n)
       _check_finite(results, loop.step, checkpoint)
       history.append(results)
       loop.step, loop.results = loop.step + n, results
       bar.update(loop.step, results)
-      due = _agree(runner.strategy, [a.every.due(loop.step) for a in scheduled])
-      for action, now in zip(scheduled, due):
-        if now:
-          _run(action, loop)
-          action.every.fired(loop.step)
+      _run_due(loop, scheduled)
       preemption.check(loop)
     for action in actions:  # the end: everything runs once for the final step
       if action.every is None or action.every.last_step != loop.step:
@@ -121,6 +115,21 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
     bar.close()
     loop.close()
   return {k: np.concatenate([h[k] for h in history]) for k in history[0]}
+
+
+def _call_length(loop, scheduled, num_steps):
+  """Steps for the next compiled call: stop at the next step-based action."""
+  ends = [loop.runner.steps_per_loop, num_steps - loop.step]
+  ends += [a.every.steps_to_next(loop.step) for a in scheduled if a.every.steps]
+  return min(ends)
+
+
+def _run_due(loop, scheduled):
+  due = _agree(loop.runner.strategy, [a.every.due(loop.step) for a in scheduled])
+  for action, now in zip(scheduled, due):
+    if now:
+      _run(action, loop)
+      action.every.fired(loop.step)
 
 
 def _complete(actions, workdir):
@@ -134,7 +143,9 @@ def _complete(actions, workdir):
       raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
                       "ctl.Every(steps=..., seconds=...) or None.")
   if workdir is None:
-    writes = [a for a in actions if not isinstance(a, actions_lib.Evaluate)]
+    writers = (actions_lib.Checkpoint, actions_lib.Summaries, actions_lib.Samples,
+               actions_lib.Export)
+    writes = [a for a in actions if isinstance(a, writers)]
     if writes:
       raise ValueError(f"actions {[type(a).__name__ for a in writes]} write files "
                        "but workdir is None; pass workdir=... to fit.")

@@ -58,7 +58,8 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
       (`local` on a TPU VM); None reads `TPU_NAME`.
 
   Returns:
-    A `tf.distribute.Strategy`.
+    A `tf.distribute.Strategy`; the same one again for the same arguments
+    (TF's collectives fail when two strategies share devices in a process).
 
   Raises:
     ValueError: for an unknown name or knob, or a knob the strategy has no use for.
@@ -88,8 +89,18 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
     if name == "default" and (logical_cpus or 1) > 1:
       name, reason = "mirrored", f"no TPU, cluster or GPU, and logical_cpus={logical_cpus}"
     logger.info("strategy 'auto' chose %r: %s", name, reason)
-  return _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
-                         communication=communication, tpu=tpu)
+  # Two strategies over the same devices in one process (a notebook cell run
+  # twice) number their collectives alike, and the second one's all-reduces
+  # then fail with "Shape mismatch in the collective instance": hand back the
+  # first.
+  key = (name, tuple(devices) if devices else None, cross_device_ops, communication, tpu)
+  if key not in _MADE:
+    _MADE[key] = _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
+                                 communication=communication, tpu=tpu)
+  return _MADE[key]
+
+
+_MADE = {}  # arguments -> the strategy made with them
 
 
 def configure_logical_cpus(count):

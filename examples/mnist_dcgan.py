@@ -1,12 +1,12 @@
 """Trains a DCGAN with the non-saturating loss on the MNIST digits embedded in `gan`.
 
-    python examples/mnist_dcgan.py                       # ~2 minutes on a 2-core CPU
+    python examples/mnist_dcgan.py                       # 2-3 minutes on a 2-core CPU
     python examples/mnist_dcgan.py --strategy mirrored --logical-cpus 2 --steps 50
 
 Paper: Radford et al. 2016 (DCGAN), loss of Goodfellow et al. 2014. Writes to
 --workdir: checkpoints (rerun to resume), TensorBoard events, an 8x8 grid of
 samples from fixed noise every --samples-every steps (`samples/`), and the
-generator at the end (`export/`). After the default 2,500 steps (about 2
+generator at the end (`export/`). After the default 2,500 steps (2 to 3
 minutes on a 2-core CPU) most samples are recognisable, if rough, digits.
 """
 

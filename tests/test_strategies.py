@@ -151,3 +151,13 @@ def test_malformed_tf_config_is_a_clear_error():
     ctl.choose_strategy(env={"TF_CONFIG": "{cluster: nope"}, num_gpus=0, tpu_devices=False)
   with pytest.raises(ValueError, match="TF_CONFIG must be a JSON object with a 'cluster' object"):
     ctl.choose_strategy(env={"TF_CONFIG": "[1, 2]"}, num_gpus=0, tpu_devices=False)
+
+
+def test_the_same_arguments_give_the_same_strategy():
+  # A second MirroredStrategy over the same devices numbers its collectives
+  # like the first, and its all-reduces fail ("Shape mismatch in the
+  # collective instance") once both have run: a rerun notebook cell must not
+  # make one.
+  first = ctl.make_strategy("mirrored", logical_cpus=2)
+  assert ctl.make_strategy("mirrored", logical_cpus=2) is first
+  assert ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops="reduce_to_one_device") is not first
