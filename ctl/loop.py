@@ -35,10 +35,11 @@ class Preempted(SystemExit):
   def __init__(self, step):
     super().__init__(PREEMPTED_EXIT_CODE)
     self.step = step
+    _log.warning("%s", self)
 
   def __str__(self):
-    return (f"preempted: saved a checkpoint at step {self.step}; rerun to resume "
-            f"(exit code {PREEMPTED_EXIT_CODE}).")
+    return (f"SIGTERM: saved a checkpoint at step {self.step}; exiting with code "
+            f"{PREEMPTED_EXIT_CODE}. Rerun the same command to resume.")
 
 
 class Loop:

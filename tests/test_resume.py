@@ -132,6 +132,7 @@ def test_sigterm_saves_exits_42_and_rerun_resumes(tmp_path, reference, strategy)
   saved = tf.train.latest_checkpoint(str(work / "checkpoints"))
   assert saved is not None, "SIGTERM did not save a checkpoint"
   saved_step = int(saved.rsplit("-", 1)[1])
+  assert f"SIGTERM: saved a checkpoint at step {saved_step}; exiting with code 42" in log
   assert 6 <= saved_step < STEPS, saved
   run(work, tmp_path / "b.npz", "--strategy", strategy, "--logical-cpus", "2",
       "--checkpoint-every", "100")
