@@ -11,7 +11,8 @@
 An action is any object with an `every` attribute (an `Every`, or None for
 "at the end only") that is called as `action(loop)` with the `ctl.loop.Loop`
 (`loop.runner`, `loop.step`, `loop.results`, `loop.workdir`, `loop.writer()`).
-Each action also runs once at the end of `fit` unless it just ran. Actions
+Each action also runs once at the end of `fit` (the final step's scheduled
+work is that run), the checkpoint first. Actions
 whose `collective` attribute is True (checkpoint, evaluation, export) run on
 every worker, the others on the chief only.
 """
@@ -126,12 +127,14 @@ class Summaries:
 
   def __init__(self, every=None):
     self.every = every or Every(steps=100)
-    self._since = None  # (step, time) of the previous write
+    self._since = None  # (loop, step, time) of the previous write
 
   def __call__(self, loop):
     now = time.perf_counter()
-    since_step, since_time = self._since or (loop.start_step, loop.start_time)
-    self._since = (loop.step, now)
+    if self._since is None or self._since[0] is not loop:  # a new fit: its start
+      self._since = (loop, loop.start_step, loop.start_time)
+    _, since_step, since_time = self._since
+    self._since = (loop, loop.step, now)
     with loop.writer("train").as_default(step=loop.step):
       for key, values in loop.results.items():
         tf.summary.scalar(key, float(np.mean(values)))
@@ -141,7 +144,8 @@ class Summaries:
       if loop.step > since_step and now > since_time:
         rate = (loop.step - since_step) / (now - since_time)
         tf.summary.scalar("steps_per_second", rate)
-        tf.summary.scalar("examples_per_second", rate * loop.runner.examples_per_step)
+        if loop.runner.examples_per_step:  # unknown for a dynamic batch size
+          tf.summary.scalar("examples_per_second", rate * loop.runner.examples_per_step)
 
 
 class Samples:
@@ -183,13 +187,15 @@ class Evaluate:
   """
   collective = True  # runs strategy.run: every worker takes part
 
-  def __init__(self, step, data, every=None):
+  def __init__(self, step, data, every=None, *, global_batch_size=None):
     self.step = step
     self.data = data
     self.every = every
+    self.global_batch_size = global_batch_size  # for a dataset function
 
   def __call__(self, loop):
-    metrics = loop.runner.evaluate(self.step, self.data)
+    metrics = loop.runner.evaluate(self.step, self.data,
+                                   global_batch_size=self.global_batch_size)
     loop.metrics = metrics
     with loop.writer("eval").as_default(step=loop.step):
       for key, value in metrics.items():
@@ -221,6 +227,8 @@ def image_grid(images, value_range=(-1.0, 1.0), columns=None):
   if images.ndim != 4 or images.shape[-1] not in (1, 3):
     raise ValueError(f"samples must be images [n, height, width, 1 or 3], got shape "
                      f"{images.shape}.")
+  if not len(images):
+    raise ValueError("samples: the function returned no images.")
   n, h, w, c = images.shape
   columns = columns or int(np.ceil(np.sqrt(n)))
   rows = -(-n // columns)

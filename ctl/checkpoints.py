@@ -127,11 +127,9 @@ def write_text_atomically(path, text):
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
   try:
+    os.fchmod(fd, 0o644)  # mkstemp makes it private; like TF's files, it is not
     with os.fdopen(fd, "w") as f:
       f.write(text)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a plain file is not
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import actions as actions_lib
+from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
 
 PREEMPTED_EXIT_CODE = 42
@@ -81,9 +82,10 @@ class Loop:
 
 def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
   """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
-  if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 0:
+  if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 0:
     raise ValueError(f"num_steps must be a non-negative int (the step to train up "
                      f"to), got {num_steps!r}.")
+  num_steps = int(num_steps)
   actions = _complete(actions, workdir)
   checkpoint = next((a for a in actions if isinstance(a, actions_lib.Checkpoint)), None)
   loop = Loop(runner, workdir, int(runner.global_step.numpy()))
@@ -91,6 +93,8 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
     loop.step = loop.start_step = checkpoint.restore(loop)
   if loop.step >= num_steps:
     _log.info("already at step %d of %d: nothing to train", loop.step, num_steps)
+    if checkpoint and not _finished(loop):  # stopped after the last save
+      _finish(loop, [a for a in actions if a is not checkpoint])
     return {}
   scheduled = [a for a in actions if a.every is not None]
   for action in scheduled:
@@ -106,16 +110,40 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
       history.append(results)
       loop.step, loop.results = loop.step + n, results
       bar.update(loop.step, results)
-      _run_due(loop, scheduled)
-      preemption.check(loop)
-    for action in actions:  # the end: everything runs once for the final step
-      if action.every is None or action.every.last_step != loop.step:
-        _run(action, loop)
+      preemption.check(loop)  # first: a preempted job has little time left
+      if loop.step < num_steps:  # the last step's work is the end's
+        _run_due(loop, scheduled)
+    _finish(loop, actions)
+    preemption.check_after_end(loop)
   finally:
     preemption.stop()
     bar.close()
     loop.close()
   return {k: np.concatenate([h[k] for h in history]) for k in history[0]}
+
+
+def _finish(loop, actions):
+  """The end: every action once for the final step, the checkpoint first.
+
+  Then a mark that the end ran: a run stopped after its last checkpoint but
+  before, say, its export finds no mark when rerun and runs them again.
+  """
+  for action in sorted(actions, key=lambda a: not isinstance(a, actions_lib.Checkpoint)):
+    _run(action, loop)
+  if loop.workdir and loop.is_chief:
+    write_text_atomically(_finished_path(loop), f"{loop.step}\n")
+
+
+def _finished(loop):
+  try:
+    with open(_finished_path(loop)) as f:
+      return int(f.read()) == loop.step
+  except (OSError, ValueError):
+    return False
+
+
+def _finished_path(loop):
+  return os.path.join(loop.workdir, "checkpoints", "finished_step")
 
 
 def _call_length(loop, scheduled, num_steps):
@@ -156,7 +184,7 @@ def _complete(actions, workdir):
   for kind in (actions_lib.Checkpoint, actions_lib.Summaries):
     if not any(isinstance(a, kind) for a in actions):
       actions.insert(0, kind())
-  return sorted(actions, key=lambda a: isinstance(a, actions_lib.Checkpoint))
+  return actions
 
 
 def _run(action, loop):
@@ -197,25 +225,37 @@ def _agree(strategy, flags):
 def _watch_preemption(runner, checkpoint):
   if checkpoint is None or threading.current_thread() is not threading.main_thread():
     return _NoPreemption()
-  if _pch_applies(runner.strategy):
+  if _handler_applies(runner.strategy):
     return _HandlerPreemption(runner, checkpoint)
   return _SignalPreemption(runner, checkpoint)
 
 
-def _pch_applies(strategy):
+_cluster_handler_made = False  # TF's handler works once per cluster and process
+
+
+def _handler_applies(strategy):
   """Whether TF's PreemptionCheckpointHandler serves this strategy here.
 
-  It supports Mirrored, MultiWorkerMirrored and OneDevice strategies, and on a
-  GCE VM without GPUs it ignores SIGTERM; elsewhere we catch SIGTERM ourselves.
+  It supports Mirrored, MultiWorkerMirrored and OneDevice strategies. On GCE
+  it watches the metadata server instead of SIGTERM (GPU VMs) or nothing (CPU,
+  TPU VMs), and a second handler in a multi-worker process finds its
+  coordination keys already set by the first; there we catch SIGTERM ourselves.
   """
   from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
   if not isinstance(strategy, (tf.distribute.MirroredStrategy,
                                tf.distribute.MultiWorkerMirroredStrategy,
                                tf.distribute.OneDeviceStrategy)):
     return False
-  return failure_handling_util.detect_platform() not in (
-      failure_handling_util.PlatformDevice.GCE_CPU,
-      failure_handling_util.PlatformDevice.GCE_TPU)
+  if failure_handling_util.detect_platform() not in (
+      failure_handling_util.PlatformDevice.INTERNAL_CPU,
+      failure_handling_util.PlatformDevice.INTERNAL_GPU):
+    return False
+  return not (_in_cluster(strategy) and _cluster_handler_made)
+
+
+def _in_cluster(strategy):
+  resolver = strategy.cluster_resolver
+  return bool(resolver and resolver.cluster_spec().jobs)
 
 
 class _NoPreemption:
@@ -223,12 +263,15 @@ class _NoPreemption:
   def check(self, loop):
     pass
 
+  def check_after_end(self, loop):
+    pass
+
   def stop(self):
     pass
 
 
 class _SignalPreemption:
-  """SIGTERM sets a flag; after the call in flight, save and exit."""
+  """SIGTERM sets a flag; after the call in flight, all workers save and exit."""
 
   def __init__(self, runner, checkpoint):
     self._runner = runner
@@ -241,8 +284,13 @@ class _SignalPreemption:
     self._received = True
 
   def check(self, loop):
-    if self._received:
+    # Workers must save together: a signal to any of them stops them all.
+    if _agree(self._runner.strategy, [self._received])[0]:
       self._checkpoint.checkpointer.save()
+      raise Preempted(loop.step)
+
+  def check_after_end(self, loop):
+    if self._received:  # during the last call or the end: the end saved
       raise Preempted(loop.step)
 
   def stop(self):
@@ -253,7 +301,7 @@ class _HandlerPreemption:
   """TF's PreemptionCheckpointHandler: workers agree on the step to save at."""
 
   def __init__(self, runner, checkpoint):
-    self._runner = runner
+    global _cluster_handler_made
     self._previous = signal.getsignal(signal.SIGTERM)
     checkpointer = checkpoint.checkpointer
     self._step = None
@@ -272,10 +320,16 @@ class _HandlerPreemption:
     self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
         runner.strategy.cluster_resolver, checkpointer.manager,
         termination_config=config)
+    _cluster_handler_made = _cluster_handler_made or _in_cluster(runner.strategy)
 
   def check(self, loop):
     del loop
     self._handler.save_checkpoint_if_preempted()
+
+  def check_after_end(self, loop):
+    received = getattr(self._handler, "_received_own_sigterm", None)
+    if received is not None and received.is_set():  # the end saved
+      raise Preempted(loop.step)
 
   def stop(self):
     signal.signal(signal.SIGTERM, self._previous)
@@ -286,4 +340,3 @@ class _HandlerPreemption:
         getattr(self._handler, stop)()
       except Exception:  # pylint: disable=broad-except
         pass
-

@@ -29,6 +29,9 @@ from ctl import loop as loop_lib
 from ctl.context import StepContext
 from ctl.strategies import make_strategy
 
+# Compiled evaluations kept (each holds a traced function and an input feed).
+_EVALUATIONS_KEPT = 4
+
 # Strategies whose gradient sum is a cross-replica merge_call, which XLA
 # cannot compile: under them jit_compile compiles each update on its own.
 _MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
@@ -169,10 +172,12 @@ class Runner:
     (or a dataset function with `global_batch_size`), read from its start on
     every call. `ctx.step` is the current global step.
     """
-    key = (step, data)
+    key = (step, data, global_batch_size)
     if key not in self._evaluations:
       feed = data_lib.make_feed(data, self.strategy, global_batch_size=global_batch_size)
       self._evaluations[key] = (feed,) + self._evaluation_fn(step, feed)
+      while len(self._evaluations) > _EVALUATIONS_KEPT:  # a new dataset per call
+        del self._evaluations[next(iter(self._evaluations))]
     feed, fn, _ = self._evaluations[key]
     iterator = feed.make_iterator()
     totals, examples = {}, 0.0
@@ -229,7 +234,8 @@ class Runner:
       model.save(os.path.join(scratch, "model.keras"))
       model.export(os.path.join(scratch, "saved_model"), verbose=False)
       os.replace(os.path.join(scratch, "model.keras"), keras_path)
-      shutil.rmtree(saved_path, ignore_errors=True)
+      if os.path.exists(saved_path):  # a directory cannot be replaced in one step
+        os.replace(saved_path, os.path.join(scratch, "previous"))
       os.replace(os.path.join(scratch, "saved_model"), saved_path)
     finally:
       shutil.rmtree(scratch, ignore_errors=True)

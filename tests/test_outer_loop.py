@@ -5,6 +5,7 @@ import glob
 import io
 import logging
 import os
+import signal
 
 import gin
 import keras
@@ -342,6 +343,58 @@ def test_fit_does_not_discard_steps_trained_in_memory(tmp_path):
   fresh = runner()
   fresh.train(3)  # trained without a workdir: fit starts a new one from here
   assert len(fresh.fit(5, tmp_path / "other", progress=False)["generator_loss"]) == 2
+
+
+def test_end_actions_run_again_if_the_run_stopped_after_its_last_checkpoint(tmp_path):
+  class FailOnce:
+    collective, every, calls = False, None, []
+
+    def __call__(self, loop):
+      self.calls.append(loop.step)
+      if len(self.calls) == 1:
+        raise RuntimeError("export failed")
+
+  with pytest.raises(RuntimeError, match="export failed"):
+    runner().fit(4, tmp_path, actions=[FailOnce()], progress=False)
+  assert (tmp_path / "checkpoints" / "ckpt-4.index").exists()  # saved first
+  assert not (tmp_path / "checkpoints" / "finished_step").exists()
+  assert runner().fit(4, tmp_path, actions=[FailOnce()], progress=False) == {}
+  assert FailOnce.calls == [4, 4]
+  assert (tmp_path / "checkpoints" / "finished_step").read_text() == "4\n"
+  runner().fit(4, tmp_path, actions=[FailOnce()], progress=False)
+  assert FailOnce.calls == [4, 4]  # finished: not again
+
+
+def test_sigterm_during_the_end_exits_42_after_it(tmp_path):
+  class Terminate:
+    collective, every = False, None
+
+    def __call__(self, loop):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  previous = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(SystemExit) as stopped:
+    runner().fit(4, tmp_path, actions=[Terminate(), ctl.Export("generator")], progress=False)
+  assert stopped.value.code == 42
+  assert (tmp_path / "export" / "generator.keras").exists()
+  assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_summaries_and_evaluate_take_dynamic_batches_and_dataset_functions(tmp_path):
+  x = np.linspace(-2, 2, 40, dtype="float32").reshape(20, 2)
+  unbatched = tf.data.Dataset.from_tensor_slices(x)
+  r = ctl.Runner(step, build, unbatched.repeat().batch(8), steps_per_loop=2)
+  assert r.examples_per_step is None
+  r.fit(4, tmp_path, actions=[ctl.Summaries(ctl.Every(steps=2))], progress=False)
+  train = events(str(tmp_path / "events" / "train"))
+  assert "steps_per_second" in train.Tags()["tensors"]
+  assert "examples_per_second" not in train.Tags()["tensors"]
+  dataset_fn = lambda context: unbatched.batch(  # noqa: E731
+      context.get_per_replica_batch_size(8), drop_remainder=True)
+  by_function = r.evaluate(score_step, dataset_fn, global_batch_size=8)
+  assert by_function == pytest.approx(r.evaluate(score_step, unbatched.batch(8).take(2)))
+  r.fit(6, tmp_path, progress=False, actions=[
+      ctl.Evaluate(score_step, dataset_fn, ctl.Every(steps=2), global_batch_size=8)])
 
 
 def test_fit_refuses_bad_arguments(tmp_path):
