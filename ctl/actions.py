@@ -75,11 +75,6 @@ class Every:
     self._last_step = step
     self._last_time = self._clock()
 
-  @property
-  def last_step(self):
-    """The step of the last firing (or of `start`)."""
-    return self._last_step
-
   def steps_to_next(self, step):
     """Steps from `step` to the next multiple of `steps` (None without `steps`)."""
     return self.steps - step % self.steps if self.steps else None
