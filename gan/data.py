@@ -1,6 +1,7 @@
 """Datasets for GAN training; the default is embedded, so no download is needed.
 
-    images, labels = gan.load_mnist()             # 5,000 digits, uint8
+    images, labels = gan.load_mnist()             # 5,000 training digits, uint8
+    held_out, _ = gan.load_mnist("test")          # 5,000 test digits, never trained on
     dataset = gan.mnist_dataset(global_batch_size=64, seed=0)  # floats in [-1, 1]
 
 The embedded digits and their license are described in `gan/data/README.md`.
@@ -11,13 +12,20 @@ import os
 import numpy as np
 import tensorflow as tf
 
-_MNIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                      "mnist_train_5k.npz")
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+_MNIST = {"train": "mnist_train_5k.npz", "test": "mnist_test_5k.npz"}
 
 
-def load_mnist():
-  """Returns `(images, labels)`: 5,000 MNIST training digits, uint8 [N, 28, 28]."""
-  with np.load(_MNIST) as archive:
+def load_mnist(split="train"):
+  """Returns `(images, labels)`: 5,000 MNIST digits, uint8 [5000, 28, 28] and [5000].
+
+  Args:
+    split: "train", the digits GANs train on, or "test", digits of the official
+      test split held out for evaluation (500 per class in both).
+  """
+  if split not in _MNIST:
+    raise ValueError(f"split must be one of {sorted(_MNIST)}, got {split!r}.")
+  with np.load(os.path.join(_DATA, _MNIST[split])) as archive:
     return archive["images"], archive["labels"]
 
 
