@@ -1,0 +1,88 @@
+"""Discriminator penalties: per-example values, already weighted, one signature.
+
+    critic = lambda x: discriminator(x, training=True)
+    per_example = gan.hinge_discriminator_loss(critic(real), critic(fake))
+    per_example += gan.wasserstein_gradient_penalty(ctx, critic, real, fake)
+    d_loss = ctx.average(per_example)
+
+Every penalty is `penalty(ctx, discriminator, real, fake, *, weight=...)` and
+returns `[per_replica_batch]` float32 values, so that a config swaps them by
+reference (`gan.train.penalty = @gan.r1_penalty`). `discriminator` is any
+callable from images to logits (a conditional one as a closure over the
+labels). It must treat examples independently (no batch norm), because each
+example's gradient is taken from the gradient of the summed logits. Gradients
+are taken with an inner tape, so an outer tape can differentiate the penalty
+with respect to the discriminator's weights.
+"""
+
+import gin
+import tensorflow as tf
+
+
+def _require_weight(name, weight):
+  if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+    raise ValueError(f"{name}: weight must be a number >= 0, got {weight!r}.")
+
+
+def _squared_input_gradient_norm(discriminator, images):
+  """Per example: |d D(x) / d x|^2, summed over all but the batch axis."""
+  with tf.GradientTape() as tape:
+    tape.watch(images)
+    logits = tf.cast(discriminator(images), tf.float32)
+    total = tf.reduce_sum(logits)  # examples are independent: row i's gradient is its own
+  gradients = tf.cast(tape.gradient(total, images), tf.float32)
+  return tf.reduce_sum(tf.square(gradients), axis=list(range(1, gradients.shape.rank)))
+
+
+@gin.register(module="gan")
+def wasserstein_gradient_penalty(ctx, discriminator, real, fake, *, weight=10.0):
+  """weight * (|grad D(x_hat)| - 1)^2 at x_hat = e*real + (1-e)*fake, e ~ U[0, 1] per example.
+
+  Gulrajani et al., "Improved Training of Wasserstein GANs", 2017
+  (arXiv:1704.00028), Algorithm 1, with their lambda = 10. `e` comes from
+  `ctx.uniform`, so example i gets the same draw under any strategy.
+  """
+  _require_weight("wasserstein_gradient_penalty", weight)
+  real = tf.convert_to_tensor(real)
+  fake = tf.cast(fake, real.dtype)
+  mix = ctx.uniform([1] * (real.shape.rank - 1), dtype=real.dtype)
+  interpolated = mix * real + (1.0 - mix) * fake
+  squared = _squared_input_gradient_norm(discriminator, interpolated)
+  # The small constant keeps the square root's gradient finite at a zero gradient.
+  return weight * tf.square(tf.sqrt(squared + 1e-12) - 1.0)
+
+
+@gin.register(module="gan")
+def r1_penalty(ctx, discriminator, real, fake, *, weight=10.0, every=1):
+  """(weight / 2) * |grad D(x)|^2 on real data; `weight` is the paper's gamma.
+
+  Mescheder, Geiger & Nowozin, "Which Training Methods for GANs do actually
+  Converge?", 2018 (arXiv:1801.04406), equation 9. With `every=k > 1`, lazy
+  regularization (Karras et al., "Analyzing and Improving the Image Quality
+  of StyleGAN", 2020, arXiv:1912.04958, section 3.1): the penalty is computed
+  only on steps divisible by k, times k, and is zero on the others; a compiled
+  step skips the gradient computation there.
+  """
+  del fake  # R1 looks at real data only; the argument keeps the shared signature
+  _require_weight("r1_penalty", weight)
+  if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+    raise ValueError(f"r1_penalty: every must be an int >= 1 (1: every step), got {every!r}.")
+  real = tf.convert_to_tensor(real)
+
+  def penalty():
+    return (0.5 * weight * every) * _squared_input_gradient_norm(discriminator, real)
+
+  if every == 1:
+    return penalty()
+  zeros = lambda: tf.zeros([tf.shape(real)[0]], tf.float32)  # noqa: E731
+  due = tf.equal(tf.math.floormod(tf.cast(ctx.step, tf.int64), every), 0)
+  if tf.executing_eagerly():
+    return penalty() if bool(due) else zeros()
+  return tf.cond(due, penalty, zeros)
+
+
+@gin.register(module="gan")
+def no_penalty(ctx, discriminator, real, fake, *, weight=0.0):
+  """Zeros: switches penalties off with the same signature."""
+  del ctx, discriminator, fake, weight
+  return tf.zeros([tf.shape(real)[0]], tf.float32)
