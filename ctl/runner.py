@@ -289,7 +289,7 @@ class Runner:
     for name, model in models.items():
       if not isinstance(model, keras.Model):
         raise TypeError(f"models[{name!r}] is a {type(model).__name__}, not a keras.Model.")
-      if not model.built or not model.trainable_variables:
+      if not model.built or not model.variables:
         raise ValueError(f"model {name!r} has no variables yet; give it an input "
                          "shape (keras.Input) or call it once inside build().")
     for name, opt in list(optimizers.items()):

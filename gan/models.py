@@ -2,52 +2,179 @@
 
     generator = gan.dcgan_generator(noise_dim=64, width=32)      # z -> [28, 28, 1] in [-1, 1]
     discriminator = gan.dcgan_discriminator(width=32)            # image -> one logit
+    generator = gan.dcgan_generator(image_shape=(32, 32, 3), num_classes=10)  # [z, y] -> image
+    discriminator = gan.dcgan_discriminator(spectral_norm=True, num_classes=10)  # [x, y] -> logit
+    encoder = gan.dcgan_encoder(latent_dim=64)                   # image -> z (BiGAN/ALI)
+    joint = gan.bigan_discriminator(latent_dim=64)               # [x, z] -> logit
 
 Radford et al., "Unsupervised Representation Learning with Deep Convolutional
 GANs", 2016 (arXiv:1511.06434): strided (transposed) convolutions, batch norm in
-the generator, LeakyReLU(0.2) in the discriminator, tanh output.
+the generator, LeakyReLU(0.2) in the discriminator, tanh output. Images of side
+28 start from 7x7 (two upsamplings), of side 32 from 4x4 (three); any side
+divisible by 4 works. Class-conditional models take `[inputs, labels]` with
+integer labels `[B]`.
 """
 
+import gin
 import keras
 from keras import layers
 
+CONDITIONINGS = ("projection", "concat")
 
-def dcgan_generator(noise_dim=64, width=64, synchronized_batch_norm=True,
-                    name="generator"):
-  """Noise `[B, noise_dim]` -> images `[B, 28, 28, 1]` in [-1, 1].
+
+def _upsamplings(image_shape):
+  """How many stride-2 layers lead from a small square to `image_shape`."""
+  if (not isinstance(image_shape, (tuple, list)) or len(image_shape) != 3
+      or any(not isinstance(d, int) or d < 1 for d in image_shape)):
+    raise ValueError(f"image_shape must be (height, width, channels) of positive ints, "
+                     f"got {image_shape!r}.")
+  height, width, _ = image_shape
+  if height % 4 or width % 4:
+    raise ValueError(f"image_shape {tuple(image_shape)}: height and width must be "
+                     "divisible by 4 (e.g. (28, 28, 1) or (32, 32, 3)).")
+  count = 2
+  while height % 2 ** (count + 1) == 0 and width % 2 ** (count + 1) == 0 and count < 3:
+    count += 1
+  return count
+
+
+def _check_conditioning(num_classes, conditioning):
+  if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
+    raise ValueError(f"num_classes must be None (unconditional) or an int >= 2, "
+                     f"got {num_classes!r}.")
+  if conditioning not in CONDITIONINGS:
+    raise ValueError(f"conditioning must be one of {CONDITIONINGS}, got {conditioning!r}.")
+
+
+def _maybe_spectral(layer, spectral_norm):
+  # Miyato et al., "Spectral Normalization for GANs", 2018 (arXiv:1802.05957):
+  # one power iteration per call, as in the paper.
+  return layers.SpectralNormalization(layer) if spectral_norm else layer
+
+
+@gin.register(module="gan")
+def dcgan_generator(noise_dim=64, width=64, *, image_shape=(28, 28, 1), num_classes=None,
+                    synchronized_batch_norm=True, name="generator"):
+  """Noise `[B, noise_dim]` (and labels `[B]`) -> images `[B, *image_shape]` in [-1, 1].
 
   Args:
     noise_dim: size of the noise vector.
-    width: channels of the last hidden layer; earlier layers have 2x.
+    width: channels of the last hidden layer; each earlier layer has 2x more.
+    image_shape: (height, width, channels) of the output; sides divisible by 4.
+    num_classes: if set, the model takes `[noise, labels]` and conditions on the
+      label by concatenating its one-hot code to the noise (Mirza & Osindero,
+      "Conditional Generative Adversarial Nets", 2014, arXiv:1411.1784).
     synchronized_batch_norm: compute batch-norm statistics over the global
       batch (all replicas), so that results do not depend on the strategy.
       False uses each replica's own batch, which is cheaper and what most
       published multi-GPU runs did.
+    name: the model's name.
   """
+  _check_conditioning(num_classes, "concat")
+  count = _upsamplings(image_shape)
+  height, side, channels = image_shape
   norm = lambda: layers.BatchNormalization(synchronized=synchronized_batch_norm)  # noqa: E731
-  return keras.Sequential([
-      keras.Input((noise_dim,)),
-      layers.Dense(7 * 7 * 2 * width, use_bias=False),
-      norm(),
-      layers.LeakyReLU(0.2),
-      layers.Reshape((7, 7, 2 * width)),
-      layers.Conv2DTranspose(width, 5, strides=2, padding="same", use_bias=False),
-      norm(),
-      layers.LeakyReLU(0.2),
-      # The output stays float32 under mixed precision, as Keras advises.
-      layers.Conv2DTranspose(1, 5, strides=2, padding="same", activation="tanh",
-                             dtype="float32"),
-  ], name=name)
+  noise = keras.Input((noise_dim,), name="noise")
+  inputs, x = [noise], noise
+  if num_classes:
+    labels = keras.Input((), dtype="int32", name="labels")
+    inputs.append(labels)
+    x = layers.Concatenate()([x, layers.CategoryEncoding(num_classes, "one_hot")(labels)])
+  start = (height // 2 ** count, side // 2 ** count)
+  top = width * 2 ** (count - 1)
+  x = layers.Dense(start[0] * start[1] * top, use_bias=False)(x)
+  x = layers.LeakyReLU(0.2)(norm()(x))
+  x = layers.Reshape(start + (top,))(x)
+  for i in range(count - 1):
+    x = layers.Conv2DTranspose(top // 2 ** (i + 1), 5, strides=2, padding="same",
+                               use_bias=False)(x)
+    x = layers.LeakyReLU(0.2)(norm()(x))
+  # The output stays float32 under mixed precision, as Keras advises.
+  images = layers.Conv2DTranspose(channels, 5, strides=2, padding="same",
+                                  activation="tanh", dtype="float32")(x)
+  return keras.Model(inputs if num_classes else noise, images, name=name)
 
 
-def dcgan_discriminator(width=64, name="discriminator"):
-  """Images `[B, 28, 28, 1]` -> logits `[B, 1]` (no dropout: runs stay deterministic)."""
-  return keras.Sequential([
-      keras.Input((28, 28, 1)),
-      layers.Conv2D(width, 5, strides=2, padding="same"),
-      layers.LeakyReLU(0.2),
-      layers.Conv2D(2 * width, 5, strides=2, padding="same"),
-      layers.LeakyReLU(0.2),
-      layers.Flatten(),
-      layers.Dense(1, dtype="float32"),
-  ], name=name)
+def _convolutions(x, width, count, spectral_norm):
+  """The discriminator's and encoder's trunk: `count` stride-2 convolutions."""
+  for i in range(count):
+    x = _maybe_spectral(layers.Conv2D(width * 2 ** i, 5, strides=2, padding="same"),
+                        spectral_norm)(x)
+    x = layers.LeakyReLU(0.2)(x)
+  return layers.Flatten()(x)
+
+
+@gin.register(module="gan")
+def dcgan_discriminator(width=64, *, image_shape=(28, 28, 1), spectral_norm=False,
+                        num_classes=None, conditioning="projection", name="discriminator"):
+  """Images `[B, *image_shape]` (and labels `[B]`) -> logits `[B, 1]`.
+
+  No dropout, so that runs stay deterministic; no batch norm, so that the
+  gradient penalties (defined per example) stay per example.
+
+  Args:
+    width: channels of the first convolution; each later one has 2x more.
+    image_shape: (height, width, channels) of the input.
+    spectral_norm: wrap every convolution and dense layer in spectral
+      normalization (Miyato et al. 2018).
+    num_classes: if set, the model takes `[images, labels]`.
+    conditioning: how labels enter. "projection": the logit gains the inner
+      product of a learned label embedding with the image features (Miyato &
+      Koyama, "cGANs with Projection Discriminator", 2018, arXiv:1802.05637).
+      "concat": one-hot labels are appended to the image as constant channels
+      (Mirza & Osindero 2014).
+    name: the model's name.
+  """
+  _check_conditioning(num_classes, conditioning)
+  count = _upsamplings(image_shape)
+  images = keras.Input(tuple(image_shape), name="images")
+  inputs, x = [images], images
+  if num_classes:
+    labels = keras.Input((), dtype="int32", name="labels")
+    inputs.append(labels)
+    if conditioning == "concat":
+      one_hot = layers.CategoryEncoding(num_classes, "one_hot")(labels)
+      planes = layers.Reshape((1, 1, num_classes))(one_hot)
+      planes = layers.UpSampling2D(tuple(image_shape[:2]))(planes)
+      x = layers.Concatenate()([x, planes])
+  features = _convolutions(x, width, count, spectral_norm)
+  logits = _maybe_spectral(layers.Dense(1, dtype="float32"), spectral_norm)(features)
+  if num_classes and conditioning == "projection":
+    embedded = layers.Embedding(num_classes, features.shape[-1])(labels)
+    projection = layers.Dot(axes=1, dtype="float32")([embedded, features])
+    logits = layers.Add(dtype="float32")([logits, projection])
+  return keras.Model(inputs if num_classes else images, logits, name=name)
+
+
+@gin.register(module="gan")
+def dcgan_encoder(latent_dim=64, width=64, *, image_shape=(28, 28, 1), name="encoder"):
+  """Images `[B, *image_shape]` -> codes `[B, latent_dim]` (linear output).
+
+  The encoder of BiGAN (Donahue et al., "Adversarial Feature Learning", 2017,
+  arXiv:1605.09782) and ALI (Dumoulin et al., "Adversarially Learned
+  Inference", 2017, arXiv:1606.00704): it learns to invert the generator.
+  """
+  images = keras.Input(tuple(image_shape), name="images")
+  features = _convolutions(images, width, _upsamplings(image_shape), False)
+  codes = layers.Dense(latent_dim, dtype="float32")(features)
+  return keras.Model(images, codes, name=name)
+
+
+@gin.register(module="gan")
+def bigan_discriminator(latent_dim=64, width=64, *, image_shape=(28, 28, 1),
+                        spectral_norm=False, name="discriminator"):
+  """Pairs `[images, codes]` -> logits `[B, 1]`: real `(x, E(x))` vs fake `(G(z), z)`.
+
+  Image features from the DCGAN trunk and code features from a dense layer
+  are joined and scored together, as in BiGAN/ALI (Donahue et al. 2017).
+  """
+  images = keras.Input(tuple(image_shape), name="images")
+  codes = keras.Input((latent_dim,), name="codes")
+  x = _convolutions(images, width, _upsamplings(image_shape), spectral_norm)
+  z = _maybe_spectral(layers.Dense(4 * width), spectral_norm)(codes)
+  z = layers.LeakyReLU(0.2)(z)
+  joint = layers.Concatenate()([x, z])
+  joint = _maybe_spectral(layers.Dense(4 * width), spectral_norm)(joint)
+  joint = layers.LeakyReLU(0.2)(joint)
+  logits = _maybe_spectral(layers.Dense(1, dtype="float32"), spectral_norm)(joint)
+  return keras.Model([images, codes], logits, name=name)
