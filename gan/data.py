@@ -3,12 +3,22 @@
     images, labels = gan.load_mnist()             # 5,000 training digits, uint8
     held_out, _ = gan.load_mnist("test")          # 5,000 test digits, never trained on
     dataset = gan.mnist_dataset(global_batch_size=64, seed=0)  # floats in [-1, 1]
+    dataset = gan.tfds_dataset("cifar10", 64)     # a local TFDS copy, by name
+    dataset = gan.image_folder_dataset("faces/", 64, image_size=(64, 64))
 
-The embedded digits and their license are described in `gan/data/README.md`.
+Every function returns an endless dataset of global batches (static size, as
+replicas and XLA need) of float32 images in [-1, 1], `[B, H, W, C]`, or
+`(images, int32 labels)` with `with_labels=True`, shuffled per epoch from
+`seed`, so every worker of a multi-worker run sees the same batches. Each has
+a held-out split for evaluation that training never sees. The embedded digits
+and their license are described in `gan/data/README.md`.
 """
 
+import hashlib
 import os
+import socket
 
+import gin
 import numpy as np
 import tensorflow as tf
 
@@ -29,30 +39,209 @@ def load_mnist(split="train"):
     return archive["images"], archive["labels"]
 
 
-def mnist_dataset(global_batch_size, *, seed=0, with_labels=False):
-  """Endless, shuffled global batches of MNIST images scaled to [-1, 1], [B, 28, 28, 1].
-
-  Epoch `e` visits the digits in an order drawn from the stateless seed
-  `(seed, e)`, so the batches depend on `seed` alone, not on TensorFlow's global
-  seed or on when the dataset is made: every run, and every worker of a
-  multi-worker run, sees the same batches. Batches have a static size
-  (`drop_remainder`), as splitting across replicas and XLA need. With
-  `with_labels`, elements are `(images, labels)`.
-  """
-  if not isinstance(global_batch_size, int) or global_batch_size < 1:
+def _require_batch_size(global_batch_size):
+  if (isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
+      or global_batch_size < 1):
     raise ValueError(f"global_batch_size must be a positive int, got {global_batch_size!r}.")
-  images, labels = load_mnist()
-  images, labels = tf.constant(images), tf.constant(labels.astype(np.int32))
-  count = int(images.shape[0])
 
+
+def _epochs_of(count, global_batch_size, seed, load):
+  """Endless batches of `load(indices)`, epoch e in the order of stateless seed (seed, e).
+
+  The order depends on `seed` alone, not on TensorFlow's global seed or on when
+  the dataset is made, so every run and every worker sees the same batches.
+  """
   def epoch_order(epoch):
     keys = tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
     return tf.data.Dataset.from_tensor_slices(tf.argsort(keys))
 
-  def gather(indices):
-    batch = (tf.cast(tf.gather(images, indices), tf.float32)[..., None] - 127.5) / 127.5
-    return (batch, tf.gather(labels, indices)) if with_labels else batch
-
   indices = tf.data.Dataset.counter().flat_map(epoch_order)
   return (indices.batch(global_batch_size, drop_remainder=True)
-          .map(gather, num_parallel_calls=tf.data.AUTOTUNE))
+          .map(load, num_parallel_calls=tf.data.AUTOTUNE)
+          .prefetch(tf.data.AUTOTUNE))
+
+
+def _to_unit_range(images):
+  return (tf.cast(images, tf.float32) - 127.5) / 127.5
+
+
+@gin.register(module="gan")
+def mnist_dataset(global_batch_size, *, split="train", seed=0, with_labels=False):
+  """Endless, shuffled global batches of the embedded MNIST digits, [B, 28, 28, 1].
+
+  Args:
+    global_batch_size: examples per batch over all replicas.
+    split: "train" (what GANs train on) or "test" (held out for evaluation).
+    seed: the shuffle seed.
+    with_labels: elements are `(images, labels)`.
+  """
+  _require_batch_size(global_batch_size)
+  images, labels = load_mnist(split)
+  images, labels = tf.constant(images), tf.constant(labels.astype(np.int32))
+
+  def gather(indices):
+    batch = _to_unit_range(tf.gather(images, indices))[..., None]
+    return (batch, tf.gather(labels, indices)) if with_labels else batch
+
+  return _epochs_of(int(images.shape[0]), global_batch_size, seed, gather)
+
+
+class DatasetNotFoundError(FileNotFoundError):
+  """A TFDS dataset is not prepared locally and cannot be downloaded here."""
+
+
+# Where TFDS fetches most datasets from; a quick probe avoids TFDS's own
+# ~200 s of retries on a machine without internet.
+_DOWNLOAD_HOST = ("storage.googleapis.com", 443)
+
+
+def _reachable(address, timeout=3.0):
+  try:
+    with socket.create_connection(address, timeout=timeout):
+      return True
+  except OSError:
+    return False
+
+
+def _not_found(name, builder, reason):
+  return DatasetNotFoundError(
+      f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and {reason}. "
+      f"Fill that folder: on a machine with internet run `tfds build {name} "
+      f"--data_dir <dir>` and copy <dir>/{builder.name}/{builder.version} there (or "
+      "pass data_dir=... where it is); or pass download=True where there is "
+      "internet; or train on the embedded digits with gan.mnist_dataset.")
+
+
+@gin.register(module="gan")
+def tfds_dataset(name, global_batch_size, *, split="train", data_dir=None, image_size=None,
+                 seed=0, with_labels=False, download=False, shuffle_buffer=10_000):
+  """Endless, shuffled global batches of a TFDS image dataset, by name.
+
+  Args:
+    name: a TFDS name such as "mnist", "fashion_mnist", "cifar10", "celeb_a".
+    global_batch_size: examples per batch over all replicas.
+    split: the TFDS split; "test" (or "validation") is the held-out one.
+    data_dir: where TFDS keeps prepared datasets (default: TFDS's, which
+      honours TFDS_DATA_DIR).
+    image_size: (height, width) to resize to; None keeps the dataset's size,
+      which must then be fixed.
+    seed: the shuffle seed. The order is fixed by it for a given TensorFlow
+      version; files are read in order so that every worker agrees.
+    with_labels: elements are `(images, labels)` from the "label" feature.
+    download: download and prepare the dataset if it is not prepared locally
+      (needs internet; checked at once, not after TFDS's retries).
+    shuffle_buffer: examples in the shuffle buffer.
+
+  Raises:
+    DatasetNotFoundError: the dataset is not prepared in `data_dir` and
+      `download` is False or the download host cannot be reached; the message
+      names the folder to fill.
+  """
+  import tensorflow_datasets as tfds
+  _require_batch_size(global_batch_size)
+  if image_size is not None and (len(image_size) != 2 or min(image_size) < 1):
+    raise ValueError(f"image_size must be (height, width), got {image_size!r}.")
+  builder = tfds.builder(name, data_dir=data_dir)
+  if not builder.is_prepared():
+    if not download:
+      raise _not_found(name, builder, "download=False")
+    if not _reachable(_DOWNLOAD_HOST):
+      raise _not_found(name, builder, f"{_DOWNLOAD_HOST[0]} cannot be reached (no internet)")
+    builder.download_and_prepare()
+  if with_labels and "label" not in builder.info.features:
+    raise ValueError(f"with_labels: {name!r} has no 'label' feature (its features: "
+                     f"{sorted(builder.info.features)}).")
+  data = builder.as_dataset(split=split, shuffle_files=False)
+
+  def convert(example):
+    images = _to_unit_range(example["image"])
+    if image_size is not None:
+      images = tf.image.resize(images, image_size, antialias=True)
+    if with_labels:
+      return images, tf.cast(example["label"], tf.int32)
+    return images
+
+  data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+  return (data.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
+          .batch(global_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+SUBSETS = ("train", "held_out")
+
+
+def _held_out(relative_path, fraction):
+  """Whether a file is held out: from a hash of its path, so adding files moves none."""
+  digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
+  return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < fraction
+
+
+@gin.register(module="gan")
+def image_folder_dataset(directory, global_batch_size, *, image_size, channels=3,
+                         subset="train", held_out_fraction=0.1, seed=0,
+                         with_labels=False):
+  """Endless, shuffled global batches of the images in a folder (and its subfolders).
+
+  Args:
+    directory: the folder; with labels, each first-level subfolder is a class
+      (label = its index in sorted order).
+    global_batch_size: examples per batch over all replicas.
+    image_size: (height, width) to resize every image to.
+    channels: 1 (grey) or 3 (RGB); images are converted.
+    subset: "train", or "held_out" for evaluation: each file belongs to one of
+      them by a hash of its path, so the split is stable as files are added.
+    held_out_fraction: the share of files held out.
+    seed: the shuffle seed.
+    with_labels: elements are `(images, labels)`.
+  """
+  _require_batch_size(global_batch_size)
+  if not os.path.isdir(directory):
+    raise ValueError(f"directory {directory!r} does not exist or is not a folder.")
+  if (not isinstance(image_size, (tuple, list)) or len(image_size) != 2
+      or any(not isinstance(d, int) or d < 1 for d in image_size)):
+    raise ValueError(f"image_size must be (height, width) of positive ints, got {image_size!r}.")
+  if channels not in (1, 3):
+    raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}.")
+  if subset not in SUBSETS:
+    raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}.")
+  if not 0.0 <= held_out_fraction < 1.0:
+    raise ValueError(f"held_out_fraction must be in [0, 1), got {held_out_fraction!r}.")
+  classes = sorted(d for d in os.listdir(directory)
+                   if os.path.isdir(os.path.join(directory, d)))
+  paths, labels = [], []
+  for root, dirs, files in os.walk(directory):
+    dirs.sort()
+    for file in sorted(files):
+      if not file.lower().endswith(IMAGE_EXTENSIONS):
+        continue
+      relative = os.path.relpath(os.path.join(root, file), directory)
+      if _held_out(relative, held_out_fraction) != (subset == "held_out"):
+        continue
+      top = relative.split(os.sep)[0]
+      if with_labels and top not in classes:
+        raise ValueError(f"with_labels: {relative!r} is not in a class subfolder of "
+                         f"{directory!r}; put every image in one.")
+      paths.append(os.path.join(root, file))
+      labels.append(classes.index(top) if with_labels else 0)
+  if not paths:
+    raise ValueError(f"directory {directory!r} has no images for subset {subset!r} "
+                     f"(looked for {', '.join(IMAGE_EXTENSIONS)}, any case).")
+  if len(paths) < global_batch_size:
+    raise ValueError(f"directory {directory!r} has {len(paths)} images in subset "
+                     f"{subset!r}, fewer than global_batch_size ({global_batch_size}); "
+                     "use a smaller batch or more images.")
+  paths, labels = tf.constant(paths), tf.constant(labels, tf.int32)
+
+  def load_one(path):
+    # The decoders convert grey, RGB and RGBA to `channels` themselves.
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                               expand_animations=False)
+    image = tf.image.resize(_to_unit_range(image), image_size, antialias=True)
+    return tf.ensure_shape(image, tuple(image_size) + (channels,))
+
+  def load(indices):
+    images = tf.map_fn(load_one, tf.gather(paths, indices),
+                       fn_output_signature=tf.TensorSpec(tuple(image_size) + (channels,)))
+    return (images, tf.gather(labels, indices)) if with_labels else images
+
+  return _epochs_of(int(paths.shape[0]), global_batch_size, seed, load)
