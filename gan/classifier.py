@@ -7,8 +7,9 @@ about 28x28 digits, so FID and KID here use a classifier trained on real MNIST
 digits (`gan.load_mnist("train")`, the GANs' own training data; the held-out
 test digits are only scored). Its weights ship in `gan/data`, versioned
 (`VERSION`): numbers computed with one version are comparable with each other
-only. Training is seeded, so rerunning gives the same model on the same
-TensorFlow build.
+only. Training is seeded, but TensorFlow's CPU kernels are not all
+deterministic, so a rerun gives a classifier of about the same accuracy, not
+necessarily the same bits: that would be a new version.
 """
 
 import os

@@ -1,0 +1,176 @@
+"""The GAN kit's models, EMA and steps: shapes, errors, and default == mirrored.
+
+Each kind of step (plain with EMA, k critic updates with a gradient penalty,
+class-conditional, BiGAN with an encoder, hinge with spectral norm) trains a
+few steps under `default` and under `mirrored` with 2 replicas; the per-step
+results and every final weight must agree.
+"""
+
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+import gan
+from gan import experiment
+
+BATCH = 8
+NOISE = 8
+SHAPE = (28, 28, 1)
+
+
+@pytest.mark.parametrize("image_shape", [(28, 28, 1), (32, 32, 3)])
+@pytest.mark.parametrize("num_classes", [None, 10])
+def test_models_shapes(image_shape, num_classes):
+  labels = tf.range(2) if num_classes else None
+  g = gan.dcgan_generator(NOISE, 4, image_shape=image_shape, num_classes=num_classes)
+  z = tf.zeros((2, NOISE))
+  images = g([z, labels] if num_classes else z)
+  assert images.shape == (2,) + image_shape
+  for conditioning in ("projection", "concat"):
+    d = gan.dcgan_discriminator(4, image_shape=image_shape, num_classes=num_classes,
+                                conditioning=conditioning, spectral_norm=True)
+    assert d([images, labels] if num_classes else images).shape == (2, 1)
+  assert gan.dcgan_encoder(NOISE, 4, image_shape=image_shape)(images).shape == (2, NOISE)
+  pair = gan.bigan_discriminator(NOISE, 4, image_shape=image_shape)
+  assert pair([images, z]).shape == (2, 1)
+
+
+def test_spectral_norm_bounds_the_layer():
+  d = gan.dcgan_discriminator(4, spectral_norm=True)
+  wrapped = [l for l in d.layers if isinstance(l, keras.layers.SpectralNormalization)]
+  assert len(wrapped) == 3  # two convolutions and the output layer
+  x = tf.random.normal((4,) + SHAPE)
+  for _ in range(30):  # power iterations converge on the top singular value
+    d(x, training=True)
+  dense = wrapped[-1]
+  sigma = np.linalg.svd(np.asarray(dense.layer.kernel), compute_uv=False)[0]
+  assert sigma == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(image_shape=(30, 30, 1)), "divisible by 4"),
+    (dict(image_shape=(28, 28)), "image_shape must be"),
+    (dict(num_classes=1), "num_classes must be"),
+])
+def test_model_argument_errors(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    gan.dcgan_generator(**kwargs)
+
+
+def test_discriminator_conditioning_error():
+  with pytest.raises(ValueError, match="conditioning must be one of"):
+    gan.dcgan_discriminator(num_classes=10, conditioning="sum")
+
+
+def test_update_ema_follows_then_averages():
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+  model.layers[0].kernel.assign([[1.0]])
+  copy = gan.ema_copy(model)
+  assert copy.name == f"{model.name}_ema" and not copy.trainable
+  model.layers[0].kernel.assign([[2.0]])
+  gan.update_ema(types.SimpleNamespace(step=tf.constant(1)), copy, model,
+                 decay=0.9, start_step=2)
+  assert float(copy.layers[0].kernel[0, 0]) == pytest.approx(2.0)  # before start: follows
+  model.layers[0].kernel.assign([[3.0]])
+  gan.update_ema(types.SimpleNamespace(step=tf.constant(2)), copy, model,
+                 decay=0.9, start_step=2)
+  assert float(copy.layers[0].kernel[0, 0]) == pytest.approx(0.9 * 2.0 + 0.1 * 3.0)
+
+
+def test_update_ema_errors():
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+  other = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+  ctx = types.SimpleNamespace(step=tf.constant(0))
+  with pytest.raises(ValueError, match=r"decay must be in \[0, 1\)"):
+    gan.update_ema(ctx, gan.ema_copy(model), model, decay=1.0)
+  with pytest.raises(ValueError, match="make the copy with gan.ema_copy"):
+    gan.update_ema(ctx, other, model)
+
+
+def _data(conditional, steps_per_update=1):
+  images, labels = gan.load_mnist()
+  x = (images[:64, ..., None].astype("float32") - 127.5) / 127.5
+  y = labels[:64].astype("int32")
+  data = tf.data.Dataset.from_tensor_slices((x, y) if conditional else x)
+  return data.repeat().batch(BATCH, drop_remainder=True)
+
+
+KINDS = {
+    "ema": dict(ema_decay=0.5, ema_start_step=1),
+    "wgan_gp_k2": dict(generator_loss=gan.wasserstein_generator_loss,
+                       discriminator_loss=gan.wasserstein_discriminator_loss,
+                       penalty=gan.wasserstein_gradient_penalty, discriminator_steps=2),
+    "conditional": dict(num_classes=10),
+    "bigan": dict(encoder=True),
+    "hinge_sn_r1": dict(generator_loss=gan.hinge_generator_loss,
+                        discriminator_loss=gan.hinge_discriminator_loss,
+                        penalty=gan.r1_penalty, spectral_norm=True),
+}
+
+
+def _train(kind, strategy, steps=3):
+  options = dict(KINDS[kind])
+  num_classes = options.pop("num_classes", None)
+  encoder = options.pop("encoder", False)
+  spectral_norm = options.pop("spectral_norm", False)
+  ema_decay = options.get("ema_decay")
+  step = experiment.make_step(
+      generator_loss=options.pop("generator_loss", gan.non_saturating_generator_loss),
+      discriminator_loss=options.pop("discriminator_loss",
+                                     gan.non_saturating_discriminator_loss),
+      noise_dim=NOISE, conditional=bool(num_classes), encoder=encoder, **options)
+
+  def discriminator(**kwargs):
+    if encoder:
+      return gan.bigan_discriminator(width=4, **kwargs)
+    return gan.dcgan_discriminator(4, spectral_norm=spectral_norm, **kwargs)
+
+  build = experiment.make_build(
+      generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+      discriminator=discriminator,
+      encoder=(lambda **kw: gan.dcgan_encoder(width=4, **kw)) if encoder else None,
+      image_shape=SHAPE, noise_dim=NOISE, num_classes=num_classes, ema_decay=ema_decay)
+  runner = ctl.Runner(step, build, _data(bool(num_classes)),
+                      strategy=ctl.make_strategy(strategy), steps_per_loop=steps,
+                      batches_per_step=options.get("discriminator_steps", 1))
+  results = runner.train(steps)
+  weights = {name: [np.asarray(v) for v in model.variables]
+             for name, model in runner.models.items()}
+  return results, weights
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_steps_agree_default_and_mirrored(kind):
+  results, weights = _train(kind, "default")
+  mirrored_results, mirrored_weights = _train(kind, "mirrored")
+  assert sorted(results) == sorted(mirrored_results)
+  for key in results:
+    assert np.all(np.isfinite(results[key]))
+    np.testing.assert_allclose(mirrored_results[key], results[key], atol=1e-5, err_msg=key)
+  expected = {"generator", "discriminator"} | {
+      "ema": {"generator_ema"}, "bigan": {"encoder"}}.get(kind, set())
+  assert set(weights) == expected
+  for name in weights:
+    for a, b in zip(mirrored_weights[name], weights[name]):
+      np.testing.assert_allclose(a, b, atol=1e-5, err_msg=name)
+  if kind == "ema":  # the copy moved, and differs from the generator it averages
+    assert any(np.abs(a - b).max() > 1e-6
+               for a, b in zip(weights["generator_ema"], weights["generator"]))
+
+
+def test_bigan_refuses_a_penalty():
+  with pytest.raises(ValueError, match="use gan.no_penalty with an encoder"):
+    experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
+                         discriminator_loss=gan.non_saturating_discriminator_loss,
+                         penalty=gan.r1_penalty, encoder=True)
+
+
+def test_train_argument_errors(tmp_path):
+  with pytest.raises(ValueError, match="gan.bigan_discriminator"):
+    gan.train(str(tmp_path), encoder=gan.dcgan_encoder)
+  with pytest.raises(ValueError, match="with_labels=True"):
+    gan.train(str(tmp_path), num_classes=10)
