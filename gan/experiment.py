@@ -30,7 +30,7 @@ from gan import losses
 from gan import models as models_lib
 from gan import penalties
 
-_log = logging.getLogger("gan")
+_log = logging.getLogger("ctl.gan")  # shown by ctl's handler
 
 # Adam(2e-4, beta_1=0.5): the DCGAN paper's settings (Radford et al. 2016, section 4).
 default_optimizer = functools.partial(keras.optimizers.Adam, 2e-4, beta_1=0.5)
