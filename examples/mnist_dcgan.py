@@ -46,13 +46,6 @@ def step(ctx, real):
   return {"discriminator_loss": d_loss, "generator_loss": g_loss}
 
 
-def fixed_noise_samples(rows=8, seed=0):
-  """A function of the models giving rows x rows samples from the same noise each time."""
-  import numpy as np
-  z = np.random.default_rng(seed).normal(size=(rows * rows, NOISE_DIM)).astype("float32")
-  return lambda models: models["generator"](z, training=False)  # [-1, 1], 28x28x1
-
-
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--steps", type=int, default=2500, help="train up to this step")
@@ -71,7 +64,8 @@ def main(argv=None):
                       eager=args.eager)
   # Rerunning the same command resumes from the newest checkpoint in --workdir.
   runner.fit(args.steps, args.workdir, actions=[
-      ctl.Samples(fixed_noise_samples(), ctl.Every(steps=args.samples_every)),
+      # An 8x8 grid from the same noise each time.
+      ctl.Samples(gan.experiment.fixed_samples(NOISE_DIM), ctl.Every(steps=args.samples_every)),
       ctl.Export("generator"),
   ])
   print(f"wrote {args.workdir}: checkpoints, events, samples, export")

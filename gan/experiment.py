@@ -15,6 +15,7 @@ with `ema_decay` an EMA copy of the generator that samples, FID and export use.
 """
 
 import functools
+import inspect
 import logging
 import os
 
@@ -38,6 +39,11 @@ gin.external_configurable(keras.optimizers.Adam, module="keras.optimizers")
 gin.external_configurable(keras.optimizers.RMSprop, module="keras.optimizers")
 
 
+def _is(fn, target):
+  """Whether `fn` is `target`, also when gin handed over its configured wrapper."""
+  return inspect.unwrap(fn) is target
+
+
 def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalty,
               noise_dim=64, discriminator_steps=1, conditional=False, encoder=False,
               ema_decay=None, ema_start_step=0):
@@ -50,10 +56,18 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
   and the generator and encoder both minimise the discriminator loss with the
   labels swapped (Donahue et al. 2017, section 3).
   """
-  if encoder and penalty is not penalties.no_penalty:
+  penalized = not _is(penalty, penalties.no_penalty)
+  if encoder and penalized:
     raise ValueError("penalty: a BiGAN/ALI discriminator scores (image, code) pairs, "
                      f"and {getattr(penalty, '__name__', penalty)} penalises image "
                      "gradients only; use gan.no_penalty with an encoder.")
+
+  def pair_logits(ctx, real, fake, z):
+    """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z)."""
+    codes = ctx.models["encoder"](real, training=True)
+    discriminator = ctx.models["discriminator"]
+    return (discriminator([real, codes], training=True),
+            discriminator([fake, z], training=True))
 
   def critic_update(ctx, real, labels):
     generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
@@ -61,9 +75,7 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
     with tf.GradientTape() as tape:
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
-        codes = ctx.models["encoder"](real, training=True)
-        real_logits = discriminator([real, codes], training=True)
-        fake_logits = discriminator([fake, z], training=True)
+        real_logits, fake_logits = pair_logits(ctx, real, fake, z)
         extra = tf.zeros([tf.shape(real)[0]])
       else:
         critic = (lambda x: discriminator([x, labels], training=True)) if conditional else (
@@ -82,9 +94,7 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
     with tf.GradientTape(persistent=encoder) as tape:
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
-        codes = ctx.models["encoder"](real, training=True)
-        real_logits = discriminator([real, codes], training=True)
-        fake_logits = discriminator([fake, z], training=True)
+        real_logits, fake_logits = pair_logits(ctx, real, fake, z)
         # Swapped labels: fakes should look real, real pairs fake.
         loss = ctx.average(discriminator_loss(fake_logits, real_logits))
       else:
@@ -105,7 +115,7 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
       ema_lib.update_ema(ctx, ctx.models["generator_ema"], ctx.models["generator"],
                          decay=ema_decay, start_step=ema_start_step)
     results = {"discriminator_loss": d_loss, "generator_loss": g_loss}
-    if penalty is not penalties.no_penalty:
+    if penalized:
       results["penalty"] = extra
     return results
 
@@ -143,8 +153,7 @@ def fixed_samples(noise_dim, *, num_classes=None, rows=8, model="generator", see
 
   Class-conditional: a 10 x 10 grid (for 10 classes), one class per column.
   """
-  columns = num_classes or rows
-  count = rows * columns if not num_classes else num_classes * num_classes
+  count = (num_classes or rows) ** 2
   z = np.random.default_rng(seed).normal(size=(count, noise_dim)).astype("float32")
   labels = (np.arange(count) % num_classes).astype("int32") if num_classes else None
   return lambda models: models[model]([z, labels] if num_classes else z, training=False)
@@ -235,7 +244,7 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
     seed: the runner's seed (initial weights, noise).
     progress: show progress.
   """
-  if encoder is not None and discriminator is models_lib.dcgan_discriminator:
+  if encoder is not None and _is(discriminator, models_lib.dcgan_discriminator):
     raise ValueError("encoder is set, so the discriminator must score (image, code) "
                      "pairs; pass discriminator=gan.bigan_discriminator.")
   data = dataset(batch_size)

@@ -32,10 +32,8 @@ def _upsamplings(image_shape):
   if height % 4 or width % 4:
     raise ValueError(f"image_shape {tuple(image_shape)}: height and width must be "
                      "divisible by 4 (e.g. (28, 28, 1) or (32, 32, 3)).")
-  count = 2
-  while height % 2 ** (count + 1) == 0 and width % 2 ** (count + 1) == 0 and count < 3:
-    count += 1
-  return count
+  # Sides divisible by 8 start from side/8 (32 -> 4x4), others from side/4 (28 -> 7x7).
+  return 3 if height % 8 == 0 and width % 8 == 0 else 2
 
 
 def _check_conditioning(num_classes, conditioning):

@@ -169,6 +169,25 @@ def test_bigan_refuses_a_penalty():
                          penalty=gan.r1_penalty, encoder=True)
 
 
+def test_no_penalty_from_gin_counts_as_no_penalty():
+  """gin hands over a configured wrapper of gan.no_penalty, not the function itself."""
+  import gin
+
+  @gin.configurable
+  def chosen_penalty(penalty=None):  # a name no other test module registers
+    return penalty
+
+  try:
+    gin.parse_config("chosen_penalty.penalty = @gan.no_penalty")
+    wrapped = chosen_penalty()
+  finally:
+    gin.clear_config()
+  assert wrapped is not gan.no_penalty
+  experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
+                       discriminator_loss=gan.non_saturating_discriminator_loss,
+                       penalty=wrapped, encoder=True)  # no "use gan.no_penalty" error
+
+
 def test_train_argument_errors(tmp_path):
   with pytest.raises(ValueError, match="gan.bigan_discriminator"):
     gan.train(str(tmp_path), encoder=gan.dcgan_encoder)
