@@ -97,7 +97,28 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   if key not in _MADE:
     _MADE[key] = _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
                                  communication=communication, tpu=tpu)
+    if name in ("multi_worker", "parameter_server"):
+      announce_ready()
   return _MADE[key]
+
+
+# Set by `ctl launch`: a directory where each task leaves a file once its
+# strategy is made (for multi-worker, once all peers have connected), so the
+# launcher can tell a slow start from a peer that will never come.
+READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
+
+
+def announce_ready(env=None):
+  """Leaves `<$CTL_LAUNCH_READY_DIR>/<task type>-<index>` if a launcher asked for it."""
+  env = os.environ if env is None else env
+  directory = env.get(READY_DIR_VARIABLE)
+  if not directory:
+    return
+  task = parse_tf_config(env).get("task", {})
+  name = f"{task.get('type', 'worker')}-{task.get('index', 0)}"
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, name), "w") as f:
+    f.write(f"{os.getpid()}\n")
 
 
 _MADE = {}  # arguments -> the strategy made with them
@@ -129,7 +150,20 @@ def choose_strategy(env=None, num_gpus=None, tpu_devices=None):
   """Decides what `auto` means on this machine.
 
   Only cheap local signals are read: probing for a TPU over the network can
-  stall for minutes on a machine that has none.
+  stall for minutes on a machine that has none. In order:
+
+  1. `TPU_NAME` or `COLAB_TPU_ADDR` set, or TPU chips attached: `tpu`.
+  2. A cluster in `TF_CONFIG` (what Kubeflow's TFJob, Vertex AI and `ctl
+     launch` set): `parameter_server` if it has a `ps` job; `multi_worker` if
+     it has more than one `chief` + `worker` task. A task of type `evaluator`
+     evaluates beside the training cluster, not in it, so it gets a local
+     strategy. `TF_CONFIG` wins over Slurm when both are present.
+  3. A Slurm job step of more than one task (`srun` inside an allocation:
+     `SLURM_JOB_ID` and `SLURM_STEP_NUM_TASKS` > 1): `multi_worker`, its
+     cluster read from Slurm's variables (see `slurm_cluster_resolver`).
+     Parameter-server training on Slurm is not supported: use `TF_CONFIG`.
+  4. Otherwise by GPUs: `mirrored` for several, `one_device` for one,
+     `default` for none.
 
   Args:
     env: environment variables (default `os.environ`).
@@ -139,6 +173,9 @@ def choose_strategy(env=None, num_gpus=None, tpu_devices=None):
 
   Returns:
     `(name, reason)`.
+
+  Raises:
+    ValueError: if `TF_CONFIG` is malformed or its task is not in its cluster.
   """
   env = os.environ if env is None else env
   if tpu_devices is None:
@@ -147,19 +184,174 @@ def choose_strategy(env=None, num_gpus=None, tpu_devices=None):
     return "tpu", "TPU_NAME or COLAB_TPU_ADDR is set"
   if tpu_devices:
     return "tpu", "TPU chips are attached to this host"
-  cluster = parse_tf_config(env).get("cluster", {})
-  if cluster.get("ps"):
-    return "parameter_server", "TF_CONFIG names a 'ps' job"
-  workers = len(cluster.get("worker", ())) + len(cluster.get("chief", ()))
-  if workers > 1:
-    return "multi_worker", f"TF_CONFIG names {workers} workers"
+  config = parse_tf_config(env)
+  note = ""
+  if config.get("cluster") or "sparseCluster" in config:
+    cluster, task = _check_tf_config(config)
+    if task.get("type") == "evaluator":
+      # A side-car evaluator reads the checkpoints the workers write; joining
+      # their collectives (or coordinating their parameter servers) would
+      # make it a second trainer.
+      note = "TF_CONFIG task is an 'evaluator', which does not train: "
+    elif cluster.get("ps"):
+      return "parameter_server", "TF_CONFIG names a 'ps' job"
+    elif _training_workers(cluster) > 1:
+      return "multi_worker", (f"TF_CONFIG names {_training_workers(cluster)} "
+                              "workers (chief + worker tasks)")
+  else:
+    tasks = slurm_step_tasks(env)
+    if tasks > 1:
+      return "multi_worker", (f"Slurm job {env.get('SLURM_JOB_ID')} runs this step "
+                              f"as {tasks} tasks (SLURM_STEP_NUM_TASKS)")
+    if _int(env.get("SLURM_NTASKS")) > 1 and env.get("SLURM_JOB_ID"):
+      logger.warning(
+          "Slurm job %s has SLURM_NTASKS=%s but this process was not started by "
+          "srun (no SLURM_STEP_NUM_TASKS), so it is one process on its own; to "
+          "train on every task, run it as `srun ctl train ...`.",
+          env.get("SLURM_JOB_ID"), env.get("SLURM_NTASKS"))
   if num_gpus is None:
     num_gpus = len(tf.config.list_physical_devices("GPU"))
   if num_gpus > 1:
-    return "mirrored", f"{num_gpus} GPUs are visible"
+    return "mirrored", f"{note}{num_gpus} GPUs are visible"
   if num_gpus == 1:
-    return "one_device", "1 GPU is visible"
-  return "default", "no TPU, cluster or GPU found: one CPU device"
+    return "one_device", f"{note}1 GPU is visible"
+  return "default", f"{note}no TPU, cluster or GPU found: one CPU device"
+
+
+# The task types TensorFlow's multi-worker code accepts (multi_worker_util).
+TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+
+def _training_workers(cluster):
+  # The chief trains too; TF counts it as a worker (multi_worker_util.worker_count).
+  return len(cluster.get("chief", ())) + len(cluster.get("worker", ()))
+
+
+def _check_tf_config(config):
+  """Returns `(cluster, task)` of a TF_CONFIG with a cluster, or raises naming the fix."""
+  if "sparseCluster" in config and not config.get("cluster"):
+    raise ValueError(
+        "TF_CONFIG has a 'sparseCluster' (Kubeflow TFJob with enableDynamicWorker: "
+        "true), which MultiWorkerMirroredStrategy and ParameterServerStrategy "
+        "cannot use; set enableDynamicWorker: false in the TFJob spec.")
+  cluster = config["cluster"]
+  for job, addresses in cluster.items():
+    if job not in TASK_TYPES:
+      raise ValueError(f"TF_CONFIG cluster has a job {job!r}; TensorFlow knows only "
+                       f"{', '.join(TASK_TYPES)}. Rename it (a Kubeflow 'Master' "
+                       "replica is a 'Chief').")
+    if (not isinstance(addresses, list) or not addresses
+        or not all(isinstance(a, str) and ":" in a for a in addresses)):
+      raise ValueError(f"TF_CONFIG cluster job {job!r} must be a non-empty list of "
+                       f"'host:port' strings, got {addresses!r}.")
+  for job in ("chief", "evaluator"):
+    if len(cluster.get(job, ())) > 1:
+      raise ValueError(f"TF_CONFIG cluster has {len(cluster[job])} {job!r} tasks; "
+                       f"TensorFlow allows one. Make the others 'worker' tasks.")
+  task = config.get("task")
+  if not isinstance(task, dict) or "type" not in task:
+    raise ValueError(
+        f"TF_CONFIG names a cluster but not this process's task (got task={task!r}); "
+        'add "task": {"type": "worker", "index": <i>} (Kubeflow and `ctl launch` '
+        "set it for each task).")
+  kind, index = task["type"], task.get("index", 0)
+  if kind not in TASK_TYPES:
+    raise ValueError(f"TF_CONFIG task type {kind!r} is not one of {', '.join(TASK_TYPES)}.")
+  # TF lets an evaluator be left out of the cluster: it is not part of training.
+  count = len(cluster.get(kind, ())) if kind != "evaluator" or kind in cluster else 1
+  if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
+    raise ValueError(f"TF_CONFIG task {kind!r} index {index!r} is not in the cluster, "
+                     f"which has {count} {kind!r} task(s); use 0 to {count - 1}.")
+  return cluster, task
+
+
+def _int(text):
+  try:
+    return int(text)
+  except (TypeError, ValueError):
+    return 0
+
+
+def slurm_step_tasks(env=None):
+  """The number of tasks of this Slurm job step (0 outside `srun`).
+
+  `srun` sets `SLURM_STEP_NUM_TASKS` for each task it starts; a batch script
+  run by `sbatch` has only `SLURM_NTASKS`, and a process started from it
+  without `srun` is one process, whatever the allocation.
+  """
+  env = os.environ if env is None else env
+  if not env.get("SLURM_JOB_ID"):
+    return 0
+  return _int(env.get("SLURM_STEP_NUM_TASKS"))
+
+
+# Slurm tasks listen on SLURM_PORT_BASE + their index on the node (TF's own
+# default, 8888, is Jupyter's, which clusters often run on compute nodes).
+# Set CTL_SLURM_PORT_BASE to move it, e.g. when two jobs share a node.
+SLURM_PORT_BASE = 23456
+SLURM_PORT_BASE_VARIABLE = "CTL_SLURM_PORT_BASE"
+
+
+class _SlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
+  """TF's Slurm resolver, also for nodes without GPUs.
+
+  TF's resolver lays tasks out on a node by stepping through its GPUs, so with
+  no GPUs it makes no tasks (a zero step), and it reports `gpus_per_task`
+  GPUs, which MultiWorkerMirroredStrategy then places replicas on. This one
+  lays tasks out as if each had at least one GPU but reports the GPUs this
+  process really sees (Slurm's `--gpus-per-task` binds them).
+  """
+
+  def __init__(self, num_gpus, **kwargs):
+    super().__init__(**kwargs)
+    self._visible_gpus = num_gpus
+
+  def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+    del task_type, task_id, config_proto
+    return {"GPU": self._visible_gpus} if self._visible_gpus else {}
+
+
+def slurm_cluster_resolver(num_gpus=None, env=None):
+  """The cluster of this Slurm job step, as `multi_worker` builds it.
+
+  TF's `SlurmClusterResolver` reads `SLURM_PROCID` (this task's rank),
+  `SLURM_STEP_NUM_TASKS`, `SLURM_STEP_NODELIST` (expanded in Python, e.g.
+  `node[01-02]`; no `scontrol` call) and `SLURM_STEP_TASKS_PER_NODE` (e.g.
+  `1(x2)`) from `os.environ`. Every task is a `worker`; the task of rank 0 is
+  worker 0, the chief. Task `i` on a node listens on port
+  `SLURM_PORT_BASE + i` (`$CTL_SLURM_PORT_BASE` overrides it). The resolver
+  does not set `CUDA_VISIBLE_DEVICES`: give each task its GPUs with Slurm
+  (`--gpus-per-task`) or run one task per node.
+
+  Args:
+    num_gpus: GPUs this task uses (default: TensorFlow's physical GPUs).
+    env: environment variables to check (default `os.environ`; the resolver
+      itself always reads `os.environ`).
+
+  Raises:
+    RuntimeError: outside a Slurm step of several tasks, or when a variable
+      the resolver needs is missing.
+  """
+  env = os.environ if env is None else env
+  tasks = slurm_step_tasks(env)
+  if tasks < 2:
+    raise RuntimeError(
+        "not in a Slurm job step of several tasks (SLURM_JOB_ID="
+        f"{env.get('SLURM_JOB_ID')!r}, SLURM_STEP_NUM_TASKS="
+        f"{env.get('SLURM_STEP_NUM_TASKS')!r}); start every task with `srun` "
+        "inside an allocation of 2 or more tasks, or set TF_CONFIG.")
+  port_base = env.get(SLURM_PORT_BASE_VARIABLE) or SLURM_PORT_BASE
+  if not str(port_base).isdigit() or not 0 < int(port_base) < 65536:
+    raise ValueError(f"{SLURM_PORT_BASE_VARIABLE} ({port_base!r}) must be a port "
+                     "number, e.g. 23456.")
+  if num_gpus is None:
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+  per_task = max(num_gpus, 1)
+  # No node has more tasks than the step, so `per_task * tasks` "GPUs" per node
+  # leave room for every task; TF would otherwise run nvidia-smi to count them.
+  return _SlurmClusterResolver(num_gpus, port_base=int(port_base),
+                               gpus_per_node=per_task * tasks, gpus_per_task=per_task,
+                               auto_set_gpu=False)
 
 
 def parse_tf_config(env=None):
@@ -212,11 +404,22 @@ def _central_storage(devices, **unused):
 
 
 def _multi_worker(communication, **unused):
-  parse_tf_config()
+  # TF_CONFIG wins over Slurm, as in `choose_strategy`; with neither, TF's
+  # default resolver gives a one-worker strategy.
+  resolver = None
+  config = parse_tf_config()
+  if config.get("cluster") or "sparseCluster" in config:
+    _check_tf_config(config)
+  elif slurm_step_tasks() > 1:
+    resolver = slurm_cluster_resolver()
+    spec = resolver.cluster_spec()
+    logger.info("multi_worker: Slurm task %s %d of %s", resolver.task_type,
+                resolver.task_id, spec.as_dict())
   options = tf.distribute.experimental.CommunicationOptions(
       implementation=COMMUNICATION[communication])
   try:
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=options)
   except (RuntimeError, ValueError) as e:
     if "program startup" not in str(e):
       raise
@@ -228,13 +431,36 @@ def _multi_worker(communication, **unused):
 
 def _parameter_server(**unused):
   cluster = parse_tf_config().get("cluster", {})
-  if not cluster.get("ps") or not cluster.get("worker"):
+  if not cluster.get("ps") or not cluster.get("worker") or not cluster.get("chief"):
     raise RuntimeError(
-        "strategy 'parameter_server' needs a cluster with 'worker' and 'ps' jobs "
-        "in TF_CONFIG; none is set. Start the run through a launcher that sets "
+        "strategy 'parameter_server' needs a cluster with 'chief' (the "
+        "coordinator), 'worker' and 'ps' jobs in TF_CONFIG; got jobs "
+        f"{sorted(cluster) or 'none'}. Start the run through a launcher that sets "
         "TF_CONFIG, or pick 'multi_worker' or 'mirrored'.")
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+  if resolver.task_type in ("worker", "ps"):
+    serve(resolver)  # never returns
   return tf.distribute.experimental.ParameterServerStrategy(resolver)
+
+
+def serve(resolver):
+  """Runs this worker's or parameter server's TF server until the process is killed.
+
+  In parameter-server training only the coordinator (the `chief` task) runs
+  the program; the other tasks serve it. Running the same command on every
+  task (as `ctl launch` and the cluster examples do) thus reaches this point
+  on workers and parameter servers, which serve and never return.
+  """
+  # Workers wait for a parameter server that restarts instead of failing
+  # the coordinator's calls at once (TF's parameter-server tutorial).
+  os.environ["GRPC_FAIL_FAST"] = "use_caller"
+  server = tf.distribute.Server(
+      resolver.cluster_spec(), job_name=resolver.task_type,
+      task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc", start=True)
+  logger.info("serving as %s %d of the parameter-server cluster", resolver.task_type,
+              resolver.task_id)
+  announce_ready()
+  server.join()
 
 
 def _tpu(tpu, **unused):

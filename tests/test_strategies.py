@@ -92,7 +92,7 @@ def test_logical_cpus_before_any_op_works_in_a_fresh_process():
 
 
 def test_parameter_server_without_cluster_says_what_is_missing():
-  with pytest.raises(RuntimeError, match="needs a cluster with 'worker' and 'ps' jobs in TF_CONFIG"):
+  with pytest.raises(RuntimeError, match=r"needs a cluster with 'chief' \(the coordinator\), 'worker' and 'ps' jobs"):
     ctl.make_strategy("parameter_server")
 
 
