@@ -206,6 +206,30 @@ def image_folder_dataset(directory, global_batch_size, *, image_size, channels=3
     raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}.")
   if not 0.0 <= held_out_fraction < 1.0:
     raise ValueError(f"held_out_fraction must be in [0, 1), got {held_out_fraction!r}.")
+  paths, labels = _image_files(directory, subset, held_out_fraction, with_labels)
+  if len(paths) < global_batch_size:
+    raise ValueError(f"directory {directory!r} has {len(paths)} images in subset "
+                     f"{subset!r}, fewer than global_batch_size ({global_batch_size}); "
+                     "use a smaller batch or more images.")
+  paths, labels = tf.constant(paths), tf.constant(labels, tf.int32)
+
+  def load_one(path):
+    # The decoders convert grey, RGB and RGBA to `channels` themselves.
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                               expand_animations=False)
+    image = tf.image.resize(_to_unit_range(image), image_size, antialias=True)
+    return tf.ensure_shape(image, tuple(image_size) + (channels,))
+
+  def load(indices):
+    images = tf.map_fn(load_one, tf.gather(paths, indices),
+                       fn_output_signature=tf.TensorSpec(tuple(image_size) + (channels,)))
+    return (images, tf.gather(labels, indices)) if with_labels else images
+
+  return _epochs_of(int(paths.shape[0]), global_batch_size, seed, load)
+
+
+def _image_files(directory, subset, held_out_fraction, with_labels):
+  """The image paths of `subset` in sorted order, and their labels (0 without)."""
   classes = sorted(d for d in os.listdir(directory)
                    if os.path.isdir(os.path.join(directory, d)))
   paths, labels = [], []
@@ -226,22 +250,46 @@ def image_folder_dataset(directory, global_batch_size, *, image_size, channels=3
   if not paths:
     raise ValueError(f"directory {directory!r} has no images for subset {subset!r} "
                      f"(looked for {', '.join(IMAGE_EXTENSIONS)}, any case).")
-  if len(paths) < global_batch_size:
-    raise ValueError(f"directory {directory!r} has {len(paths)} images in subset "
-                     f"{subset!r}, fewer than global_batch_size ({global_batch_size}); "
-                     "use a smaller batch or more images.")
-  paths, labels = tf.constant(paths), tf.constant(labels, tf.int32)
+  return paths, labels
 
-  def load_one(path):
-    # The decoders convert grey, RGB and RGBA to `channels` themselves.
+
+def image_folder_examples(directory, *, channels=3, image_size=None, subset="train",
+                          held_out_fraction=0.1, with_labels=False):
+  """The images of a folder one by one, in file order: uint8 `[H, W, channels]`.
+
+  What `ctl records --dataset folder:PATH` writes; the same files and split
+  as `image_folder_dataset`, but unbatched, unshuffled, finite and not
+  rescaled, so they can be stored once and read fast.
+
+  Args:
+    directory, channels, subset, held_out_fraction, with_labels: as for
+      `image_folder_dataset`.
+    image_size: (height, width) to resize to, or None to keep each image's size.
+
+  Returns:
+    A `tf.data.Dataset` of images, or of `(image, int32 label)`.
+  """
+  if not os.path.isdir(directory):
+    raise ValueError(f"directory {directory!r} does not exist or is not a folder.")
+  if channels not in (1, 3):
+    raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}.")
+  if subset not in SUBSETS:
+    raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}.")
+  if image_size is not None and (
+      not isinstance(image_size, (tuple, list)) or len(image_size) != 2
+      or any(not isinstance(d, int) or d < 1 for d in image_size)):
+    raise ValueError(f"image_size must be (height, width) of positive ints or None, "
+                     f"got {image_size!r}.")
+  paths, labels = _image_files(directory, subset, held_out_fraction, with_labels)
+
+  def load(path, label):
     image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
                                expand_animations=False)
-    image = tf.image.resize(_to_unit_range(image), image_size, antialias=True)
-    return tf.ensure_shape(image, tuple(image_size) + (channels,))
+    if image_size is not None:
+      # Resizing in float then rounding back keeps the stored pixels uint8.
+      image = tf.image.resize(image, image_size, antialias=True)
+      image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+    return (image, label) if with_labels else image
 
-  def load(indices):
-    images = tf.map_fn(load_one, tf.gather(paths, indices),
-                       fn_output_signature=tf.TensorSpec(tuple(image_size) + (channels,)))
-    return (images, tf.gather(labels, indices)) if with_labels else images
-
-  return _epochs_of(int(paths.shape[0]), global_batch_size, seed, load)
+  data = tf.data.Dataset.from_tensor_slices((paths, tf.constant(labels, tf.int32)))
+  return data.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

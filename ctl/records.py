@@ -1,0 +1,374 @@
+"""Sharded TFRecord files: data that many workers or TPU hosts read in parallel.
+
+A dataset is written once as `num_shards` files plus a `spec.json` naming its
+element structure, dtypes and shapes; it is then read back as the same
+elements, each input pipeline reading only its own files.
+
+    from ctl import records
+    files = records.write_records(dataset, "data/mnist", num_shards=8)
+    data = records.read_records("data/mnist", global_batch_size=256, shuffle_seed=0)
+    runner = ctl.Runner(step, build, lambda context: records.read_records(
+        "gs://bucket/mnist", 256, input_context=context, shuffle_seed=0, repeat=True),
+        global_batch_size=256, strategy=strategy)   # each worker reads its own files
+
+    ctl records --dataset mnist --out data/mnist --shards 8   # or tfds:NAME, folder:PATH
+
+Example `i` goes to shard `i % num_shards`, so reading the shards round-robin
+(what `read_records` does when it does not shuffle) gives the original order.
+Each tensor is stored with `tf.io.serialize_tensor` in a `tf.train.Example`
+feature named by its path in the element (`0`, `1` for a tuple; the key for a
+dict; `value` for a lone tensor). Paths may be local or any filesystem
+TensorFlow reads (`gs://` for TPUs).
+"""
+
+import json
+import os
+import sys
+import time
+
+SPEC_FILE = "spec.json"
+_SHARD_NAME = "records-{index:05d}-of-{count:05d}.tfrecord"
+_SPEC_VERSION = 1
+_LONE = "value"  # feature name of an element that is a single tensor
+
+
+def write_records(dataset, directory, *, num_shards=8):
+  """Writes the unbatched elements of `dataset` as sharded TFRecord files.
+
+  Every shard is written under a temporary name and renamed when all are
+  complete, and `spec.json` is renamed last: a directory with a `spec.json`
+  holds a complete set, and a crash mid-write leaves the previous set readable.
+  Shards of an earlier write with another shard count are removed.
+
+  Args:
+    dataset: a finite `tf.data.Dataset` of single examples (not batches): a
+      tensor, or a tuple or dict (nested) of tensors, e.g. `(image, label)`.
+    directory: where to write (created if missing).
+    num_shards: how many files. Use at least as many as there will be input
+      pipelines (workers, TPU hosts) and a few more, so each gets several.
+
+  Returns:
+    The paths of the shard files, in shard order.
+
+  Raises:
+    ValueError: for a bad `num_shards`, an element structure that is not
+      tensors, tuples and dicts, or an empty dataset.
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+    raise ValueError(f"num_shards must be a positive int, got {num_shards!r}; "
+                     "use e.g. 8, or more than the number of input pipelines.")
+  if not isinstance(dataset, tf.data.Dataset):
+    raise TypeError(f"dataset must be a tf.data.Dataset of single examples, got "
+                    f"{type(dataset).__name__}.")
+  structure = _encode_structure(dataset.element_spec)
+  names = _feature_names(structure)
+  tf.io.gfile.makedirs(directory)
+  final = [os.path.join(directory, _SHARD_NAME.format(index=i, count=num_shards))
+           for i in range(num_shards)]
+  # A name per write, so two writers into one directory cannot mix their shards.
+  suffix = f".tmp-{os.getpid()}-{time.time_ns()}"
+  temporary = [path + suffix for path in final]
+  writers = [tf.io.TFRecordWriter(path) for path in temporary]
+  count = 0
+  try:
+    for element in dataset:
+      features = {name: tf.train.Feature(bytes_list=tf.train.BytesList(
+                      value=[tf.io.serialize_tensor(tensor).numpy()]))
+                  for name, tensor in zip(names, tf.nest.flatten(element))}
+      example = tf.train.Example(features=tf.train.Features(feature=features))
+      writers[count % num_shards].write(example.SerializeToString())
+      count += 1
+  finally:
+    for writer in writers:
+      writer.close()
+    if count == 0:
+      _remove(temporary)
+  if count == 0:
+    raise ValueError("dataset is empty: there is nothing to write.")
+  spec = {"version": _SPEC_VERSION, "num_examples": count, "num_shards": num_shards,
+          "files": [os.path.basename(path) for path in final],
+          "features": names, "element": structure}
+  spec_path = os.path.join(directory, SPEC_FILE)
+  with tf.io.gfile.GFile(spec_path + suffix, "w") as f:
+    f.write(json.dumps(spec, indent=1) + "\n")
+  for source, target in zip(temporary, final):
+    tf.io.gfile.rename(source, target, overwrite=True)
+  tf.io.gfile.rename(spec_path + suffix, spec_path, overwrite=True)
+  stale = set(tf.io.gfile.glob(os.path.join(directory, "records-*-of-*.tfrecord")))
+  _remove(sorted(stale - set(final)))
+  return final
+
+
+def read_records(directory_or_pattern, global_batch_size=None, *, input_context=None,
+                 shuffle_seed=None, shuffle_buffer=10_000, repeat=False):
+  """Reads what `write_records` wrote: the same elements, structure and dtypes.
+
+  Files are listed in shard order and read `num_shards` at a time, one
+  example from each in turn, with parallel reads that keep that order: so an
+  unshuffled read gives the examples in the order they were written.
+
+  Args:
+    directory_or_pattern: the directory `write_records` wrote, or a glob of
+      some of its shard files (`spec.json` is read from the same directory).
+    global_batch_size: batch by this (with `drop_remainder=True`, so every
+      batch has a static size, as replicas and XLA need); with
+      `input_context`, by this replica's share of it. None: single examples.
+    input_context: a `tf.distribute.InputContext`: read only this input
+      pipeline's files (`num_input_pipelines` must not exceed the number of
+      shards). Without it the dataset asks `tf.distribute` to shard by file
+      (`AutoShardPolicy.FILE`) if it is distributed.
+    shuffle_seed: shuffle files and examples with this seed (the same order
+      on every run); None keeps the written order.
+    shuffle_buffer: examples in the shuffle buffer.
+    repeat: repeat endlessly (for training); each epoch is shuffled anew.
+
+  Returns:
+    A `tf.data.Dataset`.
+
+  Raises:
+    FileNotFoundError: no such directory, no `spec.json`, or no matching files.
+    ValueError: bad batch size or input context, or batching records whose
+      shapes vary.
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  files, spec = _files_and_spec(tf, directory_or_pattern)
+  if global_batch_size is not None and (
+      isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
+      or global_batch_size < 1):
+    raise ValueError(f"global_batch_size must be a positive int or None, got "
+                     f"{global_batch_size!r}.")
+  element_spec = _decode_structure(spec["element"])
+  if global_batch_size is not None and not all(
+      s.shape.is_fully_defined() for s in tf.nest.flatten(element_spec)):
+    raise ValueError(f"the records in {directory_or_pattern!r} have shapes that vary "
+                     f"({element_spec}), so they cannot be batched; write them with "
+                     "a fixed size (e.g. `ctl records ... --image-size H W`).")
+  batch_size = global_batch_size
+  # In shard order: the round-robin read below then restores the written order.
+  data = tf.data.Dataset.list_files(files, shuffle=False)
+  if input_context is not None:
+    pipelines = input_context.num_input_pipelines
+    if pipelines > len(files):
+      raise ValueError(f"{pipelines} input pipelines share {len(files)} files, so "
+                       "some would read nothing; write more shards "
+                       f"(num_shards >= {pipelines}).")
+    data = data.shard(pipelines, input_context.input_pipeline_id)
+    if global_batch_size is not None:
+      batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+  if shuffle_seed is not None:
+    data = data.shuffle(len(files), seed=shuffle_seed)
+  data = data.interleave(tf.data.TFRecordDataset, cycle_length=len(files), block_length=1,
+                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if shuffle_seed is not None:
+    data = data.shuffle(shuffle_buffer, seed=shuffle_seed)
+  if repeat:
+    data = data.repeat()
+  names, flat_specs = spec["features"], tf.nest.flatten(element_spec)
+  features = {name: tf.io.FixedLenFeature([], tf.string) for name in names}
+
+  def parse(serialized):
+    example = tf.io.parse_single_example(serialized, features)
+    tensors = [tf.ensure_shape(tf.io.parse_tensor(example[name], s.dtype), s.shape)
+               for name, s in zip(names, flat_specs)]
+    return tf.nest.pack_sequence_as(element_spec, tensors)
+
+  data = data.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if batch_size is not None:
+    data = data.batch(batch_size, drop_remainder=True)
+  if input_context is None:
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.FILE)
+    data = data.with_options(options)
+  return data.prefetch(tf.data.AUTOTUNE)
+
+
+def read_spec(directory):
+  """The `spec.json` of a records directory, as a dict."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return _read_spec(tf, directory)
+
+
+def _read_spec(tf, directory):
+  if not tf.io.gfile.isdir(directory):
+    raise FileNotFoundError(f"records directory {directory!r} does not exist; write "
+                            "it first with ctl.records.write_records or `ctl records`.")
+  path = os.path.join(directory, SPEC_FILE)
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(
+        f"{directory!r} has no {SPEC_FILE}, so it holds no complete set of records "
+        "(write_records writes it last); write them with "
+        "ctl.records.write_records or `ctl records --out ...`.")
+  with tf.io.gfile.GFile(path) as f:
+    spec = json.load(f)
+  if spec.get("version") != _SPEC_VERSION:
+    raise ValueError(f"{path} has version {spec.get('version')!r}; this ctl reads "
+                     f"version {_SPEC_VERSION}. Write the records again.")
+  return spec
+
+
+def _files_and_spec(tf, directory_or_pattern):
+  if tf.io.gfile.isdir(directory_or_pattern):
+    spec = _read_spec(tf, directory_or_pattern)
+    files = [os.path.join(directory_or_pattern, f) for f in spec["files"]]
+    missing = [f for f in files if not tf.io.gfile.exists(f)]
+    if missing:
+      raise FileNotFoundError(f"{len(missing)} shard file(s) named in "
+                              f"{SPEC_FILE} are missing, e.g. {missing[0]!r}; write "
+                              "the records again.")
+    return files, spec
+  if not any(c in os.path.basename(directory_or_pattern) for c in "*?["):
+    _read_spec(tf, directory_or_pattern)  # not a directory, nor a pattern: says so
+  spec = _read_spec(tf, os.path.dirname(directory_or_pattern) or ".")
+  files = sorted(tf.io.gfile.glob(directory_or_pattern))
+  if not files:
+    raise FileNotFoundError(f"no files match {directory_or_pattern!r}.")
+  return files, spec
+
+
+def _remove(paths):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  for path in paths:
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+
+
+def _feature_names(encoded, prefix=""):
+  """Feature names: each tensor's path, in `tf.nest.flatten` order (dict keys sorted)."""
+  if "tuple" in encoded:
+    parts = [(str(i), s) for i, s in enumerate(encoded["tuple"])]
+  elif "dict" in encoded:
+    parts = sorted(encoded["dict"].items())
+  else:
+    return [prefix or _LONE]
+  return [name for key, sub in parts
+          for name in _feature_names(sub, f"{prefix}/{key}" if prefix else key)]
+
+
+def _encode_structure(spec):
+  """The element spec as JSON: tensors as dtype and shape; tuples and dicts nest."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if isinstance(spec, tf.TensorSpec):
+    return {"dtype": spec.dtype.name, "shape": spec.shape.as_list()
+            if spec.shape.rank is not None else None}
+  if isinstance(spec, tuple) and not hasattr(spec, "_fields"):
+    return {"tuple": [_encode_structure(s) for s in spec]}
+  if isinstance(spec, dict):
+    return {"dict": {str(k): _encode_structure(v) for k, v in spec.items()}}
+  raise ValueError(f"elements must be tensors, or tuples or dicts of them, to be "
+                   f"written as records; got a part {spec!r}. Map the dataset to "
+                   "such elements first.")
+
+
+def _decode_structure(encoded):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if "tuple" in encoded:
+    return tuple(_decode_structure(s) for s in encoded["tuple"])
+  if "dict" in encoded:
+    return {k: _decode_structure(v) for k, v in encoded["dict"].items()}
+  return tf.TensorSpec(encoded["shape"], tf.as_dtype(encoded["dtype"]))
+
+
+def add_parser(subparsers):
+  """Adds `ctl records`: write a dataset as sharded TFRecord files."""
+  parser = subparsers.add_parser(
+      "records", help="write a dataset as sharded TFRecord files",
+      description="Writes a dataset as sharded TFRecord files plus spec.json, for "
+      "ctl.records.read_records: the embedded MNIST digits, a prepared TFDS "
+      "dataset, or a folder of images.")
+  parser.add_argument("--dataset", required=True, metavar="mnist|tfds:NAME|folder:PATH",
+                      help="mnist: the embedded digits, (uint8 image [28,28,1], int32 "
+                      "label); tfds:NAME: a TFDS dataset prepared locally (no "
+                      "download), (image, label) or image; folder:PATH: the images in "
+                      "a folder, uint8 [H,W,C]")
+  parser.add_argument("--out", required=True, help="the directory to write")
+  parser.add_argument("--shards", type=int, default=8, help="number of files (default 8)")
+  parser.add_argument("--split", default="train",
+                      help="mnist: train or test; tfds: any split of the dataset; "
+                      "folder: train or test (the held-out files)")
+  parser.add_argument("--limit", type=int, default=None,
+                      help="write only the first N examples")
+  parser.add_argument("--data-dir", default=None, help="tfds: where TFDS keeps datasets")
+  parser.add_argument("--image-size", type=int, nargs=2, default=None,
+                      metavar=("HEIGHT", "WIDTH"),
+                      help="folder: resize every image (needed to batch them later)")
+  parser.add_argument("--channels", type=int, default=3, choices=(1, 3),
+                      help="folder: 1 (grey) or 3 (RGB)")
+  parser.add_argument("--with-labels", action="store_true",
+                      help="folder: labels from first-level subfolders")
+  parser.set_defaults(run=run)
+
+
+def run(args):
+  """Runs `ctl records`; returns the exit code."""
+  try:
+    if args.shards < 1:
+      raise ValueError(f"--shards must be at least 1, got {args.shards}.")
+    if args.limit is not None and args.limit < 1:
+      raise ValueError(f"--limit must be at least 1, got {args.limit}.")
+    dataset = _source(args)
+    if args.limit is not None:
+      dataset = dataset.take(args.limit)
+    files = write_records(dataset, args.out, num_shards=args.shards)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"ctl records: error: {e}", file=sys.stderr)
+    return 2
+  spec = read_spec(args.out)
+  print(f"wrote {spec['num_examples']} examples of {args.dataset} ({args.split}) to "
+        f"{len(files)} files in {args.out}: {_describe(spec['element'])}")
+  return 0
+
+
+def _source(args):
+  """The unbatched dataset `--dataset` names."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  kind, _, value = args.dataset.partition(":")
+  if kind == "mnist" and not value:
+    import gan  # pylint: disable=import-outside-toplevel
+    if args.split not in ("train", "test"):
+      raise ValueError(f"--split for mnist must be train or test, got {args.split!r}.")
+    images, labels = gan.load_mnist(args.split)
+    return tf.data.Dataset.from_tensor_slices((images[..., None], labels.astype(np.int32)))
+  if kind == "tfds" and value:
+    return _tfds_source(value, args.split, args.data_dir)
+  if kind == "folder" and value:
+    from gan import data  # pylint: disable=import-outside-toplevel
+    if args.split not in ("train", "test"):
+      raise ValueError(f"--split for a folder must be train or test (the held-out "
+                       f"files), got {args.split!r}.")
+    return data.image_folder_examples(
+        value, channels=args.channels, with_labels=args.with_labels,
+        image_size=tuple(args.image_size) if args.image_size else None,
+        subset="train" if args.split == "train" else "held_out")
+  raise ValueError(f"--dataset {args.dataset!r} is not known; use mnist, tfds:NAME "
+                   "(e.g. tfds:cifar10) or folder:PATH.")
+
+
+def _tfds_source(name, split, data_dir):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from gan import data  # pylint: disable=import-outside-toplevel
+  builder = tfds.builder(name, data_dir=data_dir)
+  if not builder.is_prepared():
+    # pylint: disable-next=protected-access
+    raise data._not_found(name, builder, "`ctl records` does not download")
+  features = builder.info.features
+  if "image" not in features:
+    raise ValueError(f"TFDS dataset {name!r} has no 'image' feature (its features: "
+                     f"{sorted(features)}).")
+  dataset = builder.as_dataset(split=split, shuffle_files=False)
+  if "label" in features:
+    return dataset.map(lambda e: (e["image"], tf.cast(e["label"], tf.int32)))
+  return dataset.map(lambda e: e["image"])
+
+
+def _describe(encoded):
+  if "tuple" in encoded:
+    return "(" + ", ".join(_describe(s) for s in encoded["tuple"]) + ")"
+  if "dict" in encoded:
+    return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in encoded["dict"].items()) + "}"
+  shape = "?" if encoded["shape"] is None else "[" + ",".join(
+      "?" if d is None else str(d) for d in encoded["shape"]) + "]"
+  return f"{encoded['dtype']}{shape}"
