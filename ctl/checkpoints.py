@@ -53,10 +53,11 @@ class Checkpointer:
     if iterator is not None:
       state["data"] = iterator
     else:
-      _log.warning("the data position is not checkpointed (a dataset function or a "
-                   "TPU feeds the replicas through TF's distributed iterator, which "
-                   "TF 2.21 cannot save): a resumed run restarts its input pipeline. "
-                   "Pass a dataset of global batches for an exact resume.")
+      _log.warning("the data position is not checkpointed (a dataset function, a "
+                   "TPU or parameter-server workers read through TF's distributed "
+                   "or per-worker iterators, which TF 2.21 cannot save): a resumed "
+                   "run restarts its input pipeline. Pass a dataset of global "
+                   "batches to another strategy for an exact resume.")
     self.checkpoint = tf.train.Checkpoint(**state)
     self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
     if self.is_chief:

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 
 def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
-              static_shapes=False):
+              static_shapes=False, coordinator=None):
   """Returns the feed for `data` under `strategy`.
 
   Args:
@@ -31,7 +31,13 @@ def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
       given, it must equal the dataset's batch size.
     batches_per_step: how many batches each step takes.
     static_shapes: require a static batch dimension even on one replica (XLA).
+    coordinator: the `ClusterCoordinator` of a parameter-server run: each
+      worker then reads its own copy of the data.
   """
+  if coordinator is not None:
+    return PerWorkerBatches(data, strategy, coordinator,
+                            global_batch_size=global_batch_size,
+                            batches_per_step=batches_per_step)
   if isinstance(data, tf.data.Dataset):
     feed = GlobalBatches(data, strategy, batches_per_step=batches_per_step,
                          static_shapes=static_shapes)
@@ -155,6 +161,61 @@ class DistributedBatches:
   def next(self, iterator=None):
     iterator = self.iterator if iterator is None else iterator
     return _step_input(lambda: _next(iterator), self.batches_per_step)
+
+
+class PerWorkerBatches:
+  """Parameter servers: every worker reads the whole dataset, from its own copy.
+
+  TF gives the workers of a parameter-server cluster no input-pipeline index
+  (each runs the same dataset graph), and a seeded dataset, as ctl asks for,
+  would then give every worker the same batches at the same time. Each
+  worker's copy therefore starts at an offset drawn from its own clock: the
+  workers read the same sequence, out of step with each other.
+  """
+
+  def __init__(self, data, strategy, coordinator, *, global_batch_size=None,
+               batches_per_step=1):
+    if strategy.num_replicas_in_sync != 1:
+      raise ValueError(f"parameter-server workers with "
+                       f"{strategy.num_replicas_in_sync} replicas each are not "
+                       "supported; give each worker one device.")
+    self.strategy = strategy
+    self.batches_per_step = batches_per_step
+    self.checkpointable = False  # one iterator per worker, on the workers
+    if isinstance(data, tf.data.Dataset):
+      self.global_batch_size = _batch_size(data.element_spec)
+      if global_batch_size is not None and global_batch_size != self.global_batch_size:
+        raise ValueError(f"global_batch_size ({global_batch_size}) differs from the "
+                         f"batch size of data ({self.global_batch_size}); drop "
+                         "global_batch_size or batch the dataset by it.")
+      dataset = _out_of_step(data)
+    elif callable(data) and len(inspect.signature(data).parameters) == 1:
+      if global_batch_size is None:
+        raise ValueError("data is a dataset function, so the runner cannot see the "
+                         "global batch size; pass global_batch_size=... .")
+      self.global_batch_size = global_batch_size
+      dataset = lambda: strategy.distribute_datasets_from_function(  # noqa: E731
+          lambda context: _out_of_step(data(context)))
+    else:
+      raise TypeError(f"data must be a tf.data.Dataset of global batches or a "
+                      f"function taking a tf.distribute.InputContext, got "
+                      f"{type(data).__name__}.")
+    self.iterator = iter(coordinator.create_per_worker_dataset(dataset))
+
+  def next(self, iterator):
+    """The next step's input, inside a function scheduled on a worker."""
+    return _step_input(lambda: next(iterator), self.batches_per_step)
+
+
+# Batches a worker may skip at its start (see PerWorkerBatches).
+_MAX_OFFSET = 64
+
+
+def _out_of_step(dataset):
+  """`dataset`, from a batch chosen by the clock of the worker that runs it."""
+  start = tf.data.Dataset.from_tensors(0).map(
+      lambda _: tf.cast(tf.timestamp() * 1e6, tf.int64) % _MAX_OFFSET)
+  return start.flat_map(dataset.skip).prefetch(tf.data.AUTOTUNE)
 
 
 def _step_input(fetch, batches_per_step):

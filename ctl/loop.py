@@ -87,6 +87,12 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
                      f"to), got {num_steps!r}.")
   num_steps = int(num_steps)
   actions = _complete(actions, workdir)
+  if isinstance(runner.strategy, tf.distribute.experimental.ParameterServerStrategy):
+    evaluations = [a for a in actions if isinstance(a, actions_lib.Evaluate)]
+    if evaluations:
+      raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
+                       "coordinator only schedules training steps); drop it and "
+                       "evaluate the checkpoints with `ctl eval` in another process.")
   checkpoint = next((a for a in actions if isinstance(a, actions_lib.Checkpoint)), None)
   loop = Loop(runner, workdir, int(runner.global_step.numpy()))
   if checkpoint:
@@ -215,8 +221,9 @@ def _agree(strategy, flags):
   Time-based schedules differ between workers' clocks, but collective work
   (a checkpoint, an evaluation) must run on all of them or none.
   """
-  if not flags or getattr(strategy.extended, "_num_workers", 1) <= 1:  # pylint: disable=protected-access
-    return flags
+  if (not flags or getattr(strategy.extended, "_num_workers", 1) <= 1 or  # pylint: disable=protected-access
+      isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)):
+    return flags  # one process decides (with parameter servers, the coordinator)
   votes = tf.constant([int(f) for f in flags], tf.int32)
   values = strategy.experimental_distribute_values_from_function(lambda _: votes)
   return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)

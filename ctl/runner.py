@@ -60,6 +60,9 @@ class Runner:
       `tf.distribute.InputContext` returning per-replica batches (then pass
       `global_batch_size`). See `ctl.data`.
     strategy: a `tf.distribute.Strategy` or a name for `ctl.make_strategy`.
+      Under `parameter_server` this process is the coordinator: each step is
+      scheduled on a free worker (asynchronous training), every worker reads
+      its own copy of `data`, and `evaluate` is not available.
     seed: seeds the initial weights (`keras.utils.set_random_seed(seed)` runs
       just before `build`) and the per-example draws (`ctx.normal`, `ctx.uniform`).
     steps_per_loop: steps run inside one compiled call (an in-graph loop).
@@ -93,6 +96,11 @@ class Runner:
       strategy = make_strategy(strategy)
     _check_supported(strategy, eager)
     self.strategy = strategy
+    # Parameter-server training: this process coordinates; the workers run
+    # the steps it schedules, asynchronously, each on its own copy of the data.
+    self._coordinator = (
+        tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        if _is_parameter_server(strategy) else None)
     self.steps_per_loop = steps_per_loop
     self.eager = eager
     self._step_fn = step
@@ -101,7 +109,8 @@ class Runner:
     # Data first: its checks are cheap, and fail before any model is built.
     self._feed = data_lib.make_feed(
         data, strategy, global_batch_size=global_batch_size,
-        batches_per_step=batches_per_step, static_shapes=jit_compile)
+        batches_per_step=batches_per_step, static_shapes=jit_compile,
+        coordinator=self._coordinator)
     with strategy.scope():
       self.models, self.optimizers = self._build(build)
       # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
@@ -121,6 +130,7 @@ class Runner:
       replica_step = tf.function(self._replica_step, jit_compile=True)
     self._run_replicas = replica_step
     self._loop = None if eager else tf.function(self._loop_fn)
+    self._worker_step = tf.function(self._one_step)  # parameter servers: one step
 
   @property
   def global_batch_size(self):
@@ -172,6 +182,12 @@ class Runner:
     (or a dataset function with `global_batch_size`), read from its start on
     every call. `ctx.step` is the current global step.
     """
+    if self._coordinator is not None:
+      raise ValueError(
+          "evaluate does not run under parameter_server: the coordinator only "
+          "schedules training steps. Evaluate a checkpoint in another process "
+          "under 'default' (e.g. `ctl eval`), or call the models directly in an "
+          "action, as gan.ClassifierFID does.")
     key = (step, data, global_batch_size)
     if key not in self._evaluations:
       feed = data_lib.make_feed(data, self.strategy, global_batch_size=global_batch_size)
@@ -258,6 +274,8 @@ class Runner:
     """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
     _require_positive_int("num_steps", num_steps)
     try:
+      if self._coordinator is not None:
+        return self._schedule_steps(num_steps)
       if self.eager:
         results = []
         for _ in range(num_steps):
@@ -361,8 +379,22 @@ class Runner:
       out[key] = tf.cast(value, tf.float32)
     return out
 
-  def _one_step(self):
-    batch = self._feed.next()
+  def _schedule_steps(self, num_steps):
+    """Parameter servers: `num_steps` one-step calls, spread over the workers.
+
+    Each call is scheduled on whichever worker is free, so the workers train
+    in parallel on the shared variables (asynchronous updates); the results
+    come back in the order the steps were scheduled.
+    """
+    calls = [self._coordinator.schedule(self._worker_step, args=(self._feed.iterator,))
+             for _ in range(num_steps)]
+    self._coordinator.join()
+    results = [call.fetch() for call in calls]
+    self._result_keys = self._result_keys or list(results[0])
+    return {k: np.array([r[k] for r in results]) for k in results[0]}
+
+  def _one_step(self, iterator=None):
+    batch = self._feed.next(iterator)
     results = self.strategy.run(self._run_replicas,
                                 args=(batch, self.global_step.read_value()))
     reduced = {k: self.strategy.reduce(self._reductions[k], v, axis=None)
@@ -402,11 +434,15 @@ def _scalar(key, value):
   return value
 
 
+def _is_parameter_server(strategy):
+  return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
 def _check_supported(strategy, eager):
-  if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-    raise ValueError("Runner does not run ParameterServerStrategy: it needs a "
-                     "ClusterCoordinator loop, which is not built yet; use "
-                     "'multi_worker' for synchronous training across machines.")
+  if eager and _is_parameter_server(strategy):
+    raise ValueError("eager=True cannot run under ParameterServerStrategy (workers "
+                     "run the functions the coordinator schedules); debug eagerly "
+                     "under 'default', then switch the strategy.")
   if eager and isinstance(strategy, tf.distribute.TPUStrategy):
     raise ValueError("eager=True cannot run under TPUStrategy (a TPU only runs "
                      "compiled programs); debug eagerly under 'default', then "

@@ -1,0 +1,86 @@
+"""A parameter-server training run for tests/test_parameter_server.py.
+
+    TF_CONFIG=... python tests/ps_task.py --workdir w --steps 40 --out r.npz
+
+Every task of the cluster runs this same command: on the `chief` it
+coordinates the training of a small GAN (`ctl.Runner.fit` under
+`parameter_server`); on `worker` and `ps` tasks `ctl.make_strategy` serves
+the cluster and never returns. The chief writes the per-step losses, the
+first step it ran and the final global step to `--out`.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ctl  # noqa: E402
+
+GLOBAL_BATCH = 32
+NOISE = 4
+
+
+def dataset():
+  import tensorflow as tf
+  # A ring of 8 Gaussians: a GAN's losses move quickly on it.
+  rng = np.random.default_rng(0)
+  angles = rng.integers(0, 8, size=2048) * (2 * np.pi / 8)
+  points = np.stack([np.cos(angles), np.sin(angles)], 1) * 2
+  points += rng.normal(scale=0.05, size=points.shape)
+  return (tf.data.Dataset.from_tensor_slices(points.astype("float32"))
+          .shuffle(2048, seed=1).repeat().batch(GLOBAL_BATCH, drop_remainder=True))
+
+
+def build():
+  import keras
+  generator = keras.Sequential([keras.Input((NOISE,)),
+                                keras.layers.Dense(32, activation="relu"),
+                                keras.layers.Dense(2)], name="generator")
+  discriminator = keras.Sequential([keras.Input((2,)),
+                                    keras.layers.Dense(32, activation="relu"),
+                                    keras.layers.Dense(1)], name="discriminator")
+  models = {"generator": generator, "discriminator": discriminator}
+  return models, {name: keras.optimizers.Adam(1e-3) for name in models}
+
+
+def step(ctx, real):
+  import tensorflow as tf
+  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+  with tf.GradientTape(persistent=True) as tape:
+    fake = generator(ctx.normal([NOISE]), training=True)
+    real_logits = discriminator(real, training=True)[:, 0]
+    fake_logits = discriminator(fake, training=True)[:, 0]
+    d_loss = ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
+    g_loss = ctx.average(tf.nn.softplus(-fake_logits))
+  ctx.minimize(d_loss, "discriminator", tape=tape)
+  ctx.minimize(g_loss, "generator", tape=tape)
+  return {"discriminator_loss": d_loss, "generator_loss": g_loss}
+
+
+def main():
+  p = argparse.ArgumentParser()
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--steps", type=int, default=40)
+  p.add_argument("--checkpoint-every", type=int, default=20)
+  p.add_argument("--steps-per-loop", type=int, default=10)
+  p.add_argument("--out", required=True)
+  args = p.parse_args()
+  strategy = ctl.make_strategy("parameter_server")  # workers and ps serve here
+  runner = ctl.Runner(step, build, dataset(), strategy=strategy, seed=3,
+                      steps_per_loop=args.steps_per_loop)
+  actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)),
+             ctl.Export("generator")]
+  history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
+  results = {f"loss/{k}": v for k, v in history.items()}
+  results["first_step"] = np.array(args.steps - len(next(iter(history.values()), [])))
+  results["global_step"] = np.array(int(runner.global_step.numpy()))
+  results["iterations"] = np.array(
+      [int(o.iterations.numpy()) for o in runner.optimizers.values()])
+  np.savez(args.out, **results)
+
+
+if __name__ == "__main__":
+  main()
