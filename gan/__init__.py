@@ -12,6 +12,7 @@
 from gan.data import image_folder_dataset
 from gan.data import load_mnist
 from gan.data import mnist_dataset
+from gan.data import records_dataset
 from gan.data import tfds_dataset
 from gan.ema import ema_copy
 from gan.ema import update_ema
@@ -45,7 +46,7 @@ from gan.penalties import r1_penalty
 from gan.penalties import wasserstein_gradient_penalty
 
 __all__ = [
-    "load_mnist", "mnist_dataset", "tfds_dataset", "image_folder_dataset",
+    "load_mnist", "mnist_dataset", "tfds_dataset", "image_folder_dataset", "records_dataset",
     "dcgan_generator", "dcgan_discriminator", "dcgan_encoder", "bigan_discriminator",
     "ema_copy", "update_ema",
     "minimax_generator_loss", "minimax_discriminator_loss",

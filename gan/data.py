@@ -170,6 +170,44 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 SUBSETS = ("train", "held_out")
 
 
+@gin.register(module="gan")
+def records_dataset(global_batch_size, *, path, seed=0, with_labels=False,
+                    input_context=None):
+  """Endless, shuffled global batches from TFRecord files written by `ctl records`.
+
+  What a TPU or a cluster reads (from local disk or `gs://`): files, each
+  input pipeline its own, in parallel. Elements on file are a uint8 image
+  `[H, W, C]` or `(image, label)`; batches are float32 in [-1, 1].
+
+    ctl records --dataset mnist --out data/mnist_records
+    dataset = gan.records_dataset(64, path="data/mnist_records")
+
+  Args:
+    global_batch_size: examples per batch over all replicas (with
+      `input_context`, the batch is this pipeline's share of it).
+    path: the directory `ctl records` wrote (or a glob of its shards).
+    seed: the shuffle seed (files and examples).
+    with_labels: elements are `(images, labels)`; the files must hold labels.
+    input_context: a `tf.distribute.InputContext` when used in a dataset function.
+  """
+  from ctl import records  # pylint: disable=import-outside-toplevel
+  _require_batch_size(global_batch_size)
+  dataset = records.read_records(path, global_batch_size, input_context=input_context,
+                                 shuffle_seed=seed, repeat=True)
+  element = dataset.element_spec
+  labelled = isinstance(element, tuple) and len(element) == 2
+  if with_labels and not labelled:
+    raise ValueError(f"with_labels=True, but the records in {path!r} hold no labels "
+                     f"(element {element}); write them with labels or drop with_labels.")
+
+  def to_images(*element):
+    images = _to_unit_range(element[0])
+    return (images, tf.cast(element[1], tf.int32)) if with_labels else images
+
+  return dataset.map(to_images, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+      tf.data.AUTOTUNE)
+
+
 def _held_out(relative_path, fraction):
   """Whether a file is held out: from a hash of its path, so adding files moves none."""
   digest = hashlib.sha256(relative_path.encode("utf-8")).digest()

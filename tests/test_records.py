@@ -224,3 +224,21 @@ def test_cli_subcommand_runs_as_a_program(tmp_path):
   proc = helpers.python(["-m", "ctl.cli", "records", "--dataset", "mnist", "--out",
                          str(tmp_path), "--shards", "2", "--limit", "4"])
   assert "wrote 4 examples of mnist (train) to 2 files" in proc.stdout
+
+
+def test_gan_records_dataset_gives_unit_range_batches(written, digits):
+  directory, _ = written
+  images, labels = next(iter(gan.records_dataset(16, path=directory, with_labels=True)))
+  assert images.shape == (16, 28, 28, 1) and images.dtype == tf.float32
+  assert labels.shape == (16,) and labels.dtype == tf.int32
+  assert -1.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
+  # Every image read is one of the written digits, rescaled.
+  written_images = {d.tobytes() for d in digits[0]}
+  restored = np.round((images.numpy() + 1.0) * 127.5).astype(np.uint8)
+  assert all(image.tobytes() in written_images for image in restored)
+  unlabelled = tf.data.Dataset.from_tensor_slices(digits[0])
+  plain = os.path.join(os.path.dirname(directory), "unlabelled")
+  records.write_records(unlabelled, plain, num_shards=2)
+  with pytest.raises(ValueError, match="hold no labels"):
+    gan.records_dataset(16, path=plain, with_labels=True)
+  assert gan.records_dataset(16, path=plain).element_spec.shape == (16, 28, 28, 1)
