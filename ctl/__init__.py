@@ -10,21 +10,39 @@
 `StepContext` (global-batch loss averaging, updates, replica-invariant noise).
 """
 
+import importlib as _importlib
 import logging as _logging
 
-from ctl.actions import Checkpoint
-from ctl.actions import Evaluate
-from ctl.actions import Every
-from ctl.actions import Export
-from ctl.actions import Samples
-from ctl.actions import Summaries
-from ctl.context import StepContext
-from ctl.loop import PREEMPTED_EXIT_CODE
-from ctl.runner import Runner
-from ctl.strategies import NAMES as STRATEGY_NAMES
-from ctl.strategies import choose_strategy
-from ctl.strategies import configure_logical_cpus
-from ctl.strategies import make_strategy
+# The public names and the module of each. They load on first use, so that
+# `import ctl` (and the `ctl` command's --help) does not import TensorFlow.
+_EXPORTS = {
+    "Runner": "ctl.runner", "StepContext": "ctl.context",
+    "make_strategy": "ctl.strategies", "choose_strategy": "ctl.strategies",
+    "configure_logical_cpus": "ctl.strategies", "STRATEGY_NAMES": "ctl.strategies",
+    "Every": "ctl.actions", "Checkpoint": "ctl.actions", "Summaries": "ctl.actions",
+    "Samples": "ctl.actions", "Evaluate": "ctl.actions", "Export": "ctl.actions",
+    "PREEMPTED_EXIT_CODE": "ctl.loop",
+}
+_RENAMED = {"STRATEGY_NAMES": "NAMES"}
+
+
+def __getattr__(name):
+  if name in _EXPORTS:
+    value = getattr(_importlib.import_module(_EXPORTS[name]), _RENAMED.get(name, name))
+  else:  # a submodule, e.g. ctl.checkpoints
+    try:
+      value = _importlib.import_module(f"ctl.{name}")
+    except ModuleNotFoundError as e:
+      if e.name != f"ctl.{name}":  # the submodule exists but an import inside it failed
+        raise
+      raise AttributeError(f"module 'ctl' has no attribute {name!r}") from None
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS))
+
 
 # Show ctl's INFO lines (e.g. what strategy 'auto' chose) unless the
 # application configured logging itself.

@@ -5,13 +5,16 @@
               discriminator_loss=gan.wasserstein_discriminator_loss,
               penalty=gan.wasserstein_gradient_penalty, discriminator_steps=5)
 
-    python examples/train_gan.py examples/configs/wgan_gp.gin   # the same, from a .gin file
+    ctl train examples/configs/wgan_gp.gin   # the same, from a .gin file
 
 `make_step` is an ordinary ctl step (read it to see how a GAN step is written);
 `train` wires it to a `ctl.Runner` and `fit` with checkpoints, summaries,
-sample grids, classifier FID and export. With `encoder` it trains a BiGAN/ALI
-(three models, three optimizers); with `num_classes` a class-conditional GAN;
-with `ema_decay` an EMA copy of the generator that samples, FID and export use.
+sample grids, classifier FID and export; `mode="eval"`, `"export"` or `"build"`
+restores and evaluates, restores and exports, or only builds the same runner
+(what `ctl eval`, `ctl export` and `ctl check` run). With `encoder` it trains a
+BiGAN/ALI (three models, three optimizers); with `num_classes` a
+class-conditional GAN; with `ema_decay` an EMA copy of the generator that
+samples, FID and export use.
 """
 
 import functools
@@ -25,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 import ctl
+from ctl.checkpoints import Checkpointer
 from gan import data as data_lib
 from gan import ema as ema_lib
 from gan import losses
@@ -188,19 +192,28 @@ class ClassifierFID:
       out.append(np.asarray(models[self._model](inputs, training=False)))
     return np.concatenate(out)
 
-  def __call__(self, loop):
+  def compute(self, models):
+    """The classifier FID of `models[model]`'s samples against the held-out digits."""
     from gan import evaluation  # loads the classifier only when FID is asked for
     if self._reference is None:
       self._reference = evaluation.classifier_features(data_lib.load_mnist("test")[0])
-    fake = evaluation.classifier_features(self.generate(loop.runner.models))
-    value = float(evaluation.frechet_distance(fake, self._reference))
+    fake = evaluation.classifier_features(self.generate(models))
+    return float(evaluation.frechet_distance(fake, self._reference))
+
+  def __call__(self, loop):
+    value = self.compute(loop.runner.models)
     self.history.append((loop.step, value))
     with loop.writer("eval").as_default(step=loop.step):
       tf.summary.scalar("classifier_fid", value)
     _log.info("classifier FID at step %d: %.3f", loop.step, value)
 
 
-@gin.configurable(module="gan")
+MODES = ("train", "eval", "export", "build")
+
+
+# `mode` and `export_dir` say what to do with the experiment, not what it is:
+# the command line passes them, and the operative config does not record them.
+@gin.configurable(module="gan", denylist=["mode", "export_dir"])
 def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size=64,
           generator=models_lib.dcgan_generator, discriminator=models_lib.dcgan_discriminator,
           encoder=None, generator_loss=losses.non_saturating_generator_loss,
@@ -210,8 +223,11 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
           discriminator_optimizer=default_optimizer, encoder_optimizer=default_optimizer,
           ema_decay=None, ema_start_step=0, strategy="default", steps_per_loop=50,
           samples_every=500, fid_every=None, fid_samples=5000, checkpoint_every=1000,
-          seed=0, progress=True):
-  """Trains a GAN built from parts and returns the `ctl.Runner`; rerun to resume.
+          seed=0, progress=True, mode="train", export_dir=None):
+  """Trains (or evaluates, exports, builds) a GAN built from parts; rerun to resume.
+
+  `ctl train|eval|export|check CONFIG.gin` call this with the `mode` of the
+  subcommand; every mode builds the same runner.
 
   Args:
     workdir: where checkpoints, events, samples and the export go.
@@ -234,7 +250,7 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
       returning a Keras optimizer (called in the strategy's scope).
     ema_decay: keep an EMA copy of the generator (`generator_ema`) with this
       decay, from `ema_start_step`; samples, FID and export then use it.
-    strategy: a `ctl.make_strategy` name.
+    strategy: a `ctl.make_strategy` name or a `tf.distribute.Strategy`.
     steps_per_loop: steps per compiled call.
     samples_every: steps between PNG sample grids.
     fid_every: steps between classifier FIDs (28x28x1 images only); None: at
@@ -243,21 +259,32 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
     checkpoint_every: steps between checkpoints (and at the end).
     seed: the runner's seed (initial weights, noise).
     progress: show progress.
+    mode: "train" fits to `num_steps`, resuming from `<workdir>/checkpoints`;
+      "build" returns the runner untrained; "eval" restores the newest
+      checkpoint and returns `{"step": ..., "classifier_fid": ...}` (FID for
+      28x28x1 images only); "export" restores it and exports the generator
+      (or its EMA copy).
+    export_dir: where mode "export" writes (default `<workdir>/export`).
+
+  Returns:
+    The `ctl.Runner` ("train", "build"), the metrics ("eval"), or the paths
+    of the `.keras` file and the SavedModel ("export").
+
+  Raises:
+    FileNotFoundError: mode "eval" or "export" and no checkpoint in the workdir.
   """
+  if mode not in MODES:
+    raise ValueError(f"mode {mode!r} is not known; use one of {', '.join(MODES)}.")
   if encoder is not None and _is(discriminator, models_lib.dcgan_discriminator):
     raise ValueError("encoder is set, so the discriminator must score (image, code) "
                      "pairs; pass discriminator=gan.bigan_discriminator.")
-  data = dataset(batch_size)
-  if num_classes and not isinstance(data.element_spec, tuple):
-    raise ValueError(f"num_classes={num_classes} needs a dataset of (images, labels); "
-                     "pass with_labels=True to the dataset function.")
-  spec = data.element_spec[0] if num_classes else data.element_spec
-  image_shape = tuple(int(d) for d in spec.shape[1:])
-  conditional = bool(num_classes)
+  # The strategy first: a multi-worker one must exist before any TF op (the dataset's).
+  strategy = ctl.make_strategy(strategy) if isinstance(strategy, str) else strategy
+  data, image_shape = _data(dataset, batch_size, num_classes)
   runner = ctl.Runner(
       make_step(generator_loss=generator_loss, discriminator_loss=discriminator_loss,
                 penalty=penalty, noise_dim=noise_dim,
-                discriminator_steps=discriminator_steps, conditional=conditional,
+                discriminator_steps=discriminator_steps, conditional=bool(num_classes),
                 encoder=encoder is not None, ema_decay=ema_decay,
                 ema_start_step=ema_start_step),
       make_build(generator=generator, discriminator=discriminator, encoder=encoder,
@@ -268,13 +295,40 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
       data, strategy=strategy, seed=seed, steps_per_loop=steps_per_loop,
       batches_per_step=discriminator_steps)
   shown = "generator_ema" if ema_decay is not None else "generator"
-  actions = [ctl.Checkpoint(ctl.Every(steps=checkpoint_every)),
-             ctl.Samples(fixed_samples(noise_dim, num_classes=num_classes, model=shown),
-                         ctl.Every(steps=samples_every)),
-             ctl.Export(shown)]
-  if fid_every != 0 and image_shape == (28, 28, 1):
-    actions.append(ClassifierFID(noise_dim, fid_every and ctl.Every(steps=fid_every),
-                                 num_samples=fid_samples, num_classes=num_classes,
-                                 model=shown))
-  runner.fit(num_steps, workdir, actions=actions, progress=progress)
-  return runner
+  fid = None
+  if image_shape == (28, 28, 1):  # the classifier's digits
+    fid = ClassifierFID(noise_dim, ctl.Every(steps=fid_every) if fid_every else None,
+                        num_samples=fid_samples, num_classes=num_classes, model=shown)
+  if mode == "build":
+    return runner
+  if mode == "train":
+    actions = [ctl.Checkpoint(ctl.Every(steps=checkpoint_every)),
+               ctl.Samples(fixed_samples(noise_dim, num_classes=num_classes, model=shown),
+                           ctl.Every(steps=samples_every)),
+               ctl.Export(shown)] + ([fid] if fid and fid_every != 0 else [])
+    runner.fit(num_steps, workdir, actions=actions, progress=progress)
+    return runner
+  step = _restore(runner, workdir)
+  if mode == "eval":
+    return {"step": step, **({"classifier_fid": fid.compute(runner.models)} if fid else {})}
+  return runner.export(shown, export_dir or os.path.join(workdir, "export"))
+
+
+def _data(dataset, batch_size, num_classes):
+  """The dataset of global batches and its image shape, checked against num_classes."""
+  data = dataset(batch_size)
+  if num_classes and not isinstance(data.element_spec, tuple):
+    raise ValueError(f"num_classes={num_classes} needs a dataset of (images, labels); "
+                     "pass with_labels=True to the dataset function.")
+  spec = data.element_spec[0] if num_classes else data.element_spec
+  return data, tuple(int(d) for d in spec.shape[1:])
+
+
+def _restore(runner, workdir):
+  """Restores the newest checkpoint of `workdir`; returns its step."""
+  checkpointer = Checkpointer(runner, os.path.join(workdir, "checkpoints"))
+  if checkpointer.latest is None:
+    raise FileNotFoundError(
+        f"no checkpoint in {checkpointer.directory}: train first (mode='train', or "
+        "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
+  return checkpointer.restore()

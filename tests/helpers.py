@@ -27,6 +27,11 @@ def python(args, *, env=None, timeout=180, check=True):
   return proc
 
 
+def ctl(*args, env=None, timeout=180, check=True):
+  """Runs the `ctl` command (`python -m ctl.cli args...`); the CompletedProcess."""
+  return python(["-m", "ctl.cli"] + list(args), env=env, timeout=timeout, check=check)
+
+
 def run_task(tmp_path, *args, name="run"):
   """Runs tests/parity_task.py with `args`; returns its results as a dict."""
   out = os.path.join(tmp_path, f"{name}.npz")
@@ -80,6 +85,18 @@ def free_ports(count):
   finally:
     for s in sockets:
       s.close()
+
+
+def alive(pid):
+  """Whether process `pid` runs (Linux; a zombie, exited but not reaped, does not).
+
+  A container's init may never reap orphans, so "gone" must include zombies.
+  """
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except FileNotFoundError:
+    return False
 
 
 def max_difference(results, reference):

@@ -1,0 +1,367 @@
+"""`ctl check`: what would fail on a TPU, found on a CPU before you pay for one.
+
+    ctl check examples/configs/dcgan.gin --steps 3     # a table; exit 1 if anything fails
+
+    findings = ctl.check.check_runner(runner, num_batches=3)
+    for finding in findings:
+      print(finding.name, finding.ok, finding.message)
+
+A TPU runs the step as one XLA program compiled for fixed shapes, fed batches
+from the host. XLA on the CPU (`jit_compile=True`) is the nearest stand-in,
+so the step is compiled the way a TPU compiles it, taking the batch as an
+argument, and run on a few real batches. The checks:
+
+  static input shapes     every dimension of the data is known (drop_remainder=True)
+  XLA compiles the step   no op XLA cannot compile (the error quotes the op)
+  no retracing            one trace for all batches (a short last batch, or images
+                          of several sizes, would compile a new program each time)
+  static shapes in step   no op whose output size depends on the data
+                          (tf.boolean_mask, tf.where(cond), tf.unique)
+  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
+
+The runner's variables are put back as they were afterwards, and the
+runner's own data iterator is not touched.
+"""
+
+import argparse
+import builtins
+import collections
+import contextlib
+import gc
+import io
+import re
+import sys
+import tempfile
+import textwrap
+
+from ctl import experiments
+
+Finding = collections.namedtuple("Finding", ["name", "ok", "message"])
+Finding.__doc__ = """One check's outcome: `name`, `ok` (bool) and a `message` that says the fix."""
+
+STATIC_INPUTS = "static input shapes"
+XLA = "XLA compiles the step"
+RETRACING = "no retracing"
+DATA_DEPENDENT = "static shapes in step"
+HOST_PYTHON = "no host Python"
+
+# Ops that run Python on the host: a TPU cannot call back into it.
+_PYTHON_OPS = {"EagerPyFunc": "tf.py_function", "PyFunc": "tf.numpy_function",
+               "PyFuncStateless": "tf.numpy_function(stateful=False)"}
+# Control flow whose unknown output shape comes from its branches or body,
+# which are searched themselves (the cause is reported there).
+_CONTROL_FLOW = {"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
+                 "PartitionedCall", "StatefulPartitionedCall"}
+_SHOWN = 5  # offending ops named per finding
+
+
+_DESCRIPTION = """\
+Builds the experiment's runner (mode 'build', strategy 'default') and reports, on
+this CPU, what would fail on a TPU: the step is compiled with XLA as a TPU
+compiles it, taking the batch as an argument, and run on K real batches.
+
+checks:
+  static input shapes     every dimension of the data is known (drop_remainder=True)
+  XLA compiles the step   no op XLA cannot compile (the error quotes the op)
+  no retracing            one trace for all K batches
+  static shapes in step   no op whose output size depends on the data
+                          (tf.boolean_mask, tf.where(cond), tf.unique)
+  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()"""
+
+
+def add_parser(subparsers):
+  """Adds `check` to the `ctl` command's subparsers."""
+  parser = subparsers.add_parser(
+      "check", help="report what in an experiment would fail on a TPU",
+      description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+      epilog="example:\n  ctl check examples/configs/dcgan.gin --gin "
+             "'gan.train.batch_size = 16' --steps 3\n\nExit code 0 if every check "
+             "passes, 1 if one fails, 2 for a mistake in the command or config.")
+  experiments.add_config_arguments(parser)
+  parser.add_argument("--steps", type=int, default=3, metavar="K",
+                      help="batches to compile and run the step on (default 3)")
+  parser.set_defaults(run=run)
+
+
+def run(args):
+  """`ctl check`: builds the experiment's runner (mode 'build') and checks it."""
+  try:
+    if args.steps < 1:
+      raise experiments.ConfigError(f"--steps {args.steps}: give at least 1.")
+    experiment = experiments.load_experiment(args, needs=("mode", "strategy"))
+  except experiments.ConfigError as e:
+    return experiments.fail("check", e, experiments.USAGE_ERROR)
+  with tempfile.TemporaryDirectory(prefix="ctl-check-") as workdir:
+    runner = experiment(workdir, strategy="default", mode="build")
+    findings = check_runner(runner, num_batches=args.steps)
+  print(format_findings(findings))
+  return 0 if all(f.ok for f in findings) else experiments.FAILURE
+
+
+def format_findings(findings, width=100):
+  """A table: one row per finding, the message wrapped under its check."""
+  name_width = max(len(f.name) for f in findings)
+  lines = [f"{'check':{name_width}}  result  message"]
+  for f in findings:
+    body = textwrap.wrap(f.message, width - name_width - 10) or [""]
+    lines.append(f"{f.name:{name_width}}  {'ok' if f.ok else 'FAIL':6}  {body[0]}")
+    lines += [" " * (name_width + 10) + line for line in body[1:]]
+  return "\n".join(lines)
+
+
+def check_runner(runner, num_batches=3):
+  """Checks that `runner`'s step would compile and run on a TPU.
+
+  Traces the runner's per-replica step inside `tf.function(jit_compile=True)`
+  with the batch as an argument (as a TPU is fed), then compiles and runs it
+  on `num_batches` batches from a new iterator over the runner's data. The
+  runner's variables are restored afterwards.
+
+  Args:
+    runner: a `ctl.Runner` on one device (strategy "default" or "one_device")
+      whose data is a dataset of global batches.
+    num_batches: batches to run the compiled step on.
+
+  Returns:
+    A list of `Finding`s, one per check (see the module docstring).
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from ctl import data as data_lib  # pylint: disable=import-outside-toplevel
+  if runner.strategy.num_replicas_in_sync != 1:
+    raise ValueError(f"check_runner needs a runner on one device, got "
+                     f"{runner.strategy.num_replicas_in_sync} replicas: XLA cannot hold "
+                     "the cross-replica sum of a multi-device strategy on CPU; build "
+                     "the runner with strategy='default'.")
+  if not isinstance(runner._feed, data_lib.GlobalBatches):  # pylint: disable=protected-access
+    raise ValueError("check_runner needs a runner whose data is a tf.data.Dataset of "
+                     "global batches, not a dataset function.")
+  if not isinstance(num_batches, int) or num_batches < 1:
+    raise ValueError(f"num_batches must be a positive int, got {num_batches!r}.")
+  findings = [_static_inputs(runner)]
+  batches = _batches(runner, num_batches)
+  saved = [(v, v.numpy()) for v in _variables(runner)]
+  try:
+    step = _CompiledStep(runner)
+    error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
+    if error:
+      findings += [error] + [Finding(n, False, "not run: the step did not trace.")
+                             for n in (XLA, RETRACING, DATA_DEPENDENT)]
+    else:
+      graphs = list(_graphs(step.concrete.graph))
+      findings.append(_host_python(graphs, step.printed))
+      findings.append(_data_dependent_shapes(graphs))
+      findings.append(_retracing(step, batches))
+      findings.append(_xla(step, batches))
+  finally:
+    for variable, value in saved:
+      variable.assign(value)
+  order = [STATIC_INPUTS, XLA, RETRACING, DATA_DEPENDENT, HOST_PYTHON]
+  return sorted(findings, key=lambda f: order.index(f.name))
+
+
+class _CompiledStep:
+  """The runner's replica step in `tf.function(jit_compile=True)`, batch as argument."""
+
+  def __init__(self, runner):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    self.runner = runner
+    self.python_calls = 0  # the user's step runs as Python only while traced
+    self.printed = []
+    self.concrete = None
+
+    def replica_step(batch, step):
+      self.python_calls += 1
+      return runner._replica_step(batch, step)  # pylint: disable=protected-access
+
+    def compiled(batch, step):
+      return runner.strategy.run(replica_step, args=(batch, step))
+
+    self.function = tf.function(compiled, jit_compile=True)
+    self.step = runner.global_step.read_value()
+
+  def trace(self, batch_spec):
+    """Traces on `batch_spec`, recording prints; a Finding if tracing failed."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    try:
+      with _recording_prints(self.printed):
+        self.concrete = self.function.get_concrete_function(
+            batch_spec, tf.TensorSpec([], self.step.dtype))
+    except Exception as e:  # pylint: disable=broad-except
+      return _trace_failure(e)
+    return None
+
+
+def _static_inputs(runner):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  spec = runner._feed._dataset.element_spec  # pylint: disable=protected-access
+  unknown = [s for s in tf.nest.flatten(spec) if not s.shape.is_fully_defined()]
+  if not unknown:
+    return Finding(STATIC_INPUTS, True, f"every dimension of the data is known: {spec}.")
+  shapes = ", ".join(str(s.shape) for s in unknown)
+  fixes = []
+  if any(s.shape.rank is None or s.shape[0] is None for s in unknown):
+    fixes.append("batch with drop_remainder=True (dataset.batch(global_batch_size, "
+                 "drop_remainder=True)) so that every batch has the same size")
+  if any(s.shape.rank is None or None in s.shape.as_list()[1:] for s in unknown):
+    fixes.append("give every example one shape (tf.image.resize, or padded_batch "
+                 "with fixed padded_shapes)")
+  return Finding(STATIC_INPUTS, False, f"the data has unknown dimensions ({shapes}), "
+                 f"so a TPU would compile a new program for each shape; "
+                 f"{'; and '.join(fixes)}.")
+
+
+def _batches(runner, count):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  feed = runner._feed  # pylint: disable=protected-access
+  iterator = feed.make_iterator()  # not the runner's: its position is checkpointed
+  batches = []
+  for _ in range(count):
+    try:
+      batches.append(feed.next(iterator))
+    except (tf.errors.OutOfRangeError, StopIteration):
+      break
+  if not batches:
+    raise ValueError("check_runner: the runner's data gave no batch.")
+  return batches
+
+
+def _variables(runner):
+  variables = [runner.global_step]
+  for model in runner.models.values():
+    variables += list(model.variables)
+  for optimizer in runner.optimizers.values():
+    variables += list(optimizer.variables)
+  return variables
+
+
+@contextlib.contextmanager
+def _recording_prints(printed):
+  """Replaces print: each call is recorded as `file:line` and shows nothing."""
+  real_print = builtins.print
+
+  def recording_print(*args, **kwargs):
+    del args, kwargs
+    printed.append(_source_line(sys._getframe(1)))  # pylint: disable=protected-access
+
+  builtins.print = recording_print
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):  # prints that bypass builtins
+      yield
+  finally:
+    builtins.print = real_print
+
+
+def _source_line(frame):
+  """`file:line` of `frame`, mapped back from AutoGraph's generated code to the user's."""
+  location = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+  if "__autograph_generated" not in frame.f_code.co_filename:
+    return location
+  for function in gc.get_referrers(frame.f_code):  # the converted function
+    for generated, origin in getattr(function, "ag_source_map", {}).items():
+      if generated.lineno == frame.f_lineno:
+        return f"{origin.loc.filename}:{origin.loc.lineno}"
+  return location
+
+
+def _trace_failure(error):
+  text = _first_lines(str(error))
+  if "numpy" in str(error):
+    return Finding(HOST_PYTHON, False, f"the step calls .numpy() (or np.asarray) on a "
+                   f"tensor: {text} A compiled step's tensors have no value on the "
+                   "host; compute with TF ops, and return values to log them.")
+  return Finding(HOST_PYTHON, False, f"the step failed to trace: {type(error).__name__}: "
+                 f"{text} Python that needs a tensor's value (float(x), if x:, "
+                 ".numpy()) cannot run in a compiled step; use TF ops.")
+
+
+def _graphs(graph, seen=None):
+  """`graph` and the graphs of the functions it calls (cond branches, loop bodies)."""
+  seen = set() if seen is None else seen
+  if id(graph) in seen:
+    return
+  seen.add(id(graph))
+  yield graph
+  for function in getattr(graph, "_functions", {}).values():
+    inner = getattr(function, "graph", None)
+    if inner is not None:
+      yield from _graphs(inner, seen)
+
+
+def _host_python(graphs, printed):
+  problems = []
+  if printed:
+    where = ", ".join(sorted(set(printed))[:_SHOWN])
+    problems.append(f"print() at {where} runs once while the step is traced, not at "
+                    "every step, and a TPU cannot call the host: use tf.print")
+  calls = [(op.type, op.name) for g in graphs for op in g.get_operations()
+           if op.type in _PYTHON_OPS]
+  if calls:
+    named = ", ".join(f"{_PYTHON_OPS[t]} ({t} op '{n}')" for t, n in calls[:_SHOWN])
+    problems.append(f"{named} calls Python on the host, which XLA cannot compile and a "
+                    "TPU cannot run: write that part with TF ops")
+  if not problems:
+    return Finding(HOST_PYTHON, True, "no print, tf.py_function or tf.numpy_function.")
+  return Finding(HOST_PYTHON, False, "; ".join(problems) + ".")
+
+
+def _data_dependent_shapes(graphs):
+  """Ops that make an unknown dimension from inputs whose shapes are all known."""
+  causes = []
+  for graph in graphs:
+    for op in graph.get_operations():
+      if op.type in _CONTROL_FLOW or op.type in _PYTHON_OPS:
+        continue
+      outputs = [t for t in op.outputs if _is_data(t)]
+      if (any(not t.shape.is_fully_defined() for t in outputs) and
+          all(t.shape.is_fully_defined() for t in op.inputs if _is_data(t))):
+        shape = next(t.shape for t in outputs if not t.shape.is_fully_defined())
+        causes.append(f"{op.type} '{op.name}' (output shape {shape})")
+  if not causes:
+    return Finding(DATA_DEPENDENT, True, "every tensor in the step has a static shape.")
+  return Finding(DATA_DEPENDENT, False, f"{', '.join(causes[:_SHOWN])}: the output "
+                 "size depends on the data, which a TPU cannot compile (XLA on CPU "
+                 "may). Keep shapes fixed: a 0/1 mask multiplied in instead of "
+                 "tf.boolean_mask, tf.where(cond, x, y) with three arguments, sums "
+                 "over one-hot codes instead of tf.unique.")
+
+
+def _is_data(tensor):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return tensor.dtype not in (tf.resource, tf.variant)
+
+
+def _retracing(step, batches):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  shapes = []
+  for batch in batches:
+    step.function.get_concrete_function(batch, step.step)
+    shapes.append(", ".join(str(t.shape) for t in tf.nest.flatten(batch)))
+  traces = step.function.experimental_get_tracing_count()
+  if traces <= 1 and step.python_calls <= 1:
+    return Finding(RETRACING, True, f"one trace for {len(batches)} batches.")
+  distinct = list(dict.fromkeys(shapes))
+  return Finding(RETRACING, False, f"the step was traced {traces} times for "
+                 f"{len(batches)} batches (the step's Python ran {step.python_calls} "
+                 f"times); their shapes: {'; '.join(distinct)}. A TPU compiles a new "
+                 "program for each: batch with drop_remainder=True and give every "
+                 "example one shape.")
+
+
+def _xla(step, batches):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  try:
+    for batch in batches:
+      step.function(batch, step.step)
+  except (tf.errors.OpError, ValueError, TypeError) as e:
+    return Finding(XLA, False, f"XLA failed: {_first_lines(str(e))} Replace that op "
+                   "with ops XLA compiles (most TF ops; not tf.py_function, "
+                   "tf.numpy_function, string ops, or ops on the host).")
+  return Finding(XLA, True, f"compiled and ran the step on {len(batches)} batches.")
+
+
+def _first_lines(text, limit=400):
+  """The gist of a TF error: its first line(s), without compiler attributes."""
+  text = re.sub(r"\[_XlaMustCompile[^\]]*\]", "", text)
+  text = text.split("The op is created at")[0]
+  text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+  return (text[:limit] + "...") if len(text) > limit else text

@@ -1,0 +1,130 @@
+"""`ctl check`: each TPU hazard is found on a CPU, and a clean step passes.
+
+Runners are tiny (one Dense layer on random rows) and run in-process under
+the default strategy; one `ctl check` run goes through the command line.
+"""
+
+import os
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+from ctl import check
+from tests.helpers import ctl as run_ctl
+
+FEATURES = 4
+
+
+def _runner(loss=lambda outputs, rows: tf.square(outputs[:, 0]), data=None,
+            prepare=lambda batch: batch):
+  """A one-Dense-layer runner whose step minimises `loss(outputs, rows)` per example.
+
+  The rows are `prepare(batch)`; by default 64 random rows in batches of 16.
+  """
+  def build():
+    model = keras.Sequential([keras.Input([FEATURES]), keras.layers.Dense(1)])
+    return {"model": model}, {"model": keras.optimizers.SGD(0.1)}
+
+  def step(ctx, batch):
+    rows = prepare(batch)
+    with tf.GradientTape() as tape:
+      value = ctx.average(loss(ctx.models["model"](rows), rows))
+    ctx.minimize(value, "model", tape=tape)
+    return {"loss": value}
+
+  if data is None:
+    rows = np.random.default_rng(0).normal(size=(64, FEATURES)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices(rows).batch(16, drop_remainder=True)
+  return ctl.Runner(step, build, data, strategy="default")
+
+
+def _by_name(findings):
+  assert len({f.name for f in findings}) == len(findings) == 5, findings
+  return {f.name: f for f in findings}
+
+
+def test_a_clean_step_passes_and_leaves_the_weights_alone():
+  runner = _runner()
+  before = [v.numpy() for v in runner.models["model"].variables]
+  findings = check.check_runner(runner, num_batches=2)
+  assert all(f.ok for f in findings), check.format_findings(findings)
+  after = [v.numpy() for v in runner.models["model"].variables]
+  assert all(np.array_equal(a, b) for a, b in zip(before, after))
+  assert int(runner.global_step.numpy()) == 0
+
+
+def test_a_short_last_batch_is_dynamic_and_retraces():
+  rows = np.zeros((40, FEATURES), "float32")  # batches of 16, 16, 8
+  runner = _runner(data=tf.data.Dataset.from_tensor_slices(rows).batch(16))
+  findings = _by_name(check.check_runner(runner, num_batches=3))
+  assert not findings[check.STATIC_INPUTS].ok
+  assert "drop_remainder=True" in findings[check.STATIC_INPUTS].message
+  assert not findings[check.RETRACING].ok
+  assert "traced 2 times for 3 batches" in findings[check.RETRACING].message
+  assert findings[check.XLA].ok
+
+
+def test_images_of_several_sizes_are_dynamic_and_retrace():
+  widths = tf.data.Dataset.range(3).map(lambda i: 2 + tf.cast(i, tf.int32))
+  data = widths.map(lambda width: tf.ones([8, FEATURES, width]))  # 8 "images" a batch
+  runner = _runner(data=data, prepare=lambda images: tf.reduce_mean(images, axis=2))
+  findings = _by_name(check.check_runner(runner, num_batches=3))
+  assert not findings[check.STATIC_INPUTS].ok
+  assert "one shape" in findings[check.STATIC_INPUTS].message
+  assert "traced 3 times" in findings[check.RETRACING].message
+
+
+def test_boolean_mask_is_a_data_dependent_shape():
+  def loss(outputs, rows):
+    positive = tf.boolean_mask(rows, rows[:, 0] > 0)
+    return tf.square(outputs[:, 0]) + tf.reduce_sum(positive) * 0.0
+  findings = _by_name(check.check_runner(_runner(loss), num_batches=1))
+  finding = findings[check.DATA_DEPENDENT]
+  assert not finding.ok and "Where" in finding.message and "tf.boolean_mask" in finding.message
+  assert findings[check.HOST_PYTHON].ok
+
+
+def test_print_in_the_step_is_host_python():
+  def loss(outputs, rows):
+    print("outputs", outputs)
+    return tf.square(outputs[:, 0])
+  finding = _by_name(check.check_runner(_runner(loss), num_batches=1))[check.HOST_PYTHON]
+  assert not finding.ok
+  assert f"{os.path.basename(__file__)}:" in finding.message and "tf.print" in finding.message
+
+
+def test_py_function_is_host_python_and_not_compiled():
+  def loss(outputs, rows):
+    doubled = tf.py_function(lambda x: x * 2, [outputs[:, 0]], tf.float32)
+    return tf.square(outputs[:, 0]) + tf.stop_gradient(tf.reshape(doubled, [-1])) * 0.0
+  findings = _by_name(check.check_runner(_runner(loss), num_batches=1))
+  assert not findings[check.HOST_PYTHON].ok
+  assert "tf.py_function" in findings[check.HOST_PYTHON].message
+  assert not findings[check.XLA].ok and "EagerPyFunc" in findings[check.XLA].message
+
+
+def test_numpy_in_the_step_is_host_python():
+  def loss(outputs, rows):
+    return tf.square(outputs[:, 0]) * float(np.mean(outputs.numpy()))
+  findings = _by_name(check.check_runner(_runner(loss), num_batches=1))
+  assert not findings[check.HOST_PYTHON].ok
+  assert ".numpy()" in findings[check.HOST_PYTHON].message
+  assert not findings[check.XLA].ok  # not run
+
+
+def test_check_refuses_several_replicas():
+  two_replicas = types.SimpleNamespace(strategy=types.SimpleNamespace(num_replicas_in_sync=2))
+  with pytest.raises(ValueError, match="strategy='default'"):
+    check.check_runner(two_replicas)
+
+
+def test_ctl_check_passes_on_an_example_config():
+  proc = run_ctl("check", os.path.join("examples", "configs", "dcgan.gin"), "--steps", "2",
+                 "--gin", "gan.dcgan_generator.width = 4",
+                 "--gin", "gan.dcgan_discriminator.width = 4",
+                 "--gin", "gan.train.batch_size = 8", "--gin", "gan.train.noise_dim = 8")
+  assert proc.stdout.count(" ok ") == 5, proc.stdout

@@ -1,0 +1,138 @@
+"""The `ctl` command: help without TensorFlow, train/eval/export on a tiny run, gin errors.
+
+The runs are subprocesses (as a user runs them); the help texts and the
+configuration errors are checked in-process, where they cost no TensorFlow work.
+"""
+
+import json
+import os
+
+import gin
+import pytest
+
+from ctl import cli
+from tests.helpers import ROOT, ctl, python
+
+CONFIG = os.path.join("examples", "configs", "dcgan.gin")  # for subprocesses, run in ROOT
+CONFIG_PATH = os.path.join(ROOT, CONFIG)  # for in-process calls
+TINY = []
+for _binding in ("gan.dcgan_generator.width = 8", "gan.dcgan_discriminator.width = 8",
+                 "gan.train.batch_size = 16", "gan.train.num_steps = 4",
+                 "gan.train.fid_every = 0", "gan.train.fid_samples = 200",
+                 "gan.train.steps_per_loop = 2", "gan.train.samples_every = 2",
+                 "gan.train.checkpoint_every = 2", "gan.train.ema_decay = None",
+                 "gan.train.noise_dim = 8"):
+  TINY += ["--gin", _binding]
+
+
+def test_help_builds_without_tensorflow_quickly():
+  proc = python(["-c", "import sys, time; start = time.perf_counter(); "
+                 "from ctl import cli; cli.make_parser(); "
+                 "print('tensorflow' in sys.modules, time.perf_counter() - start)"])
+  imported, seconds = proc.stdout.split()
+  assert imported == "False"
+  assert float(seconds) < 2.0
+  assert "train" in ctl("--help").stdout
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "export", "check"])
+def test_each_subcommand_explains_itself(command, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    cli.main([command, "--help"])
+  assert exit_info.value.code == 0
+  text = capsys.readouterr().out
+  assert f"ctl {command} " in text  # the epilog's example
+  assert "--gin" in text and "CONFIG.gin" in text
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A 4-step run of the DCGAN example, shrunk; its workdir and the two runs' output."""
+  workdir = str(tmp_path_factory.mktemp("cli") / "run")
+  first = ctl("train", CONFIG, "--workdir", workdir, *TINY, timeout=300)
+  checkpoints = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+  second = ctl("train", CONFIG, "--workdir", workdir, *TINY)
+  return workdir, first, second, checkpoints
+
+
+def test_train_writes_checkpoints_and_operative_config(trained):
+  workdir, first, _, checkpoints = trained
+  assert "ckpt-4.index" in checkpoints and "ckpt-2.index" in checkpoints
+  operative = open(os.path.join(workdir, "checkpoints", "operative_config.gin")).read()
+  assert "train.num_steps = 4" in operative
+  assert "mode" not in operative  # what to do is not part of the experiment
+  assert workdir in first.stdout and "step 4" in first.stdout
+
+
+def test_rerun_resumes_and_finds_nothing_to_train(trained):
+  workdir, _, second, checkpoints = trained
+  assert "nothing to train" in second.stderr
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == checkpoints
+
+
+def test_eval_prints_json_metrics_of_the_newest_checkpoint(trained):
+  workdir = trained[0]
+  proc = ctl("eval", CONFIG, "--workdir", workdir, *TINY)
+  metrics = json.loads(proc.stdout)
+  assert metrics["step"] == 4
+  assert metrics["classifier_fid"] > 0
+
+
+def test_export_writes_the_generator(trained, tmp_path):
+  out = str(tmp_path / "exported")
+  proc = ctl("export", CONFIG, "--workdir", trained[0], "--out", out, *TINY)
+  assert os.path.exists(os.path.join(out, "generator.keras"))
+  assert os.path.join(out, "generator.keras") in proc.stdout.split()
+
+
+def test_eval_without_checkpoint_names_the_directory(tmp_path):
+  proc = ctl("eval", CONFIG, "--workdir", str(tmp_path), *TINY, check=False)
+  assert proc.returncode == 1
+  assert os.path.join(str(tmp_path), "checkpoints") in proc.stderr
+  assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def clean_gin():
+  yield
+  gin.clear_config()  # a failed parse leaves the file's bindings for later tests
+
+
+@pytest.mark.parametrize("args, named, suggested", [
+    (["--gin", "gan.trian.num_steps = 3"], "gan.trian.num_steps = 3", "'gan.train'"),
+    (["--gin", "gan.train.num_step = 3"], "gan.train.num_step = 3", "'gan.train.num_steps'"),
+    (["--gin", "gan.train.num_steps = = 3"], "gan.train.num_steps = = 3", "binding reads"),
+    (["--gin", "gan.train.dataset = @gan.mnist_datset"], "@gan.mnist_datset",
+     "'gan.mnist_dataset'"),
+    (["--experiment", "gan.trian"], "gan.trian", "'gan.train'"),
+    (["--strategy", "mirroed"], "mirroed", "'mirrored'"),
+], ids=["configurable", "parameter", "syntax", "reference", "experiment", "strategy"])
+def test_config_mistakes_exit_2_naming_the_binding(args, named, suggested, tmp_path,
+                                                   capsys, clean_gin):
+  code = cli.main(["train", CONFIG_PATH, "--workdir", str(tmp_path)] + args)
+  err = capsys.readouterr().err
+  assert code == 2, err
+  assert err.startswith("ctl train: error: ") and len(err.strip().splitlines()) == 1, err
+  assert named in err and suggested in err
+  assert not os.listdir(tmp_path)
+
+
+def test_mistake_in_a_gin_file_names_file_and_line(tmp_path, capsys, clean_gin):
+  config = tmp_path / "bad.gin"
+  config.write_text("gan.train.num_steps = 3\ngan.dcgan_generator.widht = 8\n")
+  assert cli.main(["check", str(config)]) == 2
+  err = capsys.readouterr().err
+  assert f"{config}, line 2" in err and "'gan.dcgan_generator.width'" in err
+
+
+def test_missing_config_file_suggests_a_neighbour(capsys):
+  assert cli.main(["eval", os.path.join(ROOT, "examples", "configs", "dcgn.gin")]) == 2
+  err = capsys.readouterr().err
+  assert "dcgn.gin not found" in err and "'dcgan.gin'" in err
+
+
+def test_console_command_prints_no_traceback_for_a_misspelt_parameter():
+  proc = ctl("train", CONFIG, "--gin", "gan.train.num_step = 3", check=False)
+  assert proc.returncode == 2
+  assert "Traceback" not in proc.stderr
+  assert "gan.train.num_step = 3" in proc.stderr and "'gan.train.num_steps'" in proc.stderr
