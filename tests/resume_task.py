@@ -11,7 +11,8 @@ per replica, so runs under different strategies match only with
 signal the process at a known step. `--crash-in-save-at k` kills the process
 (SIGKILL) inside the save of the step-k checkpoint, after the checkpoint's files are
 written but before the file naming the newest checkpoint is updated. Writes
-the steps this process ran and the final weights to `--out` (chief only).
+the steps this process ran and the final weights to `--out` (chief only), or
+with `--out-every-worker` to `<out>.<task index>.npz` on every worker.
 """
 
 import argparse
@@ -44,6 +45,7 @@ def parse_args():
   p.add_argument("--nan-at", type=int)
   p.add_argument("--dropout", type=float, default=0.25)
   p.add_argument("--out", required=True)
+  p.add_argument("--out-every-worker", action="store_true")
   return p.parse_args()
 
 
@@ -151,7 +153,10 @@ def main():
   for name, model in runner.models.items():
     for i, w in enumerate(model.weights):
       results[f"{name}/{i}"] = np.asarray(w.numpy())
-  if strategy.extended.should_checkpoint:
+  if args.out_every_worker:
+    index = strategy.cluster_resolver.task_id if strategy.cluster_resolver else 0
+    np.savez(f"{args.out}.{index}.npz", **results)
+  elif strategy.extended.should_checkpoint:
     np.savez(args.out, **results)
 
 

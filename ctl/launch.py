@@ -1,0 +1,523 @@
+"""`ctl launch`: run one command as every task of a local TensorFlow cluster.
+
+    ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
+    ctl launch --workers 2 --ps 1 -- python coordinator.py   # chief + 2 workers + 1 ps
+
+    from ctl import launch                                    # the same from Python
+    code = launch.launch(["python", "train.py"], workers=2)
+
+Each task gets `TF_CONFIG` for a cluster on free ports of `--host` and
+`CTL_LAUNCH_READY_DIR`, a directory where `ctl.make_strategy` leaves a file once
+the task's strategy exists. The launcher prefixes and streams every task's
+output, and stops every task (SIGTERM, then SIGKILL to its whole process group)
+when one fails, when a task is not ready in time (a multi-worker peer that never
+starts would otherwise leave the others waiting forever), or when the launcher
+itself gets SIGTERM or SIGINT. POSIX only. TensorFlow is not imported here.
+"""
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# Equal to `ctl.PREEMPTED_EXIT_CODE` and `ctl.strategies.READY_DIR_VARIABLE`;
+# not imported from there because those modules import TensorFlow, which a
+# launcher has no use for (tests/test_launch.py checks they agree).
+PREEMPTED_EXIT_CODE = 42
+READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
+
+# How long to wait for processes already sent SIGKILL, and for the output of
+# exited tasks to drain: both should take milliseconds.
+_KILL_WAIT_SECONDS = 10
+_DRAIN_SECONDS = 5
+_POLL_SECONDS = 0.05
+
+
+def cluster_spec(workers, ps=0, host="127.0.0.1", ports=None):
+  """The `cluster` part of TF_CONFIG for a local cluster.
+
+  Args:
+    workers: number of `worker` tasks.
+    ps: number of `ps` tasks; with any, the cluster is a parameter-server one
+      and gets a `chief` task (the coordinator) too.
+    host: the address every task listens on.
+    ports: one port per task, in the order `chief`, workers, ps (see `tasks`);
+      default: free ports of `host`.
+
+  Returns:
+    e.g. `{"worker": ["127.0.0.1:4001", "127.0.0.1:4002"]}`.
+  """
+  counts = {"chief": 1 if ps else 0, "worker": workers, "ps": ps}
+  total = sum(counts.values())
+  ports = free_ports(total, host) if ports is None else list(ports)
+  if len(ports) != total:
+    raise ValueError(f"ports has {len(ports)} entries but the cluster has {total} "
+                     f"tasks ({workers} workers, {ps} ps); give one port per task.")
+  address = f"[{host}]" if ":" in host else host  # IPv6 literals need brackets
+  cluster, start = {}, 0
+  for job, count in counts.items():
+    if count:
+      cluster[job] = [f"{address}:{port}" for port in ports[start:start + count]]
+      start += count
+  return cluster
+
+
+def tasks(cluster):
+  """`(task type, index)` of every task of `cluster`: chief, workers, then ps."""
+  return [(job, index) for job in ("chief", "worker", "ps")
+          for index in range(len(cluster.get(job, ())))]
+
+
+def tf_config(cluster, task_type, index):
+  """The TF_CONFIG value (JSON text) of one task of `cluster`."""
+  return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def task_name(task_type, index):
+  """How output and messages name a task: `chief`, `worker 0`, `ps 1`."""
+  return "chief" if task_type == "chief" else f"{task_type} {index}"
+
+
+def free_ports(count, host="127.0.0.1"):
+  """`count` different ports of `host` that are free now.
+
+  The sockets are held open together so the kernel hands out different ports;
+  another program could still take one before the tasks bind it (rare).
+  """
+  family = _family(host)
+  sockets = [socket.socket(family) for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind((host, 0))
+    return [s.getsockname()[1] for s in sockets]
+  except OSError as e:
+    raise ValueError(f"host {host!r} cannot be listened on here ({e.strerror}); use "
+                     "an address of this machine, such as 127.0.0.1.") from None
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def check_ports(ports, host="127.0.0.1"):
+  """Raises ValueError naming the first of `ports` that `host` cannot listen on."""
+  family = _family(host)
+  for port in ports:
+    if not 0 < port < 65536:
+      raise ValueError(f"port {port} is out of range; pick a --port-base from 1 to "
+                       f"{65536 - len(ports)}.")
+    with socket.socket(family) as s:
+      # As gRPC does: a port left in TIME_WAIT by an earlier run is free.
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      try:
+        s.bind((host, port))
+      except OSError as e:
+        raise ValueError(
+            f"port {port} on {host} is in use ({e.strerror}); the cluster needs "
+            f"ports {ports[0]}-{ports[-1]}. Pick another --port-base, or drop "
+            "--port-base to use free ports.") from None
+
+
+def describe_exit(code):
+  """`code 3`, or `code -9 (killed by SIGKILL)` for a task a signal ended."""
+  if code is not None and code < 0:
+    try:
+      name = signal.Signals(-code).name
+    except ValueError:
+      name = f"signal {-code}"
+    return f"code {code} (killed by {name})"
+  return f"code {code}"
+
+
+class Task:
+  """One process of the cluster and what is known about it."""
+
+  def __init__(self, task_type, index):
+    self.type = task_type
+    self.index = index
+    self.name = task_name(task_type, index)
+    self.process = None
+    self.code = None  # exit code, set by the thread that waits for the process
+    self.ready = False
+
+  @property
+  def running(self):
+    return self.process is not None and self.code is None
+
+  def __str__(self):
+    pid = f" (pid {self.process.pid})" if self.process else ""
+    return self.name + pid
+
+
+class Launch:
+  """Runs `command` as every task of a local cluster; `run()` returns the exit code.
+
+  Exit code: 0 when every task exits 0 (in a parameter-server cluster: when the
+  chief does; the workers and parameter servers serve forever and are then
+  stopped); 42 (`ctl.PREEMPTED_EXIT_CODE`) when every task was preempted (exited
+  with 42, or 0); on a failure the failed task's code if it is from 1 to 125,
+  else 1.
+  """
+
+  def __init__(self, command, *, workers=2, ps=0, host="127.0.0.1", port_base=None,
+               startup_timeout=120.0, grace=30.0, env=None, stdout=None, stderr=None):
+    """Checks the arguments and picks the ports.
+
+    Args:
+      command: the argument list every task runs.
+      workers: number of worker tasks.
+      ps: number of parameter servers; with any, a chief task is added.
+      host: the address the tasks' TF servers listen on.
+      port_base: use ports `port_base`, `port_base + 1`, ... (one per task)
+        instead of free ones.
+      startup_timeout: seconds every task has to become ready (make its
+        strategy); 0 waits forever.
+      grace: seconds a task has between SIGTERM and SIGKILL.
+      env: the tasks' environment before TF_CONFIG is added (default: ours).
+      stdout, stderr: where the tasks' prefixed output and the launcher's
+        messages go (default: `sys.stdout`, `sys.stderr`).
+
+    Raises:
+      ValueError: naming the bad argument, or a port that is in use.
+    """
+    if not command:
+      raise ValueError("no command to launch; put it after '--', as in "
+                       "`ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker`.")
+    for name, value, low in (("workers", workers, 1), ("ps", ps, 0)):
+      if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}.")
+    for name, value in (("startup_timeout", startup_timeout), ("grace", grace)):
+      if value < 0:
+        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}.")
+    count = workers + ps + (1 if ps else 0)
+    if port_base is None:
+      ports = free_ports(count, host)
+    else:
+      ports = list(range(port_base, port_base + count))
+      check_ports(ports, host)
+    self.command = list(command)
+    self.cluster = cluster_spec(workers, ps, host, ports)
+    self.parameter_server = ps > 0
+    self.startup_timeout = startup_timeout
+    self.grace = grace
+    self.env = dict(os.environ if env is None else env)
+    self.stdout = stdout or sys.stdout
+    self.stderr = stderr or sys.stderr
+    self.tasks = [Task(*t) for t in tasks(self.cluster)]
+    self._lock = threading.Lock()  # one line at a time on our outputs
+    self._exits = queue.Queue()  # tasks, in the order they exited
+    self._threads = []
+    self._signal = None  # the signal the launcher got, if any
+    self._hurry = False  # a second signal came: stop without a grace period
+    self._ready_dir = None
+
+  def run(self):
+    """Starts every task and supervises them; returns the launcher's exit code."""
+    self._ready_dir = tempfile.mkdtemp(prefix="ctl-launch-")
+    handlers = self._catch_signals()
+    try:
+      return self._supervise()
+    finally:
+      self._stop([t for t in self.tasks if t.running], quiet=True)  # never leave any
+      for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+      deadline = time.monotonic() + _DRAIN_SECONDS
+      for thread in self._threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+      shutil.rmtree(self._ready_dir, ignore_errors=True)
+
+  def _supervise(self):
+    code = self._start()
+    if code is not None:
+      return code
+    deadline = time.monotonic() + (self.startup_timeout or float("inf"))
+    announced = False
+    while True:
+      try:
+        exited = self._exits.get(timeout=_POLL_SECONDS)
+      except queue.Empty:
+        exited = None
+      if self._signal is not None:
+        return self._forward_signal()
+      if exited is not None:
+        code = self._on_exit(exited)
+        if code is not None:
+          return code
+      if not announced and self._check_ready():
+        announced = True
+        self._say(f"all {len(self.tasks)} tasks are ready")
+      if not announced and time.monotonic() > deadline:
+        return self._startup_timed_out()
+
+  def _start(self):
+    for task in self.tasks:
+      env = dict(self.env, TF_CONFIG=tf_config(self.cluster, task.type, task.index))
+      env[READY_DIR_VARIABLE] = self._ready_dir
+      # The tasks write to pipes, which Python would block-buffer: lines would
+      # arrive late, and stdout out of step with stderr.
+      env.setdefault("PYTHONUNBUFFERED", "1")
+      try:
+        # A session of its own: the task and whatever it starts can be
+        # signalled as one process group, and a Ctrl-C at the terminal reaches
+        # only the launcher, which stops the tasks in order.
+        task.process = _popen(self.command, env)
+      except OSError as e:
+        self._say(f"cannot run {self.command[0]!r} ({e.strerror}); check the "
+                  "command after '--'.")
+        self._stop([t for t in self.tasks if t.running])
+        return 127  # the shell's code for a command that cannot be run
+      prefix = f"[{task.name}] "
+      self._thread(_pump, task.process.stdout, prefix, self.stdout, self._lock)
+      self._thread(_pump, task.process.stderr, prefix, self.stderr, self._lock)
+      self._thread(self._reap, task)
+    ports = ", ".join(address.rsplit(":", 1)[1]
+                      for job in ("chief", "worker", "ps") for address in self.cluster.get(job, ()))
+    self._say(f"started {', '.join(map(str, self.tasks))}; ports {ports}")
+    return None
+
+  def _thread(self, target, *args):
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    self._threads.append(thread)
+
+  def _reap(self, task):
+    task.code = task.process.wait()
+    self._exits.put(task)
+
+  def _check_ready(self):
+    """Whether every task is ready: its ready file exists, or it exited with 0."""
+    for task in self.tasks:
+      if not task.ready:
+        name = f"{task.type}-{task.index}"  # as `ctl.strategies.announce_ready` writes it
+        task.ready = task.code == 0 or os.path.exists(os.path.join(self._ready_dir, name))
+    return all(task.ready for task in self.tasks)
+
+  def _on_exit(self, task):
+    """Handles a task's exit; returns the launcher's exit code once it is known."""
+    others = [t for t in self.tasks if t is not task]
+    if self.parameter_server and task.type == "chief":
+      if task.code in (0, PREEMPTED_EXIT_CODE):
+        # The workers and parameter servers serve until they are stopped.
+        self._stop([t for t in others if t.running])
+        self._say(f"chief exited with code {task.code}; stopped the workers and "
+                  "parameter servers")
+        return task.code
+      return self._failed(task)
+    if task.code == 0:
+      return 0 if not any(t.running or t.code for t in self.tasks) else None
+    if task.code == PREEMPTED_EXIT_CODE and not self.parameter_server:
+      return self._preempted(task)
+    return self._failed(task)
+
+  def _preempted(self, task):
+    """A worker saved and exited with 42: the others should follow on their own."""
+    # They all agree on the step to save at, but finish at slightly different times.
+    deadline = time.monotonic() + self.grace
+    while any(t.running for t in self.tasks) and time.monotonic() < deadline:
+      time.sleep(_POLL_SECONDS)
+    stragglers = [t for t in self.tasks if t.running]
+    if stragglers:
+      self._stop(stragglers)
+      self._say(f"{task} exited with code {PREEMPTED_EXIT_CODE} (preempted) but "
+                f"{_names(stragglers)} did not exit within --grace {self.grace:g} s; "
+                "stopped them")
+      return 1
+    failed = [t for t in self.tasks if t.code not in (0, PREEMPTED_EXIT_CODE)]
+    if failed:
+      return self._failed(failed[0])
+    self._say(f"every task exited with code 0 or {PREEMPTED_EXIT_CODE} (preempted); "
+              "rerun the same command to resume")
+    return PREEMPTED_EXIT_CODE
+
+  def _failed(self, task):
+    running = [t for t in self.tasks if t.running]
+    self._stop(running)
+    stopped = "; stopped the others" if running else ""
+    self._say(f"{task} exited with {describe_exit(task.code)}{stopped}")
+    return task.code if 0 < task.code < 126 else 1
+
+  def _startup_timed_out(self):
+    late = [t for t in self.tasks if not t.ready and t.running]
+    late = late or [t for t in self.tasks if not t.ready]  # one that just exited
+    self._stop([t for t in self.tasks if t.running])
+    self._say(
+        f"{_names(late)} did not become ready within --startup-timeout "
+        f"{self.startup_timeout:g} s; stopped all tasks. A task is ready once it "
+        "has made its 'multi_worker' or 'parameter_server' strategy (a multi-worker "
+        "task only when every peer has connected): look for an error or a missing "
+        "peer in the output above, or raise --startup-timeout (0: no limit).")
+    return 1
+
+  def _forward_signal(self):
+    name = signal.Signals(self._signal).name
+    running = [t for t in self.tasks if t.running]
+    self._say(f"got {name}; sending SIGTERM to {_names(running) or 'no task'}")
+    self._stop(running)
+    self._say("exit codes: " + ", ".join(f"{t.name} {t.code}" for t in self.tasks))
+    # In a parameter-server cluster the chief's code: the others were serving.
+    codes = [t.code for t in (self.tasks[:1] if self.parameter_server else self.tasks)]
+    if all(c == 0 for c in codes):
+      return 0
+    if all(c in (0, PREEMPTED_EXIT_CODE) for c in codes):
+      return PREEMPTED_EXIT_CODE
+    code = next(c for c in codes if c not in (0, PREEMPTED_EXIT_CODE))
+    if code is None:  # not even SIGKILL ended it
+      return 1
+    return 128 - code if code < 0 else min(code, 255)  # the shell's 128 + signal
+
+  def _stop(self, stopping, quiet=False):
+    """SIGTERM to each task's process group; SIGKILL after the grace period."""
+    if not stopping:
+      return
+    for task in stopping:
+      _signal_group(task, signal.SIGTERM)
+    deadline = time.monotonic() + self.grace
+    while any(t.running for t in stopping) and time.monotonic() < deadline:
+      # A second SIGINT or SIGTERM (Ctrl-C twice): do not wait.
+      if self._hurry:
+        break
+      time.sleep(_POLL_SECONDS)
+    late = [t for t in stopping if t.running]
+    if late and not quiet:
+      self._say(f"{_names(late)} did not stop within --grace {self.grace:g} s of "
+                "SIGTERM; sending SIGKILL")
+    # Also the leftovers of tasks that did exit: processes they started.
+    for task in stopping:
+      _signal_group(task, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_WAIT_SECONDS
+    while any(t.running for t in stopping) and time.monotonic() < deadline:
+      time.sleep(_POLL_SECONDS)
+
+  def _catch_signals(self):
+    """Turns SIGTERM and SIGINT into a stop of every task; the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+      return {}  # Python delivers signals to the main thread only
+
+    def handle(signum, frame):
+      del frame
+      if self._signal is not None:
+        self._hurry = True
+      self._signal = self._signal or signum
+
+    # A signal ignored from the start stays ignored: a shell's background job
+    # ignores SIGINT, so that a Ctrl-C meant for the foreground spares it.
+    return {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)
+            if signal.getsignal(s) is not signal.SIG_IGN}
+
+  def _say(self, message):
+    _write(self.stderr, self._lock, f"ctl launch: {message}\n")
+
+
+def launch(command, **kwargs):
+  """Runs `command` as every task of a local cluster; returns the exit code.
+
+  Keyword arguments are those of `Launch`.
+  """
+  return Launch(command, **kwargs).run()
+
+
+def _popen(command, env):
+  return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=True)
+
+
+def _signal_group(task, signum):
+  try:
+    os.killpg(task.process.pid, signum)
+  except (ProcessLookupError, PermissionError):
+    pass  # the whole group has exited already
+
+
+def _pump(pipe, prefix, stream, lock):
+  """Copies `pipe` to `stream` line by line, each line prefixed."""
+  with pipe:
+    for line in iter(pipe.readline, b""):
+      text = line.decode("utf-8", "replace")
+      _write(stream, lock, prefix + (text if text.endswith("\n") else text + "\n"))
+
+
+def _write(stream, lock, text):
+  with lock:
+    try:
+      stream.write(text)
+      stream.flush()
+    except (OSError, ValueError):
+      # Our output is gone (a closed pipe): keep reading the task's output
+      # anyway, or the task would block on a full pipe.
+      pass
+
+
+def _names(tasks_):
+  names = [str(t) for t in tasks_]
+  return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def _family(host):
+  try:
+    return socket.getaddrinfo(host, None)[0][0]
+  except socket.gaierror as e:
+    raise ValueError(f"host {host!r} cannot be resolved ({e.strerror}); use an "
+                     "address of this machine, such as 127.0.0.1.") from None
+
+
+def add_parser(subparsers):
+  """Adds `ctl launch` to the `ctl` command."""
+  parser = subparsers.add_parser(
+      "launch", help="run a command as every task of a local TensorFlow cluster",
+      formatter_class=argparse.RawDescriptionHelpFormatter,
+      description=(
+          "Run COMMAND as every task of a TensorFlow cluster on this machine: N workers\n"
+          "for 'multi_worker', or with --ps M a parameter-server cluster (a chief, N\n"
+          f"workers and M ps). Each task gets TF_CONFIG and {READY_DIR_VARIABLE}, and its\n"
+          "output lines are prefixed with its name. When a task fails, or is not ready\n"
+          "within --startup-timeout, every task is stopped; SIGTERM and SIGINT are\n"
+          "passed on to the tasks as SIGTERM."),
+      epilog=(
+          "exit code: 0 when every task exits 0 (with --ps: the chief); 42 when\n"
+          "every task was preempted (rerun to resume); else the failed task's code\n"
+          "(1 if it was killed by a signal).\n\n"
+          "TensorFlow's gRPC servers are unauthenticated: anyone who can reach their\n"
+          "ports can run code in the tasks. Keep --host on 127.0.0.1 or a private\n"
+          "network.\n\n"
+          "example:\n  ctl launch --workers 2 -- ctl train cfg.gin --strategy "
+          "multi_worker --workdir runs/x"))
+  parser.add_argument("--workers", type=int, default=2, metavar="N",
+                      help="number of worker tasks (default: %(default)s)")
+  parser.add_argument("--ps", type=int, default=0, metavar="M",
+                      help="number of parameter servers; with any, a chief task "
+                      "(the coordinator) is added (default: %(default)s)")
+  parser.add_argument("--host", default="127.0.0.1",
+                      help="address the tasks listen on; keep it private "
+                      "(default: %(default)s)")
+  parser.add_argument("--port-base", type=int, metavar="P",
+                      help="use ports P, P+1, ... (one per task) instead of free ones")
+  parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="S",
+                      help="seconds for every task to make its strategy, or exit 0; "
+                      "0: no limit (default: %(default)g)")
+  parser.add_argument("--grace", type=float, default=30.0, metavar="S",
+                      help="seconds between SIGTERM and SIGKILL when stopping tasks "
+                      "(default: %(default)g)")
+  parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                      help="the command every task runs")
+  parser.set_defaults(run=run)
+
+
+def run(args):
+  """`ctl launch`: returns the exit code."""
+  command = args.command[1:] if args.command[:1] == ["--"] else args.command
+  try:
+    launcher = Launch(command, workers=args.workers, ps=args.ps, host=args.host,
+                      port_base=args.port_base, startup_timeout=args.startup_timeout,
+                      grace=args.grace)
+  except ValueError as e:
+    print(f"ctl launch: error: {e}", file=sys.stderr)
+    return 2
+  return launcher.run()

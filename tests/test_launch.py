@@ -1,0 +1,315 @@
+"""`ctl launch` without TensorFlow: tiny Python tasks play the cluster.
+
+Each task runs `CHILD` below, which does what a per-task plan says (become
+ready, print, exit with a code, ignore SIGTERM, start a grandchild), so the
+tests can make a task fail, hang or never become ready on purpose. The real
+multi-worker runs are in tests/test_multi_worker.py.
+"""
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import ctl
+from ctl import launch
+from ctl import strategies
+import helpers
+from helpers import ROOT, _env, alive
+
+# A task of the test cluster. argv[1]: {"<type>-<index>": plan} (JSON), where a
+# plan may hold: ready (default true), lines (stdout and stderr lines to
+# print), ignore_term, grandchild (file to write a sleeping grandchild's pid
+# to), dump (directory to write what the task got to), wait_for (files to
+# wait for), sleep (seconds before exiting), exit (code, default 0), kill_self.
+CHILD = r"""
+import json, os, signal, subprocess, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+name = "%s-%d" % (config["task"]["type"], config["task"]["index"])
+plan = json.loads(sys.argv[1]).get(name, {})
+dump = plan.get("dump")
+if dump:
+  with open(os.path.join(dump, name + ".json"), "w") as f:
+    json.dump({"TF_CONFIG": config, "ready_dir": os.environ["CTL_LAUNCH_READY_DIR"],
+               "ready_dir_exists": os.path.isdir(os.environ["CTL_LAUNCH_READY_DIR"])}, f)
+if plan.get("ignore_term"):
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if plan.get("grandchild"):
+  g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+  with open(plan["grandchild"], "w") as f:
+    f.write(str(g.pid))
+for i in range(plan.get("lines", 0)):
+  print("%s out %d %s" % (name, i, "x" * 200))
+  print("%s err %d" % (name, i), file=sys.stderr)
+if plan.get("partial"):
+  sys.stdout.write("no newline at the end")
+  sys.stdout.flush()
+if plan.get("ready", True):
+  open(os.path.join(os.environ["CTL_LAUNCH_READY_DIR"], name), "w").close()
+deadline = time.monotonic() + 60
+while not all(map(os.path.exists, plan.get("wait_for", []))) and time.monotonic() < deadline:
+  time.sleep(0.01)
+time.sleep(plan.get("sleep", 0))
+if plan.get("kill_self"):
+  os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(plan.get("exit", 0))
+"""
+
+FOREVER = 300  # seconds: a task that sleeps this long must be stopped by the launcher
+
+
+def run(plans, **kwargs):
+  """Launches CHILD with `plans`; returns (exit code, stdout, stderr, seconds)."""
+  out, err = io.StringIO(), io.StringIO()
+  kwargs.setdefault("grace", 5)
+  kwargs.setdefault("startup_timeout", 30)
+  start = time.monotonic()
+  code = launch.launch([sys.executable, "-c", CHILD, json.dumps(plans)],
+                       stdout=out, stderr=err, **kwargs)
+  return code, out.getvalue(), err.getvalue(), time.monotonic() - start
+
+
+def pids(err):
+  """{task name: pid} from the launcher's "started ..." line."""
+  return {name: int(pid) for name, pid in re.findall(r"(\w+(?: \d+)?) \(pid (\d+)\)", err)}
+
+
+def test_cluster_spec_tasks_and_tf_config():
+  assert launch.cluster_spec(2, ports=[4001, 4002]) == {
+      "worker": ["127.0.0.1:4001", "127.0.0.1:4002"]}
+  cluster = launch.cluster_spec(2, ps=1, host="::1", ports=[1, 2, 3, 4])
+  assert cluster == {"chief": ["[::1]:1"], "worker": ["[::1]:2", "[::1]:3"],
+                     "ps": ["[::1]:4"]}
+  assert launch.tasks(cluster) == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+  assert json.loads(launch.tf_config(cluster, "worker", 1)) == {
+      "cluster": cluster, "task": {"type": "worker", "index": 1}}
+  free = launch.cluster_spec(3)["worker"]
+  assert len(set(free)) == 3 and all(a.startswith("127.0.0.1:") for a in free)
+  with pytest.raises(ValueError, match=r"ports has 1 entries but the cluster has 2 tasks"):
+    launch.cluster_spec(2, ports=[1])
+
+
+def test_constants_agree_with_the_modules_that_import_tensorflow():
+  assert launch.PREEMPTED_EXIT_CODE == ctl.PREEMPTED_EXIT_CODE
+  assert launch.READY_DIR_VARIABLE == strategies.READY_DIR_VARIABLE
+
+
+def test_describe_exit_names_the_signal():
+  assert launch.describe_exit(3) == "code 3"
+  assert launch.describe_exit(-9) == "code -9 (killed by SIGKILL)"
+  assert launch.describe_exit(-15) == "code -15 (killed by SIGTERM)"
+
+
+@pytest.mark.parametrize("workers,ps", [(2, 0), (2, 1)])
+def test_every_task_gets_its_tf_config_and_the_ready_dir(tmp_path, workers, ps):
+  names = [f"{t}-{i}" for t, i in launch.tasks(launch.cluster_spec(workers, ps))]
+  plans = {name: {"dump": str(tmp_path)} for name in names}
+  # A parameter-server cluster ends with its chief: let the others write first.
+  plans[names[0]]["wait_for"] = [str(tmp_path / f"{name}.json") for name in names]
+  code, _, err, _ = run(plans, workers=workers, ps=ps)
+  assert code == 0, err
+  seen = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in names}
+  cluster = seen[names[0]]["TF_CONFIG"]["cluster"]
+  assert sorted(cluster) == (["chief", "ps", "worker"] if ps else ["worker"])
+  addresses = [a for job in cluster.values() for a in job]
+  assert len(addresses) == workers + ps + (1 if ps else 0)
+  assert len(set(addresses)) == len(addresses)  # a port per task
+  assert all(a.startswith("127.0.0.1:") for a in addresses)
+  for name, got in seen.items():
+    task_type, index = name.rsplit("-", 1)
+    assert got["TF_CONFIG"] == {"cluster": cluster,
+                                "task": {"type": task_type, "index": int(index)}}
+    assert got["ready_dir_exists"]
+  ready_dirs = {got["ready_dir"] for got in seen.values()}
+  assert len(ready_dirs) == 1
+  assert not os.path.exists(ready_dirs.pop())  # removed at the end
+
+
+def test_output_is_prefixed_line_by_line_and_complete():
+  lines = 3000  # ~600 kB per task: far more than a pipe holds
+  plans = {"worker-0": {"lines": lines, "partial": True}, "worker-1": {"lines": lines}}
+  code, out, err, _ = run(plans)
+  assert code == 0, err[-2000:]
+  out_lines, err_lines = out.splitlines(), err.splitlines()
+  for i in range(2):
+    mine = [l for l in out_lines if l.startswith(f"[worker {i}] ")]
+    expected = [f"[worker {i}] worker-{i} out {k} {'x' * 200}" for k in range(lines)]
+    assert mine[:lines] == expected
+    mine = [l for l in err_lines if l.startswith(f"[worker {i}] ")]
+    assert mine == [f"[worker {i}] worker-{i} err {k}" for k in range(lines)]
+  assert "[worker 0] no newline at the end" in out_lines
+  assert all(l.startswith(("[worker 0] ", "[worker 1] ")) for l in out_lines)
+  assert all(l.startswith(("[worker 0] ", "[worker 1] ", "ctl launch: ")) for l in err_lines)
+
+
+def test_a_failed_task_stops_the_others_and_its_grandchildren(tmp_path):
+  grandchild = tmp_path / "grandchild"
+  plans = {"worker-0": {"sleep": FOREVER, "grandchild": str(grandchild)},
+           "worker-1": {"sleep": 0.5, "exit": 3}}
+  code, _, err, seconds = run(plans, grace=30)
+  assert code == 3, err
+  started = pids(err)
+  assert re.search(r"ctl launch: worker 1 \(pid \d+\) exited with code 3; stopped the "
+                   r"others\n", err), err
+  assert seconds < 15, "worker 0 obeys SIGTERM: no need to wait for the grace period"
+  assert not alive(started["worker 0"])
+  assert not alive(int(grandchild.read_text()))
+
+
+def test_a_task_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
+  plans = {"worker-0": {"sleep": FOREVER, "ignore_term": True},
+           "worker-1": {"sleep": 0.5, "kill_self": True}}
+  code, _, err, seconds = run(plans, grace=1)
+  assert code == 1, err  # a signal is no exit code to pass on
+  assert re.search(r"worker 1 \(pid \d+\) exited with code -9 \(killed by SIGKILL\); "
+                   r"stopped the others", err), err
+  assert "worker 0 (pid" in err and "did not stop within --grace 1 s of SIGTERM; sending SIGKILL" in err
+  assert 1 <= seconds < 12
+  assert not alive(pids(err)["worker 0"])
+
+
+def test_startup_timeout_names_the_task_never_ready_and_stops_all():
+  plans = {"worker-0": {"sleep": FOREVER},
+           "worker-1": {"sleep": FOREVER, "ready": False, "ignore_term": True}}
+  code, _, err, seconds = run(plans, startup_timeout=3, grace=1)
+  assert code == 1
+  message = re.search(r"ctl launch: (.*) did not become ready within --startup-timeout 3 s; "
+                      r"stopped all tasks", err)
+  assert message, err
+  assert re.fullmatch(r"worker 1 \(pid \d+\)", message.group(1))  # not worker 0
+  assert "raise --startup-timeout" in err
+  assert 3 <= seconds < 15
+  assert not any(alive(pid) for pid in pids(err).values())
+
+
+def test_a_task_that_exits_0_before_being_ready_is_fine():
+  # Worker 1 outlives the start-up timeout: worker 0 must count as ready.
+  code, _, err, seconds = run({"worker-0": {"ready": False}, "worker-1": {"sleep": 3}},
+                              startup_timeout=2)
+  assert code == 0, err
+  assert "all 2 tasks are ready" in err
+  assert seconds > 3
+
+
+def test_every_worker_preempted_exits_42():
+  code, _, err, _ = run({"worker-0": {"exit": 42}, "worker-1": {"sleep": 0.5, "exit": 42}})
+  assert code == launch.PREEMPTED_EXIT_CODE == 42, err
+  assert "rerun the same command to resume" in err
+
+
+def test_a_worker_that_does_not_follow_a_preemption_is_stopped():
+  code, _, err, seconds = run({"worker-0": {"exit": 42}, "worker-1": {"sleep": FOREVER}},
+                              grace=1)
+  assert code == 1, err
+  assert re.search(r"worker 0 \(pid \d+\) exited with code 42 \(preempted\) but worker 1 "
+                   r"\(pid \d+\) did not exit within --grace 1 s", err), err
+  assert seconds < 12
+
+
+def test_parameter_server_cluster_succeeds_when_the_chief_exits_0():
+  plans = {"chief-0": {"sleep": 0.5}, "worker-0": {"sleep": FOREVER},
+           "worker-1": {"sleep": FOREVER}, "ps-0": {"sleep": FOREVER}}
+  code, _, err, seconds = run(plans, workers=2, ps=1)
+  assert code == 0, err
+  assert "chief exited with code 0; stopped the workers and parameter servers" in err
+  assert seconds < 15
+  started = pids(err)
+  assert sorted(started) == ["chief", "ps 0", "worker 0", "worker 1"]
+  assert not any(alive(pid) for pid in started.values())
+
+
+def test_parameter_server_cluster_fails_with_the_chief():
+  plans = {"chief-0": {"sleep": 0.5, "exit": 5}, "worker-0": {"sleep": FOREVER},
+           "ps-0": {"sleep": FOREVER}}
+  code, _, err, _ = run(plans, workers=1, ps=1)
+  assert code == 5
+  assert re.search(r"chief \(pid \d+\) exited with code 5; stopped the others", err), err
+
+
+def test_bad_arguments_name_the_fix():
+  command = [sys.executable, "-c", "pass"]
+  with pytest.raises(ValueError, match="no command to launch; put it after '--'"):
+    launch.Launch([])
+  with pytest.raises(ValueError, match=r"workers must be an int >= 1, got 0"):
+    launch.Launch(command, workers=0)
+  with pytest.raises(ValueError, match=r"grace must be >= 0 seconds, got -1"):
+    launch.Launch(command, grace=-1)
+  with pytest.raises(ValueError, match=r"port 70000 is out of range"):
+    launch.Launch(command, workers=1, port_base=70000)
+
+
+def test_a_command_that_cannot_run_exits_127():
+  err = io.StringIO()
+  code = launch.launch(["/nonexistent/program"], stdout=io.StringIO(), stderr=err)
+  assert code == 127
+  assert "cannot run '/nonexistent/program'" in err.getvalue()
+
+
+# Through the `ctl` command, in a process of its own.
+
+def ctl_launch(*args):
+  return helpers.ctl("launch", *args, check=False, timeout=60)
+
+
+def test_cli_runs_the_command_after_the_double_dash():
+  code = "import json, os; print(json.loads(os.environ['TF_CONFIG'])['task'])"
+  proc = ctl_launch("--workers", "2", "--", sys.executable, "-c", code)
+  assert proc.returncode == 0, proc.stderr
+  assert "[worker 0] {'type': 'worker', 'index': 0}" in proc.stdout.splitlines()
+  assert "[worker 1] {'type': 'worker', 'index': 1}" in proc.stdout.splitlines()
+
+
+def test_cli_port_in_use_is_an_error_at_once():
+  with socket.socket() as taken:
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    proc = ctl_launch("--workers", "2", "--port-base", str(port), "--",
+                      sys.executable, "-c", "pass")
+  assert proc.returncode == 2
+  assert f"ctl launch: error: port {port} on 127.0.0.1 is in use" in proc.stderr
+  assert "Pick another --port-base, or drop --port-base" in proc.stderr
+
+
+def test_cli_help():
+  proc = ctl_launch("--help")
+  assert proc.returncode == 0
+  for text in ("--workers", "--ps", "--host", "--port-base", "--startup-timeout", "--grace",
+               "unauthenticated", "ctl launch --workers 2 -- ctl train"):
+    assert text in proc.stdout, text
+
+
+def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
+  # Each task saves on SIGTERM and exits 42, as a preempted ctl run does.
+  task = ("import json, os, signal, sys, time\n"
+          "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+          "t = json.loads(os.environ['TF_CONFIG'])['task']\n"
+          "open(os.path.join(os.environ['CTL_LAUNCH_READY_DIR'], "
+          "'%s-%d' % (t['type'], t['index'])), 'w').close()\n"
+          "time.sleep(300)\n")
+  proc = subprocess.Popen([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2", "--",
+                           sys.executable, "-c", task], cwd=ROOT, env=_env(None),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    lines = []
+    for line in proc.stdout:
+      lines.append(line)
+      if "tasks are ready" in line:
+        break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=30)[0]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  log = "".join(lines) + rest
+  assert proc.returncode == 42, log
+  assert "got SIGTERM; sending SIGTERM to worker 0 (pid" in log
+  assert not any(alive(pid) for pid in pids(log).values())
