@@ -1,15 +1,14 @@
 """Parameter-server training: a local cluster of processes on 127.0.0.1.
 
-A coordinator (`chief`), 2 workers and 1 parameter server each run
-tests/ps_task.py; the chief trains a small GAN through `ctl.Runner.fit`
-under `parameter_server`, the others serve. Updates are asynchronous, so the
+`ctl launch --workers 2 --ps 1` starts a coordinator (`chief`), 2 workers
+and 1 parameter server, each running tests/ps_task.py; the chief trains a
+small GAN through `ctl.Runner.fit` under `parameter_server`, the others
+serve, and the launcher stops them when the chief is done. Updates are asynchronous, so the
 losses are not compared with another strategy's: they must fall, the step
 count must be exact, and a rerun must resume from the last checkpoint.
 """
 
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -21,31 +20,12 @@ TASK = os.path.join(helpers.ROOT, "tests", "ps_task.py")
 
 
 def run_cluster(workdir, steps, timeout=240):
-  """Runs ps_task.py as chief + 2 workers + 1 ps; returns the chief's results and log."""
-  ports = helpers.free_ports(4)
-  cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
-             "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
-             "ps": [f"127.0.0.1:{ports[3]}"]}
+  """`ctl launch --workers 2 --ps 1` of ps_task.py; the chief's results and the log."""
   out = os.path.join(workdir, f"out-{steps}.npz")
-  procs = []
-  for kind, count in (("ps", 1), ("worker", 2), ("chief", 1)):
-    for index in range(count):
-      config = {"cluster": cluster, "task": {"type": kind, "index": index}}
-      procs.append(subprocess.Popen(
-          [sys.executable, TASK, "--workdir", str(workdir), "--steps", str(steps),
-           "--out", out],
-          cwd=helpers.ROOT, env=helpers._env({"TF_CONFIG": json.dumps(config)}),  # pylint: disable=protected-access
-          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-  chief = procs[-1]
-  try:
-    log = chief.communicate(timeout=timeout)[0]
-  finally:  # workers and parameter servers serve until they are stopped
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-      p.communicate()
-  assert chief.returncode == 0, f"chief exited {chief.returncode}:\n{log[-4000:]}"
-  return dict(np.load(out)), log
+  proc = helpers.ctl("launch", "--workers", "2", "--ps", "1", "--grace", "5", "--",
+                     sys.executable, TASK, "--workdir", str(workdir),
+                     "--steps", str(steps), "--out", out, timeout=timeout)
+  return dict(np.load(out)), proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
