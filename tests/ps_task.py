@@ -16,11 +16,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ctl  # noqa: E402
+import resume_task  # noqa: E402  (the same GAN step)
 
 GLOBAL_BATCH = 32
-NOISE = 4
+NOISE = resume_task.NOISE
 
 
 def dataset():
@@ -46,20 +48,6 @@ def build():
   return models, {name: keras.optimizers.Adam(1e-3) for name in models}
 
 
-def step(ctx, real):
-  import tensorflow as tf
-  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
-  with tf.GradientTape(persistent=True) as tape:
-    fake = generator(ctx.normal([NOISE]), training=True)
-    real_logits = discriminator(real, training=True)[:, 0]
-    fake_logits = discriminator(fake, training=True)[:, 0]
-    d_loss = ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
-    g_loss = ctx.average(tf.nn.softplus(-fake_logits))
-  ctx.minimize(d_loss, "discriminator", tape=tape)
-  ctx.minimize(g_loss, "generator", tape=tape)
-  return {"discriminator_loss": d_loss, "generator_loss": g_loss}
-
-
 def main():
   p = argparse.ArgumentParser()
   p.add_argument("--workdir", required=True)
@@ -69,8 +57,8 @@ def main():
   p.add_argument("--out", required=True)
   args = p.parse_args()
   strategy = ctl.make_strategy("parameter_server")  # workers and ps serve here
-  runner = ctl.Runner(step, build, dataset(), strategy=strategy, seed=3,
-                      steps_per_loop=args.steps_per_loop)
+  runner = ctl.Runner(resume_task.make_step(None), build, dataset(), strategy=strategy,
+                      seed=3, steps_per_loop=args.steps_per_loop)
   actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)),
              ctl.Export("generator")]
   history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
