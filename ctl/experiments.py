@@ -100,6 +100,9 @@ def add_config_arguments(parser):
 
 def run_train(args):
   def report(runner, workdir):
+    strategy = getattr(runner, "strategy", None)
+    if strategy is not None and not strategy.extended.should_checkpoint:
+      return  # another worker: the chief keeps (and reports) the outputs
     step = f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step") else ""
     print(f"ctl train: {step}outputs in {workdir}:")
     for name in ("checkpoints", "events", "samples", "export"):

@@ -11,18 +11,11 @@ import gin
 import pytest
 
 from ctl import cli
-from tests.helpers import ROOT, ctl, python
+from tests.helpers import ROOT, TINY_GAN, ctl, python
 
 CONFIG = os.path.join("examples", "configs", "dcgan.gin")  # for subprocesses, run in ROOT
 CONFIG_PATH = os.path.join(ROOT, CONFIG)  # for in-process calls
-TINY = []
-for _binding in ("gan.dcgan_generator.width = 8", "gan.dcgan_discriminator.width = 8",
-                 "gan.train.batch_size = 16", "gan.train.num_steps = 4",
-                 "gan.train.fid_every = 0", "gan.train.fid_samples = 200",
-                 "gan.train.steps_per_loop = 2", "gan.train.samples_every = 2",
-                 "gan.train.checkpoint_every = 2", "gan.train.ema_decay = None",
-                 "gan.train.noise_dim = 8"):
-  TINY += ["--gin", _binding]
+TINY = TINY_GAN
 
 
 def test_help_builds_without_tensorflow_quickly():

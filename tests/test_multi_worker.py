@@ -115,3 +115,35 @@ def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, unint
   worker0, worker1 = launch(work, out, "--pause-at", "7")
   assert_identical(worker1, worker0)
   assert_results_equal(worker0, uninterrupted[0], atol=1e-5, first_step=4)
+
+
+def test_ctl_train_through_launch_matches_one_process(tmp_path):
+  """The path a user takes: `ctl launch -- ctl train CONFIG --strategy multi_worker`."""
+  config = os.path.join("examples", "configs", "dcgan.gin")
+  single = tmp_path / "single"
+  helpers.ctl("train", config, "--workdir", str(single), *helpers.TINY_GAN, timeout=240)
+  work = tmp_path / "workers"
+  proc = helpers.ctl("launch", "--workers", "2", "--grace", str(GRACE), "--",
+                     sys.executable, "-m", "ctl.cli", "train", config, "--strategy",
+                     "multi_worker", "--workdir", str(work), *helpers.TINY_GAN, timeout=300)
+  assert proc.stdout.count("ctl train: step 4") == 1, proc.stdout  # the chief reports
+  for name in ("checkpoints/finished_step", "export/generator.keras",
+               "samples/samples_00000004.png"):
+    assert os.path.exists(work / name), name
+  # Every weight and optimizer slot of the chief's final checkpoint equals
+  # the single-process run's within the parity tolerance.
+  expected = tf.train.load_checkpoint(str(single / "checkpoints"))
+  actual = tf.train.load_checkpoint(str(work / "checkpoints"))
+  # (TF's preemption handler adds its own entry to the multi-worker one.)
+  names = sorted(n for n in expected.get_variable_to_shape_map()
+                 if n.startswith(("models/", "optimizers/")))
+  assert names == sorted(n for n in actual.get_variable_to_shape_map()
+                         if n.startswith(("models/", "optimizers/")))
+  compared = 0
+  for name in names:
+    value = expected.get_tensor(name)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+      np.testing.assert_allclose(actual.get_tensor(name), value, rtol=0, atol=1e-5,
+                                 err_msg=name)
+      compared += 1
+  assert compared > 20, compared
