@@ -145,6 +145,13 @@ def handwritten(workload, strategy):
                               generator.trainable_variables))
     return d_loss, g_loss
 
+  return compiled_loop(strategy, replica_step, iterator)
+
+
+def compiled_loop(strategy, replica_step, iterator):
+  """A hand-written loop: `replica_step` under `strategy.run` in a tf.function."""
+  import tensorflow as tf
+
   @tf.function
   def train_step(real):
     d, g = strategy.run(replica_step, args=(real,))
@@ -195,16 +202,7 @@ def handwritten_bigan(strategy):
     minimize(g_loss, "encoder", tape)
     return d_loss, g_loss
 
-  @tf.function
-  def train_step(real):
-    d, g = strategy.run(replica_step, args=(real,))
-    return strategy.reduce("SUM", d, axis=None), strategy.reduce("SUM", g, axis=None)
-
-  def run(steps):
-    for _ in range(steps):
-      out = train_step(next(iterator))
-    out[0].numpy()
-  return Variant(run, train_step.experimental_get_tracing_count)
+  return compiled_loop(strategy, replica_step, iterator)
 
 
 def library(workload, strategy, steps_per_loop, workdir=None):
