@@ -34,26 +34,33 @@ def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
     coordinator: the `ClusterCoordinator` of a parameter-server run: each
       worker then reads its own copy of the data.
   """
+  is_dataset = isinstance(data, tf.data.Dataset)
+  if not is_dataset and not (callable(data) and len(inspect.signature(data).parameters) == 1):
+    raise TypeError(f"data must be a tf.data.Dataset of global batches or a function "
+                    f"taking a tf.distribute.InputContext, got {type(data).__name__}.")
+  if not is_dataset and global_batch_size is None:
+    raise ValueError("data is a dataset function, so the runner cannot see the "
+                     "global batch size; pass global_batch_size=... (the sum of "
+                     "the per-replica batches).")
   if coordinator is not None:
-    return PerWorkerBatches(data, strategy, coordinator,
+    feed = PerWorkerBatches(data, strategy, coordinator,
                             global_batch_size=global_batch_size,
                             batches_per_step=batches_per_step)
-  if isinstance(data, tf.data.Dataset):
+  elif is_dataset:
     feed = GlobalBatches(data, strategy, batches_per_step=batches_per_step,
                          static_shapes=static_shapes)
-    if feed.global_batch_size is None and global_batch_size is not None:
+  else:
+    return DistributedBatches(data, strategy, global_batch_size=global_batch_size,
+                              batches_per_step=batches_per_step)
+  if is_dataset and global_batch_size is not None:
+    if feed.global_batch_size is None:
       raise ValueError(f"global_batch_size is {global_batch_size} but data has no "
                        "static batch size; batch it with drop_remainder=True.")
-    if global_batch_size is not None and global_batch_size != feed.global_batch_size:
+    if global_batch_size != feed.global_batch_size:
       raise ValueError(f"global_batch_size ({global_batch_size}) differs from the "
                        f"batch size of data ({feed.global_batch_size}); drop "
                        "global_batch_size or batch the dataset by it.")
-    return feed
-  if callable(data) and len(inspect.signature(data).parameters) == 1:
-    return DistributedBatches(data, strategy, global_batch_size=global_batch_size,
-                              batches_per_step=batches_per_step)
-  raise TypeError(f"data must be a tf.data.Dataset of global batches or a function "
-                  f"taking a tf.distribute.InputContext, got {type(data).__name__}.")
+  return feed
 
 
 def check_global_batch_size(global_batch_size, num_replicas):
@@ -128,10 +135,6 @@ class DistributedBatches:
   """Per-replica batches from a dataset function, one input pipeline per worker."""
 
   def __init__(self, dataset_fn, strategy, *, global_batch_size, batches_per_step=1):
-    if global_batch_size is None:
-      raise ValueError("data is a dataset function, so the runner cannot see the "
-                       "global batch size; pass global_batch_size=... (the sum of "
-                       "the per-replica batches).")
     check_global_batch_size(global_batch_size, strategy.num_replicas_in_sync)
     self.strategy = strategy
     self.batches_per_step = batches_per_step
@@ -173,7 +176,7 @@ class PerWorkerBatches:
   workers read the same sequence, out of step with each other.
   """
 
-  def __init__(self, data, strategy, coordinator, *, global_batch_size=None,
+  def __init__(self, data, strategy, coordinator, *, global_batch_size,
                batches_per_step=1):
     if strategy.num_replicas_in_sync != 1:
       raise ValueError(f"parameter-server workers with "
@@ -184,22 +187,11 @@ class PerWorkerBatches:
     self.checkpointable = False  # one iterator per worker, on the workers
     if isinstance(data, tf.data.Dataset):
       self.global_batch_size = _batch_size(data.element_spec)
-      if global_batch_size is not None and global_batch_size != self.global_batch_size:
-        raise ValueError(f"global_batch_size ({global_batch_size}) differs from the "
-                         f"batch size of data ({self.global_batch_size}); drop "
-                         "global_batch_size or batch the dataset by it.")
       dataset = _out_of_step(data)
-    elif callable(data) and len(inspect.signature(data).parameters) == 1:
-      if global_batch_size is None:
-        raise ValueError("data is a dataset function, so the runner cannot see the "
-                         "global batch size; pass global_batch_size=... .")
+    else:  # a dataset function
       self.global_batch_size = global_batch_size
       dataset = lambda: strategy.distribute_datasets_from_function(  # noqa: E731
           lambda context: _out_of_step(data(context)))
-    else:
-      raise TypeError(f"data must be a tf.data.Dataset of global batches or a "
-                      f"function taking a tf.distribute.InputContext, got "
-                      f"{type(data).__name__}.")
     self.iterator = iter(coordinator.create_per_worker_dataset(dataset))
 
   def next(self, iterator):

@@ -25,6 +25,7 @@ import tensorflow as tf
 from ctl import actions as actions_lib
 from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
+from ctl.strategies import is_parameter_server
 
 PREEMPTED_EXIT_CODE = 42
 _log = logging.getLogger("ctl")
@@ -87,7 +88,7 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
                      f"to), got {num_steps!r}.")
   num_steps = int(num_steps)
   actions = _complete(actions, workdir)
-  if isinstance(runner.strategy, tf.distribute.experimental.ParameterServerStrategy):
+  if is_parameter_server(runner.strategy):
     evaluations = [a for a in actions if isinstance(a, actions_lib.Evaluate)]
     if evaluations:
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
@@ -222,7 +223,7 @@ def _agree(strategy, flags):
   (a checkpoint, an evaluation) must run on all of them or none.
   """
   if (not flags or getattr(strategy.extended, "_num_workers", 1) <= 1 or  # pylint: disable=protected-access
-      isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)):
+      is_parameter_server(strategy)):
     return flags  # one process decides (with parameter servers, the coordinator)
   votes = tf.constant([int(f) for f in flags], tf.int32)
   values = strategy.experimental_distribute_values_from_function(lambda _: votes)

@@ -27,6 +27,7 @@ import keras
 from ctl import data as data_lib
 from ctl import loop as loop_lib
 from ctl.context import StepContext
+from ctl.strategies import is_parameter_server
 from ctl.strategies import make_strategy
 
 # Compiled evaluations kept (each holds a traced function and an input feed).
@@ -100,7 +101,7 @@ class Runner:
     # the steps it schedules, asynchronously, each on its own copy of the data.
     self._coordinator = (
         tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        if _is_parameter_server(strategy) else None)
+        if is_parameter_server(strategy) else None)
     self.steps_per_loop = steps_per_loop
     self.eager = eager
     self._step_fn = step
@@ -129,8 +130,9 @@ class Runner:
       # (A TPU compiles the whole step with XLA anyway.)
       replica_step = tf.function(self._replica_step, jit_compile=True)
     self._run_replicas = replica_step
-    self._loop = None if eager else tf.function(self._loop_fn)
-    self._worker_step = tf.function(self._one_step)  # parameter servers: one step
+    # Under parameter servers each scheduled call is one step on one worker.
+    loop = self._one_step if self._coordinator is not None else self._loop_fn
+    self._loop = None if eager else tf.function(loop)
 
   @property
   def global_batch_size(self):
@@ -386,7 +388,7 @@ class Runner:
     in parallel on the shared variables (asynchronous updates); the results
     come back in the order the steps were scheduled.
     """
-    calls = [self._coordinator.schedule(self._worker_step, args=(self._feed.iterator,))
+    calls = [self._coordinator.schedule(self._loop, args=(self._feed.iterator,))
              for _ in range(num_steps)]
     self._coordinator.join()
     results = [call.fetch() for call in calls]
@@ -434,12 +436,8 @@ def _scalar(key, value):
   return value
 
 
-def _is_parameter_server(strategy):
-  return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
-
-
 def _check_supported(strategy, eager):
-  if eager and _is_parameter_server(strategy):
+  if eager and is_parameter_server(strategy):
     raise ValueError("eager=True cannot run under ParameterServerStrategy (workers "
                      "run the functions the coordinator schedules); debug eagerly "
                      "under 'default', then switch the strategy.")

@@ -354,6 +354,11 @@ def slurm_cluster_resolver(num_gpus=None, env=None):
                                auto_set_gpu=False)
 
 
+def is_parameter_server(strategy):
+  """Whether `strategy` trains through parameter servers (one coordinator process)."""
+  return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
 def parse_tf_config(env=None):
   """Returns TF_CONFIG as a dict ({} when unset), with a clear error if malformed."""
   env = os.environ if env is None else env
