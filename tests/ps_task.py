@@ -59,7 +59,13 @@ def main():
   strategy = ctl.make_strategy("parameter_server")  # workers and ps serve here
   runner = ctl.Runner(resume_task.make_step(None), build, dataset(), strategy=strategy,
                       seed=3, steps_per_loop=args.steps_per_loop)
+  noise = np.random.default_rng(1).normal(size=(4, NOISE)).astype("float32")
+
+  def samples(models):  # the coordinator calls the generator: points as 1x2 images
+    return np.tanh(np.asarray(models["generator"](noise))).reshape(4, 1, 2, 1)
+
   actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)),
+             ctl.Samples(samples, ctl.Every(steps=args.checkpoint_every)),
              ctl.Export("generator")]
   history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
   results = {f"loss/{k}": v for k, v in history.items()}

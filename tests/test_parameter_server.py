@@ -49,6 +49,7 @@ def test_losses_fall_and_the_step_count_is_exact(first_run):
   names = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
   assert "ckpt-20.index" in names and "ckpt-40.index" in names
   assert os.path.exists(os.path.join(workdir, "export", "generator.keras"))
+  assert os.path.exists(os.path.join(workdir, "samples", "samples_00000040.png"))
 
 
 def test_rerun_resumes_from_the_last_checkpoint(first_run):
