@@ -139,7 +139,8 @@ def check_runner(runner, num_batches=3):
     raise ValueError(f"num_batches must be a positive int, got {num_batches!r}.")
   findings = [_static_inputs(runner)]
   batches = _batches(runner, num_batches)
-  saved = [(v, v.numpy()) for v in _variables(runner)]
+  from ctl import checkpoints  # pylint: disable=import-outside-toplevel
+  saved = [(v, v.numpy()) for v in tf.nest.flatten(checkpoints.variables(runner))]
   try:
     step = _CompiledStep(runner)
     error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
@@ -223,15 +224,6 @@ def _batches(runner, count):
   if not batches:
     raise ValueError("check_runner: the runner's data gave no batch.")
   return batches
-
-
-def _variables(runner):
-  variables = [runner.global_step]
-  for model in runner.models.values():
-    variables += list(model.variables)
-  for optimizer in runner.optimizers.values():
-    variables += list(optimizer.variables)
-  return variables
 
 
 @contextlib.contextmanager

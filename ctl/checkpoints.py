@@ -22,6 +22,19 @@ import tensorflow as tf
 _log = logging.getLogger("ctl")
 
 
+def variables(runner):
+  """Every variable of a runner's training state: step, models and optimizers.
+
+  A Keras 3 model put in a tf.train.Checkpoint saves none of its own
+  variables (only those an optimizer reaches): they are listed explicitly, by
+  position, which does not depend on Keras' global layer names.
+  """
+  return dict(
+      step=runner.global_step,
+      models={name: list(m.variables) for name, m in runner.models.items()},
+      optimizers={name: list(o.variables) for name, o in runner.optimizers.items()})
+
+
 class Checkpointer:
   """Saves and restores a runner's state under `directory`.
 
@@ -42,13 +55,7 @@ class Checkpointer:
     self.directory = directory
     extended = runner.strategy.extended
     self.is_chief = extended.should_checkpoint
-    state = dict(
-        step=runner.global_step,
-        # A Keras 3 model put in a tf.train.Checkpoint saves none of its own
-        # variables (only those an optimizer reaches): list them explicitly,
-        # by position, which does not depend on Keras' global layer names.
-        models={name: list(m.variables) for name, m in runner.models.items()},
-        optimizers={name: list(o.variables) for name, o in runner.optimizers.items()})
+    state = variables(runner)
     iterator = runner.data_iterator
     if iterator is not None:
       state["data"] = iterator
