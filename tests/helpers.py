@@ -7,11 +7,12 @@ start one process per worker with TF_CONFIG on 127.0.0.1.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
+
+from ctl import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK = os.path.join(ROOT, "tests", "parity_task.py")
@@ -85,15 +86,8 @@ def run_workers(tmp_path, num_workers, *args, task=TASK, timeout=240):
 
 
 def free_ports(count):
-  """Ports free on 127.0.0.1 now (held open together, so they differ)."""
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
+  """Ports free on 127.0.0.1 now, all different: what `ctl launch` gives its tasks."""
+  return launch.free_ports(count)
 
 
 def alive(pid):
