@@ -1,27 +1,39 @@
 """Runner overhead against a hand-written `tf.function` + `strategy.run` loop.
 
-    python bench/run.py --quick      # all workloads: 28 min measured on a loaded 2-core CPU
-    python bench/run.py              # more repetitions
+    python bench/run.py --quick      # the targets' variants: under 3 minutes here
+    python bench/run.py              # every variant, more repetitions (about 20 minutes)
     python bench/run.py --workloads tiny --steps 20 --repetitions 2   # a smoke run
 
-Both sides train the same networks on the same in-memory data in the same
-process. Repetitions are interleaved (A, B, C, A, B, C, ...) so that drifts in
-machine load hit every variant alike; medians are reported. Prints a table, then
-one JSON object per line.
+Every side trains the same networks on the same in-memory data in the same
+process. Variants of one workload and strategy are measured together, their
+repetitions interleaved (A, B, C, A, B, C, ...) so that drifts in machine load
+hit every variant alike; medians are reported, and each ratio is against the
+hand-written loop of the same group. Prints a table, then one JSON object per
+line. docs/performance.md holds a full run and reads it.
 
-Variants: `handwritten` (the floor), `ctl steps_per_loop=1/10` (`runner.train`),
-and `ctl fit steps_per_loop=10`: `runner.fit` with TensorBoard scalars written
-after every compiled call (every 10 steps) and its checkpoint handling. Each
-timed `fit` call also restores the newest checkpoint at its start and saves one
-at its end, which a real run does once, so this is an upper bound on what the
-outer loop costs. `keras fit spe=1/10` (tiny and dcgan): the same update as a
-`keras.Model` with an overridden `train_step`, run by `Model.fit` with
-`steps_per_execution` 1 or 10; each timed call is one `fit` (a new epoch
-iterator and callbacks included), which is how Keras users loop.
+Variants: `handwritten` (the floor: what a careful user writes, the TF DCGAN
+tutorial's loop under `strategy.run`); `ctl steps_per_loop=N` (`runner.train`,
+N steps in one compiled call); `ctl fit steps_per_loop=N`: `runner.fit` with
+TensorBoard scalars after every compiled call and its checkpoint handling
+(each timed call also restores the newest checkpoint at its start and saves
+one at its end, which a real run does once: an upper bound on the outer
+loop's cost); `ctl synthetic input`: ctl fed one batch held in memory, whose
+time against `ctl steps_per_loop=1` gives the share of the step spent waiting
+for input (`input_wait_share`); `ctl steps_per_loop=10 row-batched input`:
+the same loop fed batches assembled from single rows (see `real_data`); `ctl jit_compile` and `ctl mixed_bfloat16`:
+the Runner's switches (the bfloat16 row carries `loss_gap`, each loss's mean
+absolute difference from the float32 run, same seed and data, step by step);
+`keras fit spe=N`: the same update as a `keras.Model` with an overridden
+`train_step`, run by `Model.fit` with `steps_per_execution` N, one `fit` call
+per timed repetition (a new epoch iterator and callbacks included), which is
+how Keras users loop. The `mirrored` strategy runs over 2 logical CPUs.
 
-`traces_after_first_call` counts the traces of the compiled step after the
-warm-up call (the runner's `_loop`, the hand-written `train_step`, the Keras
-`train_step`): anything but 0 means a variant retraces as it runs.
+Efficiency: `gflop_per_step` counts the FLOPs of the hand-written step's
+graph (TensorFlow's profiler, ops the results and variable updates depend on);
+`share_of_ceiling` sets each variant's GFLOP/s against the DCGAN step's
+dominant convolution timed alone in the same run (the kernel ceiling), which
+is also timed in bfloat16. `traces_after_first_call` counts the traces of the
+compiled step after the warm-up call: anything but 0 means a variant retraces.
 
 Workloads: `tiny`, a 2-D MLP GAN (two hidden layers of 64) on a ring of
 Gaussians, batch 256, where per-step dispatch dominates; `dcgan`, the TensorFlow
@@ -32,6 +44,7 @@ hand-written copy of the same step.
 """
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -76,12 +89,21 @@ def dcgan_models():
       keras.Input((28, 28, 1)),
       layers.Conv2D(64, 5, strides=2, padding="same"), layers.LeakyReLU(), layers.Dropout(0.3),
       layers.Conv2D(128, 5, strides=2, padding="same"), layers.LeakyReLU(), layers.Dropout(0.3),
-      layers.Flatten(), layers.Dense(1),
+      # float32 logits (a no-op in float32): the loss stays float32 under
+      # mixed precision, as Keras' mixed-precision guide asks.
+      layers.Flatten(), layers.Dense(1, dtype="float32"),
   ])
   return generator, discriminator, 100
 
 
-def real_data(workload):
+def real_data(workload, row_batching=False):
+  """The workload's examples as a repeated dataset of batches of 256.
+
+  Whole batches are sliced from the array, one element each, as Keras' array
+  adapter does. `row_batching`: the common `from_tensor_slices(x).batch(256)`,
+  which assembles every batch from 256 single-row elements; on this CPU that
+  takes longer than a `tiny` step (see docs/performance.md).
+  """
   import numpy as np
   import tensorflow as tf
   rng = np.random.default_rng(0)
@@ -91,8 +113,14 @@ def real_data(workload):
   else:
     import gan
     x = (gan.load_mnist()[0][..., None] - 127.5) / 127.5
-  return tf.data.Dataset.from_tensor_slices(x.astype("float32")).repeat().batch(
-      BATCH, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+  x = x.astype("float32")
+  if row_batching:
+    dataset = tf.data.Dataset.from_tensor_slices(x).repeat().batch(BATCH, drop_remainder=True)
+  else:
+    batches = len(x) // BATCH
+    dataset = tf.data.Dataset.from_tensor_slices(
+        x[:batches * BATCH].reshape(batches, BATCH, *x.shape[1:])).repeat()
+  return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def losses(real_logits, fake_logits):
@@ -113,10 +141,20 @@ def bigan_build():
 
 
 class Variant:
-  """`run(steps)` trains `steps` steps; `traces()` counts its compiled step's traces."""
+  """`run(steps)` trains `steps` steps; `traces()` counts its compiled step's traces.
 
-  def __init__(self, run, traces):
-    self.run, self.traces = run, traces
+  `results` keeps what each run returned (the runner's per-step losses), and
+  `concrete()`, where given, is the compiled step's concrete function (for its FLOPs).
+  """
+
+  def __init__(self, run, traces, concrete=None):
+    self._run, self.traces, self.concrete = run, traces, concrete
+    self.results = []
+
+  def run(self, steps):
+    out = self._run(steps)
+    if out is not None:
+      self.results.append(out)
 
 
 def handwritten(workload, strategy):
@@ -161,7 +199,10 @@ def compiled_loop(strategy, replica_step, iterator):
     for _ in range(steps):
       out = train_step(next(iterator))
     out[0].numpy()  # wait for the last step
-  return Variant(run, train_step.experimental_get_tracing_count)
+
+  def concrete():
+    return train_step.get_concrete_function(next(iterator))
+  return Variant(run, train_step.experimental_get_tracing_count, concrete)
 
 
 def handwritten_bigan(strategy):
@@ -205,8 +246,15 @@ def handwritten_bigan(strategy):
   return compiled_loop(strategy, replica_step, iterator)
 
 
-def library(workload, strategy, steps_per_loop, workdir=None):
-  """The same step through ctl.Runner (`train`, or `fit` if given a workdir)."""
+def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=False,
+            row_batching=False, **runner_args):
+  """The same step through ctl.Runner (`train`, or `fit` if given a workdir).
+
+  `synthetic`: feed one batch, held in memory, again and again instead of the
+  input pipeline (the input-wait baseline); `row_batching`: see `real_data`.
+  `runner_args` go to `ctl.Runner`
+  (`mixed_precision`, `jit_compile`).
+  """
   import keras
   import tensorflow as tf
   if workload == "bigan":
@@ -234,11 +282,14 @@ def library(workload, strategy, steps_per_loop, workdir=None):
       ctx.minimize(g_loss, "generator", tape=tape)
       return {"discriminator_loss": d_loss, "generator_loss": g_loss}
 
-  runner = ctl.Runner(step, build, real_data(workload), strategy=strategy,
-                      steps_per_loop=steps_per_loop)
+  data = real_data(workload, row_batching)
+  if synthetic:
+    data = tf.data.Dataset.from_tensors(next(iter(data))).repeat()
+  runner = ctl.Runner(step, build, data, strategy=strategy, steps_per_loop=steps_per_loop,
+                      **runner_args)
 
   def run(steps):
-    runner.train(steps)
+    return runner.train(steps)
 
   def fit(steps):
     target = int(runner.global_step.numpy()) + steps
@@ -299,19 +350,55 @@ def keras_fit(workload, strategy, steps_per_execution):
 
 
 MODELS = {"tiny": tiny_models, "dcgan": dcgan_models}
-WORKLOADS = {"tiny": 200, "dcgan": 10, "bigan": 10}  # steps per repetition (quick)
 
+VARIANTS = {
+    "handwritten": lambda w, s, d: handwritten(w, s),
+    "ctl steps_per_loop=1": lambda w, s, d: library(w, s, 1),
+    "ctl steps_per_loop=10": lambda w, s, d: library(w, s, 10),
+    "ctl steps_per_loop=100": lambda w, s, d: library(w, s, 100),
+    "ctl fit steps_per_loop=1": lambda w, s, d: library(w, s, 1, d),
+    "ctl fit steps_per_loop=10": lambda w, s, d: library(w, s, 10, d),
+    "ctl synthetic input": lambda w, s, d: library(w, s, 1, synthetic=True),
+    "ctl steps_per_loop=10 row-batched input":
+        lambda w, s, d: library(w, s, 10, row_batching=True),
+    "ctl jit_compile": lambda w, s, d: library(w, s, 1, jit_compile=True),
+    "ctl mixed_bfloat16": lambda w, s, d: library(w, s, 1, mixed_precision="mixed_bfloat16"),
+    "keras fit spe=1": lambda w, s, d: keras_fit(w, s, 1),
+    "keras fit spe=10": lambda w, s, d: keras_fit(w, s, 10),
+}
 
-def variants_for(workload, strategy, workdir):
-  variants = {"handwritten": handwritten(workload, strategy)}
-  if workload != "bigan":
-    variants["ctl steps_per_loop=1"] = library(workload, strategy, 1)
-  variants["ctl steps_per_loop=10"] = library(workload, strategy, 10)
-  if workload != "bigan":
-    variants["ctl fit steps_per_loop=10"] = library(workload, strategy, 10, workdir)
-    variants["keras fit spe=1"] = keras_fit(workload, strategy, 1)
-    variants["keras fit spe=10"] = keras_fit(workload, strategy, 10)
-  return variants
+_TINY = ["handwritten", "ctl steps_per_loop=1", "ctl steps_per_loop=10",
+         "ctl steps_per_loop=100", "keras fit spe=1", "keras fit spe=10"]
+_MIRRORED = ["handwritten", "ctl steps_per_loop=1", "ctl steps_per_loop=10"]
+# (workload, strategy, steps per repetition, repetitions, variants). A DCGAN
+# step takes seconds here, so its loops of 10 or 100 steps are left out (a
+# dispatch saving of well under a millisecond per step cannot show), and its
+# bfloat16 step (about 9x slower than float32 on a CPU without bfloat16
+# instructions) only runs in the full plan. `--quick` keeps what the targets
+# need: the loop variants on `tiny`, and the hand-written loop, ctl, Keras and
+# the input-wait baseline on `dcgan`.
+PLANS = {
+    "full": [
+        ("tiny", "default", 400, 7, _TINY + [
+            "ctl fit steps_per_loop=10", "ctl synthetic input",
+            "ctl steps_per_loop=10 row-batched input", "ctl jit_compile",
+            "ctl mixed_bfloat16"]),
+        ("tiny", "mirrored", 400, 7, _MIRRORED),
+        ("dcgan", "default", 3, 5, ["handwritten", "ctl steps_per_loop=1",
+                                    "ctl fit steps_per_loop=1", "keras fit spe=1",
+                                    "ctl synthetic input", "ctl jit_compile",
+                                    "ctl mixed_bfloat16"]),
+        ("dcgan", "mirrored", 3, 5, ["handwritten", "ctl steps_per_loop=1"]),
+        ("bigan", "default", 3, 5, ["handwritten", "ctl steps_per_loop=1"]),
+    ],
+    "quick": [
+        ("tiny", "default", 200, 3, _TINY),
+        ("tiny", "mirrored", 200, 3, _MIRRORED),
+        ("dcgan", "default", 2, 3, ["handwritten", "ctl steps_per_loop=1",
+                                    "keras fit spe=1", "ctl synthetic input"]),
+    ],
+}
+WORKLOADS = ("tiny", "dcgan", "bigan")
 
 
 def measure(variants, steps, repetitions):
@@ -329,6 +416,125 @@ def measure(variants, steps, repetitions):
           for name, t in times.items()}
 
 
+def live_gflop(concrete):
+  """GFLOP of the ops a compiled step's results and variable updates depend on.
+
+  TensorFlow's profiler counts every op of the traced graph, including
+  gradients a tape builds but nothing reads (a conv's input gradient at the
+  first layer, say), which the runtime prunes; only the ops reachable
+  backwards from the outputs and the stateful ops are counted here.
+  """
+  import tensorflow as tf
+  graph = concrete.graph
+  seen, stack = set(), [t.op for t in graph.outputs]
+  stack += [op for op in graph.get_operations() if op.op_def.is_stateful]
+  while stack:
+    op = stack.pop()
+    if op.name not in seen:
+      seen.add(op.name)
+      stack.extend(t.op for t in op.inputs)
+      stack.extend(op.control_inputs)
+  options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+  options["output"] = "none"
+  options["min_float_ops"] = 0
+  profile = tf.compat.v1.profiler.profile(graph, options=options)
+  total, nodes = 0, list(profile.children)
+  while nodes:
+    node = nodes.pop()
+    nodes.extend(node.children)
+    if node.name in seen:
+      total += node.float_ops
+  return total / 1e9
+
+
+def conv_ceiling(timed_runs):
+  """GFLOP/s of the DCGAN step's dominant convolution alone, and bfloat16's speed.
+
+  The generator's first Conv2DTranspose (7x7, 256 -> 128 channels, 5x5, batch
+  256) does about a third of the step's FLOPs. Its forward and both gradients
+  run in one tf.function (float32, best of `timed_runs`) give the kernel
+  ceiling; its forward in bfloat16 against float32 tells whether this CPU has
+  fast bfloat16 kernels (mixed_bfloat16 can only be as fast as they are).
+  """
+  import tensorflow as tf
+  n, side, c_in, c_out, k = BATCH, 7, 256, 128, 5
+  gflop = 2 * n * side * side * c_in * c_out * k * k / 1e9  # each of the 3 ops
+  rng = tf.random.Generator.from_seed(0)
+
+  def best(fn, *args):
+    fn(*args).numpy()  # trace and warm up
+    times = []
+    for _ in range(timed_runs):
+      start = time.perf_counter()
+      fn(*args).numpy()
+      times.append(time.perf_counter() - start)
+    return min(times)
+
+  def forward(x, w):
+    return tf.nn.conv2d_transpose(x, w, [n, side, side, c_out], 1)
+
+  @tf.function
+  def forward_backward(x, w):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = forward(x, w)
+    dx, dw = tape.gradient(y, [x, w], output_gradients=tf.ones_like(y))
+    return tf.reduce_sum(dx[:1, 0, 0, 0]) + tf.reduce_sum(dw[0, 0, 0, :1])
+
+  x = rng.normal([n, side, side, c_in])
+  w = rng.normal([k, k, c_out, c_in])
+  ceiling = 3 * gflop / best(forward_backward, x, w)
+  fwd = tf.function(lambda x, w: tf.reduce_sum(forward(x, w)[:1, 0, 0, :1]))
+  f32 = best(fwd, x, w)
+  bf16 = best(fwd, tf.cast(x, tf.bfloat16), tf.cast(w, tf.bfloat16))
+  return ceiling, f32 / bf16
+
+
+def loss_gap(reference, other):
+  """Mean |difference| of each loss over the steps both runs trained, and their means."""
+  import numpy as np
+  gap = {}
+  for key in reference.results[0]:
+    a = np.concatenate([r[key] for r in reference.results]).astype(float)
+    b = np.concatenate([r[key] for r in other.results]).astype(float)
+    steps = min(len(a), len(b))
+    a, b = a[:steps], b[:steps]
+    gap[key] = {"steps": steps, "mean_abs_gap": round(float(np.mean(np.abs(a - b))), 4),
+                "float32_mean": round(float(a.mean()), 4),
+                "mixed_bfloat16_mean": round(float(b.mean()), 4)}
+  return gap
+
+
+def run_group(workload, strategy_name, strategy, variant_names, steps, repetitions,
+              ceiling):
+  workdir = tempfile.mkdtemp(prefix=f"ctl-bench-{workload}-")
+  try:
+    variants = {name: VARIANTS[name](workload, strategy, workdir) for name in variant_names}
+    results = measure(variants, steps, repetitions)
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)
+  gflop = live_gflop(variants["handwritten"].concrete())
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  floor = results["handwritten"][0]
+  rows = []
+  for name, (seconds, traces) in results.items():
+    row = {"workload": workload, "variant": name, "strategy": strategy_name,
+           "ms_per_step": round(seconds * 1e3, 3),
+           "examples_per_s": round(BATCH / seconds, 1),
+           "ratio_to_handwritten": round(seconds / floor, 3),
+           "peak_rss_mb": round(peak, 1), "steps": steps, "repetitions": repetitions,
+           "traces_after_first_call": traces, "gflop_per_step": round(gflop, 3),
+           "gflop_per_s": round(gflop / seconds, 2),
+           "share_of_ceiling": round(gflop / seconds / ceiling, 3) if ceiling else None}
+    if name == "ctl steps_per_loop=1" and "ctl synthetic input" in results:
+      # Time the same step loses to its input pipeline, against one batch in memory.
+      row["input_wait_share"] = round(1 - results["ctl synthetic input"][0] / seconds, 4)
+    if name == "ctl mixed_bfloat16":
+      row["loss_gap"] = loss_gap(variants["ctl steps_per_loop=1"], variants[name])
+    rows.append(row)
+  return rows
+
+
 def parse_workloads(text, parser):
   workloads = [w.strip() for w in text.split(",") if w.strip()]
   unknown = [w for w in workloads if w not in WORKLOADS]
@@ -340,7 +546,8 @@ def parse_workloads(text, parser):
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--quick", action="store_true", help="fewer steps and repetitions")
+  p.add_argument("--quick", action="store_true",
+                 help="fewer variants, steps and repetitions (under 3 minutes)")
   p.add_argument("--workloads", default=",".join(WORKLOADS),
                  help=f"comma-separated subset of {', '.join(WORKLOADS)}")
   p.add_argument("--steps", type=int, help="steps per repetition, for every workload")
@@ -350,31 +557,44 @@ def main():
   for name in ("steps", "repetitions"):
     if getattr(args, name) is not None and getattr(args, name) < 1:
       p.error(f"--{name} ({getattr(args, name)}) must be at least 1")
-  strategy = ctl.make_strategy("default")
+  plan = [g for g in PLANS["quick" if args.quick else "full"] if g[0] in workloads]
+  # Two logical CPUs for the mirrored variants, before any TensorFlow op.
+  strategies = {"default": ctl.make_strategy("default", logical_cpus=2)}
+  if any(g[1] == "mirrored" for g in plan):
+    strategies["mirrored"] = ctl.make_strategy("mirrored")
+  ceiling = bf16_speed = None
+  if {"dcgan", "bigan"} & set(workloads):
+    ceiling, bf16_speed = conv_ceiling(1 if args.quick else 3)
   rows = []
-  for workload in workloads:
-    steps = args.steps or WORKLOADS[workload] * (1 if args.quick else 2)
-    repetitions = args.repetitions or (5 if args.quick else 11)
-    workdir = tempfile.mkdtemp(prefix=f"ctl-bench-{workload}-")
-    try:
-      results = measure(variants_for(workload, strategy, workdir), steps, repetitions)
-    finally:
-      shutil.rmtree(workdir, ignore_errors=True)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    floor = results["handwritten"][0]
-    for name, (seconds, traces) in results.items():
-      rows.append({"workload": workload, "variant": name, "strategy": "default",
-                   "ms_per_step": round(seconds * 1e3, 3),
-                   "examples_per_s": round(BATCH / seconds, 1),
-                   "ratio_to_handwritten": round(seconds / floor, 3),
-                   "peak_rss_mb": round(peak, 1), "steps": steps,
-                   "repetitions": repetitions, "traces_after_first_call": traces})
-  print(f"{'workload':8s} {'variant':28s} {'ms/step':>9s} {'ex/s':>10s} {'ratio':>6s} "
-        f"{'traces':>6s}")
+  for workload, strategy_name, steps, repetitions, names in plan:
+    rows += run_group(workload, strategy_name, strategies[strategy_name], names,
+                      args.steps or steps, args.repetitions or repetitions, ceiling)
+    # Free the group's models and input iterators now: left to the interpreter's
+    # exit, a tf.data iterator's destructor can wait forever on its threads.
+    gc.collect()
+  print(f"{'workload':8s} {'strategy':8s} {'variant':40s} {'ms/step':>9s} {'ex/s':>9s} "
+        f"{'ratio':>6s} {'GFLOP/s':>8s} {'traces':>6s}")
   for r in rows:
-    print(f"{r['workload']:8s} {r['variant']:28s} {r['ms_per_step']:9.3f} "
-          f"{r['examples_per_s']:10.1f} {r['ratio_to_handwritten']:6.3f} "
+    print(f"{r['workload']:8s} {r['strategy']:8s} {r['variant']:40s} "
+          f"{r['ms_per_step']:9.3f} {r['examples_per_s']:9.1f} "
+          f"{r['ratio_to_handwritten']:6.3f} {r['gflop_per_s']:8.2f} "
           f"{r['traces_after_first_call']:6d}")
+  if ceiling:
+    print(f"conv kernel ceiling (DCGAN's dominant convolution, forward and backward, "
+          f"float32): {ceiling:.1f} GFLOP/s; its forward in bfloat16 runs at "
+          f"{bf16_speed:.2f}x float32's speed")
+  for r in rows:
+    if "input_wait_share" in r:
+      print(f"{r['workload']} {r['strategy']}: input wait {100 * r['input_wait_share']:.1f}% "
+            f"of the step (ctl against one batch held in memory)")
+    if "loss_gap" in r:
+      for key, gap in r["loss_gap"].items():
+        print(f"{r['workload']} mixed_bfloat16 {key}: mean |gap| {gap['mean_abs_gap']} over "
+              f"{gap['steps']} steps (means {gap['float32_mean']} float32, "
+              f"{gap['mixed_bfloat16_mean']} bfloat16)")
+  if ceiling:
+    print(json.dumps({"kernel": "dcgan dominant convolution", "ceiling_gflop_per_s":
+                      round(ceiling, 2), "bfloat16_speed_vs_float32": round(bf16_speed, 3)}))
   for r in rows:
     print(json.dumps(r))
 
