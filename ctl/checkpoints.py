@@ -14,6 +14,7 @@ a function of (seed, step), so the step counter is its whole state.
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 
@@ -92,10 +93,26 @@ class Checkpointer:
           f"checkpoint in {self.directory} is at step {saved_step}: restoring it "
           "would discard the difference. Pass another workdir to keep this "
           "runner's state, or make a new Runner to resume from the checkpoint.")
-    status = self.checkpoint.restore(path).expect_partial()
     try:
+      saved = tf.train.list_variables(path)
+    except tf.errors.OpError as e:
+      raise self._damaged(path, e) from None
+    differences = _differences(saved, variables(self.runner))
+    if differences:
+      raise ValueError(
+          f"checkpoint {path} does not match this runner: {'; '.join(differences)}. "
+          "It was written for other models, optimizers or sizes; use a new work "
+          "directory for this experiment, or build the runner as that run did.")
+    state = tf.nest.flatten(variables(self.runner))
+    before = [v.numpy() for v in state]
+    try:
+      status = self.checkpoint.restore(path).expect_partial()
       status.assert_existing_objects_matched()
-    except AssertionError as e:
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+      for v, value in zip(state, before):  # never leave a partial restore behind
+        v.assign(value)
+      if isinstance(e, tf.errors.OpError):
+        raise self._damaged(path, e) from None
       raise ValueError(
           f"checkpoint {path} does not match this runner (other models, optimizers "
           f"or data?): {str(e)[:500]}. Use a new work directory for a different "
@@ -103,6 +120,14 @@ class Checkpointer:
     step = int(self.runner.global_step.numpy())
     _log.info("restored %s (step %d)", path, step)
     return step
+
+  def _damaged(self, path, error):
+    older = [p for p in self.manager.checkpoints if p != path]
+    return ValueError(
+        f"checkpoint {path} cannot be read ({type(error).__name__}: "
+        f"{_tf_message(error)}): its files are damaged. Delete {path}.* so that the "
+        f"previous checkpoint ({older[-1] if older else 'none'}) is restored, or use "
+        "a new work directory.")
 
   def save(self):
     """Writes `ckpt-<global step>`; returns its path (on the chief).
@@ -112,12 +137,68 @@ class Checkpointer:
     leaves the previous checkpoint the one that is restored.
     """
     step = int(self.runner.global_step.numpy())
-    path = self._write_manager.save(checkpoint_number=step)
+    try:
+      path = self._write_manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as e:
+      # TF writes into `<prefix>_temp` and renames at the end: a failed write
+      # (disk full, permissions) leaves the older checkpoints and the
+      # `checkpoint` file that names the newest one untouched.
+      prefix = os.path.join(self._write_manager.directory, f"ckpt-{step}")
+      shutil.rmtree(prefix + "_temp", ignore_errors=True)
+      newest = self.latest
+      raise OSError(
+          f"could not write checkpoint ckpt-{step} in {self._write_manager.directory}: "
+          f"{_tf_message(e)}. The newest complete checkpoint is "
+          f"{newest or 'none (nothing was saved yet)'}; free disk space or fix the "
+          "directory's permissions, then rerun the same command to resume from it."
+      ) from e
     if not self.is_chief:
       shutil.rmtree(self._scratch, ignore_errors=True)
       return None
     _save_operative_config(self.directory)
     return path
+
+
+def _differences(saved, state):
+  """How a checkpoint's model and optimizer variables differ from `state`'s.
+
+  `saved` is `tf.train.list_variables` of the checkpoint: keys such as
+  `models/generator/3/.ATTRIBUTES/VARIABLE_VALUE`, with their shapes.
+  """
+  theirs = {}
+  for key, shape in saved:
+    parts = key.split("/")
+    if parts[0] in ("models", "optimizers") and len(parts) == 5:
+      theirs[(parts[0], parts[1], int(parts[2]))] = list(shape)
+  ours = {(kind, name, i): v.shape.as_list() if hasattr(v.shape, "as_list") else list(v.shape)
+          for kind in ("models", "optimizers")
+          for name, values in state[kind].items() for i, v in enumerate(values)}
+  differences = []
+  for kind in ("models", "optimizers"):
+    their_names = {n for k, n, _ in theirs if k == kind}
+    our_names = {n for k, n, _ in ours if k == kind}
+    for name in sorted(their_names - our_names):
+      differences.append(f"{kind}[{name!r}] is in the checkpoint, not in this runner")
+    for name in sorted(our_names - their_names):
+      differences.append(f"{kind}[{name!r}] is in this runner, not in the checkpoint")
+    for name in sorted(their_names & our_names):
+      mine = {i: s for (k, n, i), s in ours.items() if (k, n) == (kind, name)}
+      saved_here = {i: s for (k, n, i), s in theirs.items() if (k, n) == (kind, name)}
+      if len(mine) != len(saved_here):
+        differences.append(f"{kind}[{name!r}] has {len(saved_here)} variables in the "
+                           f"checkpoint, {len(mine)} in this runner")
+        continue
+      for i in sorted(mine):
+        if mine[i] != saved_here[i]:
+          differences.append(f"{kind}[{name!r}] variable {i} has shape {saved_here[i]} "
+                             f"in the checkpoint, {mine[i]} in this runner")
+  return differences[:6] + ([f"and {len(differences) - 6} more"] if len(differences) > 6 else [])
+
+
+def _tf_message(error):
+  """A TF error's message without its internal `{{function_node ...}}` prefix."""
+  return re.sub(r"\{\{function_node [^}]*\}\}\s*", "", getattr(error, "message", None)
+                or str(error))
 
 
 def _save_operative_config(directory):
