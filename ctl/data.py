@@ -98,6 +98,14 @@ class GlobalBatches:
           "dataset.batch(global_batch_size, drop_remainder=True).")
     if self.global_batch_size is not None:
       check_global_batch_size(self.global_batch_size, num_replicas)
+    if int(dataset.cardinality()) == 0:
+      size = self.global_batch_size or "B"
+      raise ValueError(
+          f"data holds no batch (its cardinality is 0): it is empty, or has fewer "
+          f"examples than one global batch of {size} with drop_remainder=True. Give it "
+          f"at least {size} examples, or repeat before batching: "
+          f"dataset.repeat().batch({size}, drop_remainder=True).")
+    self.element_spec = dataset.element_spec
     self._dataset = dataset.prefetch(tf.data.AUTOTUNE)
     # A plain iterator can be checkpointed; TF's distributed one cannot.
     self.checkpointable = not _uses_distributed_datasets(strategy)
@@ -155,6 +163,7 @@ class DistributedBatches:
 
     self.checkpointable = False  # TF 2.21 cannot save a distributed iterator
     self._dataset = strategy.distribute_datasets_from_function(checked)
+    self.element_spec = self._dataset.element_spec
     self.iterator = self.make_iterator()
 
   def make_iterator(self):
@@ -193,6 +202,7 @@ class PerWorkerBatches:
       dataset = lambda: strategy.distribute_datasets_from_function(  # noqa: E731
           lambda context: _out_of_step(data(context)))
     self.iterator = iter(coordinator.create_per_worker_dataset(dataset))
+    self.element_spec = getattr(data, "element_spec", None)
 
   def next(self, iterator):
     """The next step's input, inside a function scheduled on a worker."""

@@ -16,8 +16,10 @@ that restart on failure then resume it.
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -87,7 +89,16 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
     raise ValueError(f"num_steps must be a non-negative int (the step to train up "
                      f"to), got {num_steps!r}.")
   num_steps = int(num_steps)
+  if num_steps and runner.steps_per_loop > num_steps:
+    # Not an error: the calls are cut to the run, and the numbers are right.
+    warnings.warn(
+        f"steps_per_loop ({runner.steps_per_loop}) is larger than num_steps "
+        f"({num_steps}), the whole run: every compiled call is cut short. Lower "
+        f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
   actions = _complete(actions, workdir)
+  _check_exports(actions, runner)
+  if workdir is not None and runner.strategy.extended.should_checkpoint:
+    _check_writable(os.path.join(workdir, "checkpoints"), workdir)
   if is_parameter_server(runner.strategy):
     evaluations = [a for a in actions if isinstance(a, actions_lib.Evaluate)]
     if evaluations:
@@ -192,6 +203,26 @@ def _complete(actions, workdir):
     if not any(isinstance(a, kind) for a in actions):
       actions.insert(0, kind())
   return actions
+
+
+def _check_exports(actions, runner):
+  """Refuses, before training, an Export of a model the runner does not have."""
+  for action in actions:
+    if isinstance(action, actions_lib.Export) and action.model not in runner.models:
+      raise ValueError(f"ctl.Export({action.model!r}): the runner has no model of that "
+                       f"name; its models are {sorted(runner.models)}.")
+
+
+def _check_writable(directory, workdir):
+  """Fails now, not at the first save, if the work directory cannot be written."""
+  try:
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
+      pass
+  except OSError as e:
+    raise OSError(f"workdir {workdir!r} cannot be written ({e.strerror or e}: "
+                  f"{e.filename or directory}); fix its permissions or pass another "
+                  "workdir.") from e
 
 
 def _run(action, loop):

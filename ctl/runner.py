@@ -122,6 +122,7 @@ class Runner:
     self._reductions = {}  # result key -> ReduceOp, filled in when the step is traced
     self._evaluations = {}  # (eval step, data) -> (feed, compiled function, reductions)
     self._result_keys = None
+    self._ran = False  # whether a call of the step has succeeded
     self._compile_update = None
     replica_step = self._replica_step
     if jit_compile and isinstance(strategy, _MERGE_CALL_STRATEGIES):
@@ -276,22 +277,34 @@ class Runner:
     """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
     _require_positive_int("num_steps", num_steps)
     try:
-      if self._coordinator is not None:
-        return self._schedule_steps(num_steps)
-      if self.eager:
-        results = []
-        for _ in range(num_steps):
-          results.append(self._one_step())
-          self._result_keys = self._result_keys or list(results[0])
-        return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
-      if self._result_keys is None:
-        self._trace_result_keys()
-      out = self._loop(tf.constant(num_steps, tf.int32))
-      return {k: v.numpy() for k, v in out.items()}
+      results = self._run_steps(num_steps)
     except tf.errors.OutOfRangeError:
       raise ValueError(f"data ran out at step {int(self.global_step.numpy())}: the "
                        "dataset holds fewer batches than the steps asked for; "
                        "call .repeat() on it or ask for fewer steps.") from None
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError,
+            tf.errors.UnimplementedError) as e:
+      if not self._ran:  # most often the data does not fit the models
+        e.add_note(f"ctl: this came from the step's first call, on data elements "
+                   f"{self._feed.element_spec}. If it is about shapes or dtypes, check "
+                   "that the data fits the models' inputs (their keras.Input).")
+      raise
+    self._ran = True
+    return results
+
+  def _run_steps(self, num_steps):
+    if self._coordinator is not None:
+      return self._schedule_steps(num_steps)
+    if self.eager:
+      results = []
+      for _ in range(num_steps):
+        results.append(self._one_step())
+        self._result_keys = self._result_keys or list(results[0])
+      return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
+    if self._result_keys is None:
+      self._trace_result_keys()
+    out = self._loop(tf.constant(num_steps, tf.int32))
+    return {k: v.numpy() for k, v in out.items()}
 
   def _build(self, build):
     previous_policy = keras.mixed_precision.global_policy()
