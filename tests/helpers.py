@@ -16,6 +16,11 @@ from ctl import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK = os.path.join(ROOT, "tests", "parity_task.py")
+RESUME_TASK = os.path.join(ROOT, "tests", "resume_task.py")
+GRACE = 5  # seconds between `ctl launch`'s SIGTERM and SIGKILL in the tests
+# resume_task.py under `ctl launch`: without dropout (Keras' Dropout draws per
+# replica, so it differs by strategy), 12 steps, a checkpoint every 4.
+LAUNCHED_TASK_ARGS = ("--dropout", "0", "--steps", "12", "--checkpoint-every", "4")
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
 # `--gin` arguments that shrink examples/configs/dcgan.gin to a 4-step run.
 TINY_GAN = []
@@ -83,6 +88,23 @@ def run_workers(tmp_path, num_workers, *args, task=TASK, timeout=240):
   for i, (p, log) in enumerate(zip(procs, logs)):
     assert p.returncode == 0, f"worker {i} exited {p.returncode}:\n{log[-4000:]}"
   return dict(np.load(out))
+
+
+def launched_task_command(workdir, out, *args):
+  """`ctl launch` of resume_task.py on 2 workers, each writing `<out>.<i>.npz`."""
+  return ([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2",
+           "--grace", str(GRACE), "--startup-timeout", "180", "--",
+           sys.executable, RESUME_TASK, "--strategy", "multi_worker", "--workdir",
+           str(workdir), "--out", str(out), "--out-every-worker"]
+          + list(LAUNCHED_TASK_ARGS + args))
+
+
+def run_launched_task(workdir, out, *args):
+  """Runs `launched_task_command` to the end; the results of workers 0 and 1."""
+  proc = subprocess.run(launched_task_command(workdir, out, *args), cwd=ROOT, env=_env(None),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return [dict(np.load(f"{out}.{i}.npz")) for i in range(2)]
 
 
 def free_ports(count):

@@ -10,13 +10,18 @@ per replica, so runs under different strategies match only with
 "PAUSED k" at step k and waits for the file `<workdir>/go`, so a test can
 signal the process at a known step. `--crash-in-save-at k` kills the process
 (SIGKILL) inside the save of the step-k checkpoint, after the checkpoint's files are
-written but before the file naming the newest checkpoint is updated. Writes
+written but before the file naming the newest checkpoint is updated.
+`--fail-save-after-step k` limits, after the step-k checkpoint, the size of
+any file the process writes, so the next checkpoint's data file fails to be
+written with EFBIG ("File too large"), as on a full disk. Writes
 the steps this process ran and the final weights to `--out` (chief only), or
 with `--out-every-worker` to `<out>.<task index>.npz` on every worker.
 """
 
 import argparse
+import glob
 import os
+import resource
 import signal
 import sys
 import time
@@ -42,6 +47,7 @@ def parse_args():
   p.add_argument("--steps-per-loop", type=int, default=3)
   p.add_argument("--pause-at", type=int)
   p.add_argument("--crash-in-save-at", type=int)
+  p.add_argument("--fail-save-after-step", type=int)
   p.add_argument("--nan-at", type=int)
   p.add_argument("--dropout", type=float, default=0.25)
   p.add_argument("--out", required=True)
@@ -122,6 +128,33 @@ class Pause:
       time.sleep(0.02)
 
 
+class LimitFileSize:
+  """After the step-k checkpoint, caps this process's files at half its data file.
+
+  A real fault, not a mock: the kernel fails the next checkpoint's write past
+  the limit with EFBIG, the way a full disk fails it with ENOSPC (tests run as
+  root, so a read-only directory would not stop them).
+  """
+  collective = False
+
+  def __init__(self, step, workdir):
+    self.every = ctl.Every(steps=step)
+    self.step = step
+    self.checkpoints = os.path.join(workdir, "checkpoints")
+
+  def __call__(self, loop):
+    if loop.step != self.step:
+      return
+    # Runs after the Checkpoint action (listed before it), so ckpt-k exists.
+    data = glob.glob(os.path.join(self.checkpoints, f"ckpt-{self.step}.data-*"))
+    limit = min(os.path.getsize(path) for path in data) // 2
+    # A write past the limit raises SIGXFSZ, which kills; ignored, it fails with EFBIG.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE,
+                       (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    print(f"FILE SIZE LIMIT {limit} bytes after step {loop.step}", flush=True)
+
+
 def crash_in_save(step):
   """Kills this process inside the save of `ckpt-<step>`, once its files are
   written and before the `checkpoint` file is pointed at it."""
@@ -147,6 +180,8 @@ def main():
   actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every))]
   if args.pause_at:
     actions.append(Pause(args.pause_at, args.workdir))
+  if args.fail_save_after_step:
+    actions.append(LimitFileSize(args.fail_save_after_step, args.workdir))
   history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
   results = {f"loss/{k}": v for k, v in history.items()}
   results["first_step"] = np.array(args.steps - len(next(iter(history.values()))))

@@ -1,0 +1,347 @@
+"""Injected faults, each in a real subprocess: what survives and what a rerun gives.
+
+Every run is a subprocess of tests/resume_task.py, or `ctl launch` of it on 2
+workers. A fault may cost the steps since the last checkpoint, never more:
+the run it stops, rerun with the same command, must end with the same per-step
+losses and final weights as a run that was never interrupted. `FAULTS` lists
+each fault test with its fault, its outcome and the data lost (the table of
+docs/reliability.md). The last section holds the resumes without a fault that
+these reruns rely on: across strategies, and multi-worker checkpoints.
+
+    python -m pytest tests/test_faults.py
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+from helpers import (GRACE, RESUME_TASK, ROOT, _env, alive, finish, launched_task_command,
+                     python, run_launched_task, run_workers, start_workers)
+
+TASK = RESUME_TASK
+STEPS = 12  # resume_task.py checkpoints every 4 steps: ckpt-4, ckpt-8, ckpt-12
+
+# (test function, fault, outcome, data lost). "Equal" means every per-step loss
+# and final weight of the rerun equals the uninterrupted run's: exactly in one
+# process, within 1e-5 across processes (float32 rounding of the all-reduce).
+FAULTS = [
+    ("test_sigkill_then_rerun_equals_uninterrupted",
+     "SIGKILL at step 7 (default and mirrored)",
+     "ckpt-4 is the newest checkpoint; the rerun resumes from it and is equal",
+     "steps 5-7 (since ckpt-4), trained again by the rerun"),
+    ("test_crash_during_checkpoint_write_leaves_previous_restorable",
+     "SIGKILL inside the save of ckpt-8, after its files are written and before "
+     "the `checkpoint` file names it; its data file then cut to half",
+     "ckpt-4 stays the newest and is restored; the rerun is equal",
+     "steps 5-8 (since ckpt-4), trained again by the rerun"),
+    ("test_sigterm_saves_exits_42_and_rerun_resumes",
+     "SIGTERM at step 3 (default and mirrored)",
+     "a checkpoint at the next agreed step (6; 9 under TF's preemption handler), "
+     "exit code 42; the rerun resumes from it and is equal",
+     "none"),
+    ("test_multi_worker_sigterm_to_one_worker_saves_on_all_and_exits_42",
+     "SIGTERM to the non-chief of 2 multi_worker processes at step 3",
+     "both workers take part in the save of ckpt-9 (the chief's copy is kept) and "
+     "exit 42; the rerun on 2 workers resumes from it and is equal",
+     "none"),
+    ("test_failed_checkpoint_write_reports_and_keeps_the_previous",
+     "the write of ckpt-8 fails with EFBIG (a file-size limit set after ckpt-4, "
+     "as a full disk fails it)",
+     "exit code 1 with an OSError naming ckpt-8, the directory, TF's message, "
+     "ckpt-4 and the fix; the `checkpoint` file still names ckpt-4, no ckpt-8_temp "
+     "is left; the rerun resumes from ckpt-4 and is equal",
+     "steps 5-8 (since ckpt-4), trained again by the rerun"),
+    ("test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes",
+     "SIGKILL to worker 1 of 2 under `ctl launch`, at step 7",
+     f"the launcher stops worker 0 within {GRACE + 15} s ({GRACE} s of grace, then "
+     "SIGKILL) and exits 1; the relaunch resumes from ckpt-4 and is equal",
+     "steps 5-7 (since ckpt-4), trained again by the relaunch"),
+    ("test_nan_stops_naming_the_step_and_keeps_the_checkpoint",
+     "a NaN in the batch of step 9 (default and mirrored)",
+     "exit code 1 with a FloatingPointError naming step 9 and every result; "
+     "ckpt-8 is the newest checkpoint, nothing later is saved",
+     "step 9 (since ckpt-8); a rerun replays it and meets the same NaN, so change "
+     "something first"),
+]
+# The resumes without a fault, in the last section.
+NOT_FAULTS = ("test_checkpoint_resumes_under_another_strategy",
+              "test_multi_worker_keeps_the_chiefs_checkpoints_and_resumes",
+              "test_faults_lists_every_fault_test")
+
+
+def run(workdir, out, *args, check=True):
+  proc = python([TASK, "--workdir", str(workdir), "--out", str(out),
+                 "--steps", str(STEPS)] + list(args), check=check, timeout=240)
+  return proc
+
+
+def start(workdir, out, *args):
+  return subprocess.Popen(
+      [sys.executable, TASK, "--workdir", str(workdir), "--out", str(out),
+       "--steps", str(STEPS)] + list(args),
+      cwd=ROOT, env=_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True)
+
+
+def wait_for(proc, text, timeout=180):
+  """Reads the process's output until a line starts with `text`."""
+  lines = []
+  for line in proc.stdout:
+    lines.append(line)
+    if line.startswith(text):
+      return
+  proc.wait(timeout=timeout)
+  raise AssertionError(f"no {text!r} line; exit {proc.returncode}:\n{''.join(lines)[-4000:]}")
+
+
+def interrupt(workdir, out, sig, pause_at, *args):
+  """Runs the task, sends `sig` when it pauses at `pause_at`; returns the exit code."""
+  os.makedirs(workdir, exist_ok=True)
+  proc = start(workdir, out, "--pause-at", str(pause_at), *args)
+  try:
+    wait_for(proc, f"PAUSED {pause_at}")
+    proc.send_signal(sig)
+    open(os.path.join(workdir, "go"), "w").close()
+    rest = proc.communicate(timeout=180)[0]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  return proc.returncode, rest
+
+
+def load(out):
+  return dict(np.load(out))
+
+
+def assert_same_run(resumed, reference, atol=0.0):
+  """The resumed run's steps and final weights equal the reference's."""
+  first = int(resumed["first_step"])
+  assert first > 0, "the rerun did not resume from a checkpoint"
+  for key in reference:
+    if key.startswith("loss/"):
+      np.testing.assert_allclose(resumed[key], reference[key][first:], rtol=0, atol=atol,
+                                 err_msg=key)
+    elif key != "first_step":
+      np.testing.assert_allclose(resumed[key], reference[key], rtol=0, atol=atol,
+                                 err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """reference(strategy, *args): the uninterrupted run (made once per arguments)."""
+  runs = {}
+
+  def get(strategy, *args):
+    key = (strategy,) + args
+    if key not in runs:
+      d = tmp_path_factory.mktemp("reference")
+      run(d / "work", d / "out.npz", "--strategy", strategy, "--logical-cpus", "2", *args)
+      runs[key] = load(d / "out.npz")
+    return runs[key]
+
+  return get
+
+
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, reference, strategy):
+  work = tmp_path / "work"
+  code, log = interrupt(work, tmp_path / "a.npz", signal.SIGKILL, 7,
+                        "--strategy", strategy, "--logical-cpus", "2")
+  assert code == -signal.SIGKILL, log
+  assert tf.train.latest_checkpoint(str(work / "checkpoints")).endswith("ckpt-4")
+  run(work, tmp_path / "b.npz", "--strategy", strategy, "--logical-cpus", "2")
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == 4
+  assert_same_run(resumed, reference(strategy))
+
+
+def test_crash_during_checkpoint_write_leaves_previous_restorable(tmp_path, reference):
+  work = tmp_path / "work"
+  proc = run(work, tmp_path / "a.npz", "--crash-in-save-at", "8", check=False)
+  assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+  checkpoints = work / "checkpoints"
+  # The save at step 8 wrote its files but not the pointer to them.
+  assert tf.train.latest_checkpoint(str(checkpoints)).endswith("ckpt-4")
+  torn = [p for p in os.listdir(checkpoints) if p.startswith("ckpt-8.data")]
+  assert torn, sorted(os.listdir(checkpoints))
+  for name in torn:  # as if the crash came halfway through writing the data
+    path = checkpoints / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+  run(work, tmp_path / "b.npz")
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == 4
+  assert_same_run(resumed, reference("default"))
+
+
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+def test_sigterm_saves_exits_42_and_rerun_resumes(tmp_path, reference, strategy):
+  work = tmp_path / "work"
+  # Paused at step 3, after that call's preemption check: the own handler saves
+  # after the next call (6), TF's handler one call later (9), to agree on it.
+  code, log = interrupt(work, tmp_path / "a.npz", signal.SIGTERM, 3,
+                        "--strategy", strategy, "--logical-cpus", "2",
+                        "--checkpoint-every", "100")
+  assert code == ctl.PREEMPTED_EXIT_CODE == 42, log
+  saved = tf.train.latest_checkpoint(str(work / "checkpoints"))
+  assert saved is not None, "SIGTERM did not save a checkpoint"
+  saved_step = int(saved.rsplit("-", 1)[1])
+  assert f"SIGTERM: saved a checkpoint at step {saved_step}; exiting with code 42" in log
+  assert saved_step in (6, 9), saved
+  run(work, tmp_path / "b.npz", "--strategy", strategy, "--logical-cpus", "2",
+      "--checkpoint-every", "100")
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == saved_step
+  assert_same_run(resumed, reference(strategy))
+
+
+def test_multi_worker_sigterm_to_one_worker_saves_on_all_and_exits_42(tmp_path, reference):
+  work = tmp_path / "work"
+  os.makedirs(work)
+  args = ("--workdir", str(work), "--dropout", "0", "--checkpoint-every", "100",
+          "--steps", str(STEPS), "--pause-at", "3")
+  procs = start_workers(2, TASK, "--out", str(tmp_path / "a.npz"), *args)
+  try:
+    for proc in procs:
+      wait_for(proc, "PAUSED 3")
+    procs[1].send_signal(signal.SIGTERM)  # the non-chief: the chief must learn of it
+    open(work / "go", "w").close()
+  finally:
+    logs = finish(procs, 180)
+  for proc, log in zip(procs, logs):
+    assert proc.returncode == ctl.PREEMPTED_EXIT_CODE, log[-4000:]
+  saved = tf.train.latest_checkpoint(str(work / "checkpoints"))
+  saved_step = int(saved.rsplit("-", 1)[1])
+  assert saved_step == 9  # TF's handler: one more call to agree on the step
+  assert not [p for p in os.listdir(work / "checkpoints") if p.startswith("workertemp")]
+  os.remove(work / "go")
+  resumed = run_workers(tmp_path, 2, "--workdir", str(work), "--dropout", "0",
+                        "--checkpoint-every", "100", "--steps", str(STEPS), task=TASK)
+  assert int(resumed["first_step"]) == saved_step
+  assert_same_run(resumed, reference("default", "--dropout", "0"), atol=1e-5)
+
+
+def test_failed_checkpoint_write_reports_and_keeps_the_previous(tmp_path, reference):
+  work = tmp_path / "work"
+  checkpoints = work / "checkpoints"
+  # After ckpt-4, a file-size limit makes the kernel fail the write of ckpt-8.
+  proc = run(work, tmp_path / "a.npz", "--fail-save-after-step", "4", check=False)
+  log = proc.stdout + proc.stderr
+  assert "FILE SIZE LIMIT" in proc.stdout, log[-4000:]
+  assert proc.returncode == 1, log[-4000:]
+  assert f"OSError: could not write checkpoint ckpt-8 in {checkpoints}: " in proc.stderr, (
+      proc.stderr[-4000:])
+  assert "File too large" in proc.stderr, proc.stderr[-4000:]  # TF's message: EFBIG
+  assert (f"The newest complete checkpoint is {checkpoints / 'ckpt-4'}; free disk space "
+          "or fix the directory's permissions, then rerun the same command") in proc.stderr
+  state = tf.train.get_checkpoint_state(str(checkpoints))  # the `checkpoint` file
+  assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4"]
+  assert os.path.basename(state.model_checkpoint_path) == "ckpt-4"
+  left = sorted(os.listdir(checkpoints))
+  assert not [n for n in left if n.startswith("ckpt-8") or n.endswith("_temp")], left
+  run(work, tmp_path / "b.npz")  # the same command, without the limit
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == 4
+  assert_same_run(resumed, reference("default"))
+
+
+def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, reference):
+  work, out = tmp_path / "work", tmp_path / "out"
+  os.makedirs(work)
+  command = launched_task_command(work, out, "--pause-at", "7")
+  proc = subprocess.Popen(command, cwd=ROOT, env=_env(None), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  lines = []
+  try:
+    paused = set()
+    for line in proc.stdout:
+      lines.append(line)
+      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
+      if len(paused) == 2:
+        break
+    assert len(paused) == 2, "".join(lines)[-4000:]
+    pids = dict(re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines)))
+    os.kill(int(pids["worker 1"]), signal.SIGKILL)
+    killed = time.monotonic()
+    open(work / "go", "w").close()  # worker 0 goes on, to a peer that is gone
+    lines.append(proc.communicate(timeout=120)[0])
+    seconds = time.monotonic() - killed
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  log = "".join(lines)
+  assert proc.returncode == 1, log[-4000:]
+  assert (f"ctl launch: worker 1 (pid {pids['worker 1']}) exited with code -9 (killed by "
+          "SIGKILL); stopped the others") in log, log[-4000:]
+  assert seconds < GRACE + 15, seconds  # the launcher's own limit: grace, then SIGKILL
+  assert not alive(int(pids["worker 0"]))
+  assert tf.train.latest_checkpoint(str(work / "checkpoints")).endswith("ckpt-4")
+
+  # The same command again: it resumes from step 4 and ends as if never stopped.
+  worker0, worker1 = run_launched_task(work, out, "--pause-at", "7")
+  for key, value in worker0.items():  # the workers agree bit for bit
+    np.testing.assert_array_equal(worker1[key], value, err_msg=key)
+  assert int(worker0["first_step"]) == 4
+  assert_same_run(worker0, reference("default", "--dropout", "0"), atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+def test_nan_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, strategy):
+  proc = run(tmp_path / "work", tmp_path / "a.npz", "--nan-at", "9",
+             "--strategy", strategy, "--logical-cpus", "2", check=False)
+  assert proc.returncode == 1
+  assert "FloatingPointError: non-finite result at step 9" in proc.stderr
+  assert "discriminator_loss nan" in proc.stderr
+  assert "ckpt-8, is intact" in proc.stderr
+  checkpoints = tmp_path / "work" / "checkpoints"
+  assert tf.train.latest_checkpoint(str(checkpoints)).endswith("ckpt-8")
+  assert not [p for p in os.listdir(checkpoints) if p.startswith(("ckpt-9", "ckpt-1"))]
+
+
+# Resuming without a fault: across strategies, and from multi-worker checkpoints.
+
+@pytest.mark.parametrize("first,second", [("mirrored", "default"), ("default", "mirrored")])
+def test_checkpoint_resumes_under_another_strategy(tmp_path, reference, first, second):
+  work = tmp_path / "work"
+  python([TASK, "--workdir", str(work), "--out", str(tmp_path / "a.npz"), "--steps", "8",
+          "--strategy", first, "--logical-cpus", "2", "--dropout", "0"], timeout=240)
+  run(work, tmp_path / "b.npz", "--strategy", second, "--logical-cpus", "2",
+      "--dropout", "0")
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == 8
+  # Mirrored sums gradients in another order: agreement to float32 rounding.
+  # (Without dropout: Keras' Dropout draws per replica, so it differs by strategy.)
+  assert_same_run(resumed, reference(second, "--dropout", "0"), atol=1e-5)
+
+
+def test_multi_worker_keeps_the_chiefs_checkpoints_and_resumes(tmp_path, reference):
+  work = tmp_path / "work"
+  args = ("--workdir", str(work), "--dropout", "0")
+  run_workers(tmp_path, 2, *args, "--steps", "8", task=TASK)
+  assert sorted(os.listdir(work / "checkpoints")) == [
+      "checkpoint", "ckpt-4.data-00000-of-00001", "ckpt-4.index",
+      "ckpt-8.data-00000-of-00001", "ckpt-8.index", "finished_step",
+      "operative_config.gin"]
+  assert sorted(os.listdir(work / "events" / "train"))  # the chief's events only:
+  assert len(os.listdir(work / "events" / "train")) == 1
+  resumed = run_workers(tmp_path, 2, *args, "--steps", str(STEPS), task=TASK)
+  assert int(resumed["first_step"]) == 8
+  assert_same_run(resumed, reference("default", "--dropout", "0"), atol=1e-5)
+
+
+def test_faults_lists_every_fault_test():
+  """FAULTS, which docs/reliability.md follows, names each fault test once."""
+  listed = [name for name, *_ in FAULTS]
+  assert len(listed) == len(set(listed)), listed
+  tests = {name for name in globals() if name.startswith("test_")}
+  assert set(listed) == tests - set(NOT_FAULTS), sorted(tests - set(NOT_FAULTS))
+  assert all(len(entry) == 4 and all(entry) for entry in FAULTS)
