@@ -1,0 +1,976 @@
+"""Bad input is refused early, with a message that names what is wrong and the fix.
+
+One table, `CASES`: each entry is one mistake a user can make (a bad argument,
+bad data, a broken step, a damaged work directory, a bad cluster set-up), the
+error type it must raise, and the words its message must hold: the argument or
+thing that is wrong, the bad value, and the fix. A case that gets as far as a
+runner adds `[global step N]` to the message it checks (the runner's step after
+the error), so "raised before the first training step, nothing restored" is
+asserted as `[global step 0]`. Subprocess cases (the `ctl` command, TF_CONFIG,
+the launcher) turn a non-zero exit into `CommandFailed("exit code N\\n<stderr>")`
+and check that text.
+
+A case the library does not handle yet has a `gap` (the change it needs) and a
+`today` (what happens now). It runs as a strict xfail: it xfails only while the
+library does what `today` says, and fails the suite once the library is fixed
+(then drop `gap` and `today`). `CASES` also feeds docs/reliability.md: each
+case's `name` and `outcome` (one line: what the user sees today).
+
+    .venv/bin/python -m pytest tests/test_bad_input.py -n 0 -q
+"""
+
+import contextlib
+import io
+import os
+import socket
+import sys
+import time
+import typing
+import warnings
+from unittest import mock
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+import helpers
+from ctl import cli
+
+BATCH = 8
+CONFIG = os.path.join(helpers.ROOT, "examples", "configs", "dcgan.gin")
+
+
+class Case(typing.NamedTuple):
+  """One bad input.
+
+  Attributes:
+    name: a short id (the pytest id and the docs' row).
+    outcome: one line, what the user sees today.
+    trigger: function of a `Scratch` that makes the mistake.
+    error: the exception type (or a tuple of them) the mistake must raise.
+    must_contain: substrings of the message: argument, value, fix. `<tmp>` and
+      other `<key>`s are filled from `Scratch.values`.
+    gap: None, or what the library lacks (the case is then a strict xfail).
+    today: with a gap, what happens today: `(exception type or None for
+      nothing, substrings...)`; the xfail counts only if that is what happened.
+  """
+  name: str
+  outcome: str
+  trigger: typing.Callable
+  error: typing.Union[type, tuple]
+  must_contain: tuple
+  gap: typing.Optional[str] = None
+  today: typing.Optional[tuple] = None
+
+
+class Scratch:
+  """What a trigger gets: a fresh directory and values for `must_contain`."""
+
+  def __init__(self, path):
+    self.path = path
+    self.values = {"tmp": str(path)}
+
+  def fill(self, text):
+    for key, value in self.values.items():
+      text = text.replace(f"<{key}>", str(value))
+    return text
+
+
+class CommandFailed(Exception):
+  """A command exited non-zero; the message is `exit code N` and its stderr."""
+
+
+# Small parts: one Dense model on 1 feature, batches of 8.
+
+def _mirrored():
+  return ctl.make_strategy("mirrored", logical_cpus=2)  # as tests/conftest.py set up
+
+
+def _data(n=64, batch=BATCH, features=1, drop_remainder=True):
+  x = np.arange(n * features, dtype="float32").reshape(n, features)
+  return tf.data.Dataset.from_tensor_slices(x).batch(batch, drop_remainder=drop_remainder)
+
+
+def _model(features=1):
+  return keras.Sequential([keras.Input((features,)), keras.layers.Dense(1)])
+
+
+def _build():
+  return {"model": _model()}, {"model": keras.optimizers.SGD(0.01)}
+
+
+def _step(ctx, x):
+  model = ctx.models["model"]
+  with tf.GradientTape() as tape:
+    loss = ctx.average(tf.square(model(x)[:, 0] - tf.cast(x[:, 0], tf.float32)))
+  ctx.minimize(loss, "model", tape=tape)
+  return {"loss": loss}
+
+
+def _runner(step=_step, build=_build, data=None, **kwargs):
+  return ctl.Runner(step, build, _data().repeat() if data is None else data, **kwargs)
+
+
+def _steps(runner, call, *args, **kwargs):
+  """Calls `call`; an error's message gets `[global step N]`: the step reached."""
+  try:
+    return call(*args, **kwargs)
+  except Exception as e:
+    e.add_note(f"[global step {int(runner.global_step.numpy())}]")
+    raise
+
+
+def _train(steps=1, **kwargs):
+  runner = _runner(**kwargs)
+  _steps(runner, runner.train, steps)
+
+
+def _command(proc):
+  if proc.returncode != 0:
+    raise CommandFailed(f"exit code {proc.returncode}\n{proc.stderr}")
+
+
+def _cli(*args):
+  """`ctl ARGS` in this process (no TensorFlow work is done before a gin error)."""
+  err = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(err):
+      code = cli.main(list(args))
+  finally:
+    gin.clear_config()  # a failed parse leaves bindings behind
+  if code:
+    raise CommandFailed(f"exit code {code}\n{err.getvalue()}")
+
+
+def _within(seconds, fn, *args, **kwargs):
+  """Calls `fn`; whatever it raises must come within `seconds` (no long stall)."""
+  start = time.monotonic()
+  try:
+    return fn(*args, **kwargs)
+  finally:
+    took = time.monotonic() - start
+    if took > seconds:
+      raise AssertionError(f"took {took:.0f} s, more than {seconds} s")
+
+
+# Triggers: strategies.
+
+def unknown_strategy(s):
+  ctl.make_strategy("mirorred")
+
+
+def unknown_strategy_on_the_command_line(s):
+  _cli("train", CONFIG, "--workdir", str(s.path), "--strategy", "mirroed")
+
+
+def knob_for_another_strategy(s):
+  ctl.make_strategy("default", cross_device_ops="nccl")
+
+
+def logical_cpus_after_the_first_op(s):
+  tf.constant(1.0) + 1  # an op: the devices are fixed now (2, by tests/conftest.py)
+  ctl.make_strategy("mirrored", logical_cpus=4)
+
+
+def tpu_that_is_not_there(s):
+  ctl.make_strategy("tpu", tpu="local")
+
+
+# Batches and data.
+
+def batch_not_divisible(s):
+  _runner(data=_data(batch=7), strategy=_mirrored())
+
+
+def batch_smaller_than_replicas(s):
+  _runner(data=_data(batch=1), strategy=_mirrored())
+
+
+def dynamic_batch_on_two_replicas(s):
+  _runner(data=_data(drop_remainder=False), strategy=_mirrored())
+
+
+def global_batch_size_disagrees(s):
+  _runner(global_batch_size=16)
+
+
+def dataset_function_without_batch_size(s):
+  _runner(data=lambda context: _data(batch=4))
+
+
+def data_shape_does_not_fit(s):
+  _train(data=_data(features=3).repeat())
+
+
+def data_dtype_does_not_fit(s):
+  words = tf.data.Dataset.from_tensor_slices(np.array([["seven"]] * 64))
+  _train(data=words.batch(BATCH, drop_remainder=True).repeat())
+
+
+def data_not_batched(s):
+  _runner(data=tf.data.Dataset.from_tensor_slices(np.zeros(64, "float32")))
+
+
+def data_of_mixed_batch_sizes(s):
+  _runner(data=tf.data.Dataset.zip((_data(batch=8), _data(batch=4))))
+
+
+def data_not_a_dataset(s):
+  _runner(data=np.zeros((64, 1), "float32"))
+
+
+def empty_dataset(s):
+  _train(data=_data(n=0))
+
+
+def dataset_smaller_than_a_batch(s):
+  _train(data=_data(n=5).repeat())
+
+
+def nan_in_the_data(s):
+  x = np.arange(64, dtype="float32")[:, None]
+  x[2 * BATCH + 3] = np.nan  # in the batch of step 2
+  data = tf.data.Dataset.from_tensor_slices(x).batch(BATCH, drop_remainder=True)
+  runner = _runner(data=data, steps_per_loop=4)  # the NaN is inside a compiled call
+  runner.fit(4, None, progress=False)
+
+
+# build().
+
+def build_returns_a_list(s):
+  _runner(build=lambda: [_model(), keras.optimizers.SGD()])
+
+
+def model_without_variables(s):
+  _runner(build=lambda: ({"model": keras.Sequential([keras.layers.Dense(1)])}, {}))
+
+
+def model_made_outside_the_scope(s):
+  outside = _build()
+  _runner(build=lambda: outside, strategy=_mirrored())
+
+
+def optimizer_made_outside_the_scope(s):
+  optimizer = keras.optimizers.SGD(0.01)
+  _runner(build=lambda: ({"model": _model()}, {"model": optimizer}), strategy=_mirrored())
+
+
+def optimizer_named_after_no_model(s):
+  _runner(build=lambda: ({"model": _model()}, {"generator": keras.optimizers.SGD()}))
+
+
+def optimizer_not_keras(s):
+  _runner(build=lambda: ({"model": _model()}, {"model": "adam"}))
+
+
+# Runner arguments, execution modes.
+
+def steps_per_loop_zero(s):
+  _runner(steps_per_loop=0)
+
+
+def eager_and_jit_compile(s):
+  _runner(eager=True, jit_compile=True)
+
+
+def unknown_mixed_precision(s):
+  _runner(mixed_precision="float16")
+
+
+def jit_compile_with_a_tape_under_mirrored(s):
+  _train(strategy=_mirrored(), jit_compile=True)
+
+
+def jit_compile_with_a_dynamic_batch(s):
+  _runner(data=_data(drop_remainder=False), jit_compile=True)
+
+
+def _stand_in(strategy_class):
+  # No parameter-server cluster or TPU here: an uninitialised instance is
+  # enough for the runner's type check, which comes before any use of it.
+  return strategy_class.__new__(strategy_class)
+
+
+def eager_under_parameter_servers(s):
+  _runner(eager=True, strategy=_stand_in(tf.distribute.experimental.ParameterServerStrategy))
+
+
+def eager_under_tpu(s):
+  _runner(eager=True, strategy=_stand_in(tf.distribute.TPUStrategy))
+
+
+# The step.
+
+def step_returns_a_list(s):
+  _train(step=lambda ctx, x: [ctx.average(x[:, 0])])
+
+
+def step_result_not_a_tensor(s):
+  _train(step=lambda ctx, x: {"loss": object()})
+
+
+def step_result_not_a_scalar(s):
+  _train(step=lambda ctx, x: {"loss": tf.zeros([3])})
+
+
+def minimize_unknown_optimizer(s):
+  _train(step=lambda ctx, x: {"loss": ctx.minimize(
+      lambda: ctx.average(ctx.models["model"](x)[:, 0]), "generator")})
+
+
+def minimize_a_per_replica_mean(s):
+  _train(step=lambda ctx, x: {"loss": ctx.minimize(
+      lambda: tf.reduce_mean(ctx.models["model"](x)), "model")})
+
+
+def result_mixing_shares(s):
+  _train(step=lambda ctx, x: {"rms": tf.sqrt(ctx.average(tf.square(x[:, 0])))})
+
+
+# Step counts.
+
+def train_zero_steps(s):
+  _runner().train(0)
+
+
+def train_negative_steps(s):
+  _runner().train(-3)
+
+
+def fit_negative_steps(s):
+  _runner().fit(-1, str(s.path))
+
+
+def fit_float_steps(s):
+  _runner().fit(1e4, str(s.path))
+
+
+def steps_per_loop_beyond_the_run(s):
+  runner = _runner(steps_per_loop=100)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", UserWarning)  # a warning, raised here to be checked
+    _steps(runner, runner.fit, 4, None, progress=False)
+
+
+# Periodic actions and export.
+
+def every_without_a_period(s):
+  ctl.Every()
+
+
+def every_zero_steps(s):
+  ctl.Every(steps=0)
+
+
+def every_negative_seconds(s):
+  ctl.Every(seconds=-1)
+
+
+def action_that_is_a_function(s):
+  _runner().fit(2, str(s.path), actions=[lambda loop: None])
+
+
+def action_every_an_int(s):
+  _runner().fit(2, str(s.path), actions=[ctl.Export("model", every=5)])
+
+
+def writing_actions_without_workdir(s):
+  _runner().fit(2, None, actions=[ctl.Samples(lambda models: None, ctl.Every(steps=1))])
+
+
+def export_of_an_unknown_model(s):
+  _runner().export("gen", str(s.path))
+
+
+def export_action_of_an_unknown_model(s):
+  runner = _runner()
+  _steps(runner, runner.fit, 3, str(s.path), actions=[ctl.Export("gen")], progress=False)
+
+
+# The work directory and its checkpoints.
+
+def unwritable_workdir(s):
+  blocker = s.path / "a_file"
+  blocker.write_text("not a directory")
+  s.values["workdir"] = str(blocker / "run")
+  runner = _runner()
+  _steps(runner, runner.fit, 3, str(blocker / "run"), progress=False)
+
+
+def _saved_run(s, build=_build, steps=2):
+  workdir = str(s.path / "run")
+  _runner(build=build).fit(steps, workdir, progress=False)
+  return workdir
+
+
+def _resume(workdir, **kwargs):
+  runner = _runner(**kwargs)
+  _steps(runner, runner.fit, 4, workdir, progress=False)
+
+
+def _two_models():
+  models, optimizers = _build()
+  models["encoder"] = _model()
+  optimizers["encoder"] = keras.optimizers.SGD()
+  return models, optimizers
+
+
+def checkpoint_of_another_experiment(s):
+  _resume(_saved_run(s), build=_two_models)
+
+
+def checkpoint_with_other_shapes(s):
+  workdir = _saved_run(s)  # kernel (1, 1)
+  _resume(workdir, build=lambda: ({"model": _model(features=2)},
+                                  {"model": keras.optimizers.SGD(0.01)}),
+          data=_data(features=2).repeat())
+
+
+def checkpoint_with_a_model_more(s):
+  _resume(_saved_run(s, build=_two_models))  # one model: the encoder is left out
+
+
+def _damaged(s, suffix, damage):
+  workdir = _saved_run(s)
+  path = os.path.join(workdir, "checkpoints", "ckpt-2" + suffix)
+  damage(path)
+  _resume(workdir)
+
+
+def truncated_checkpoint_index(s):
+  def truncate(path):
+    with open(path, "r+b") as f:
+      f.truncate(os.path.getsize(path) // 2)
+  _damaged(s, ".index", truncate)
+
+
+def overwritten_checkpoint_data(s):
+  def zero(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+      f.write(b"\0" * size)
+  _damaged(s, ".data-00000-of-00001", zero)
+
+
+def fit_over_steps_trained_in_memory(s):
+  workdir = _saved_run(s)
+  runner = _runner()
+  runner.train(3)
+  runner.fit(6, workdir, progress=False)
+
+
+# Configuration (gin) and the command line.
+
+def gin_parameter_typo(s):
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.train.num_step = 3")
+
+
+def gin_configurable_typo(s):
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.trian.num_steps = 3")
+
+
+def missing_gin_file(s):
+  _cli("train", os.path.join(helpers.ROOT, "examples", "configs", "dcgn.gin"))
+
+
+# Datasets by name.
+
+def tfds_not_prepared(s):
+  import gan  # pylint: disable=import-outside-toplevel
+  _within(60, gan.tfds_dataset, "mnist", 16, data_dir=str(s.path))
+
+
+def tfds_download_offline(s):
+  import gan  # pylint: disable=import-outside-toplevel
+  with mock.patch.object(gan.data, "_reachable", lambda address, timeout=3.0: False):
+    _within(60, gan.tfds_dataset, "mnist", 16, data_dir=str(s.path), download=True)
+
+
+# Clusters: TF_CONFIG and the launcher.
+
+def malformed_tf_config(s):
+  _command(helpers.python(["-c", "import ctl; ctl.make_strategy('auto')"],
+                          env={"TF_CONFIG": "{cluster: nope"}, check=False, timeout=120))
+
+
+def tf_config_task_outside_the_cluster(s):
+  config = '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}'
+  ctl.choose_strategy(env={"TF_CONFIG": config}, num_gpus=0, tpu_devices=False)
+
+
+def launcher_port_in_use(s):
+  with socket.socket() as taken:
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    s.values["port"] = taken.getsockname()[1]
+    _command(helpers.ctl("launch", "--workers", "2", "--port-base", str(s.values["port"]),
+                         "--", sys.executable, "-c", "pass", check=False, timeout=60))
+
+
+def launcher_without_a_command(s):
+  _cli("launch", "--workers", "2")
+
+
+# Worker 1 never starts TensorFlow; worker 0's MultiWorkerMirroredStrategy
+# waits for it, which TF would do forever.
+_PEER_NEVER_STARTS = """
+import json, os, time
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+  time.sleep(300)
+import ctl
+ctl.make_strategy("multi_worker")
+"""
+
+
+def multi_worker_peer_never_starts(s):
+  _command(_within(60, helpers.ctl, "launch", "--workers", "2", "--startup-timeout", "10",
+                   "--grace", "2", "--", sys.executable, "-c", _PEER_NEVER_STARTS,
+                   check=False, timeout=90))
+
+
+# The table.
+
+CASES = [
+    # Strategies.
+    Case("unknown-strategy",
+         "ValueError from make_strategy: strategy 'mirorred' is not known; use one of auto, "
+         "default, ...",
+         unknown_strategy, ValueError,
+         ("strategy 'mirorred' is not known", "use one of auto, default, one_device, mirrored")),
+    Case("unknown-strategy-on-the-command-line",
+         "ctl train exits 2: --strategy 'mirroed' is not a strategy name (did you mean "
+         "'mirrored'?)",
+         unknown_strategy_on_the_command_line, CommandFailed,
+         ("exit code 2", "--strategy 'mirroed' is not a strategy name",
+          "did you mean 'mirrored'", "use one of auto")),
+    Case("knob-for-another-strategy",
+         "ValueError from make_strategy: cross_device_ops ('nccl') only applies to strategy "
+         "'mirrored'; drop it",
+         knob_for_another_strategy, ValueError,
+         ("cross_device_ops ('nccl') only applies to strategy 'mirrored', not 'default'",
+          "drop it")),
+    Case("logical-cpus-after-the-first-op",
+         "RuntimeError from make_strategy: logical_cpus=4 cannot be applied once TF ran an op; "
+         "call it at the top",
+         logical_cpus_after_the_first_op, RuntimeError,
+         ("logical_cpus=4 cannot be applied", "fixed its devices at 2 CPU device(s)",
+          "at the top of the program")),
+    Case("tpu-not-reachable",
+         "RuntimeError from make_strategy, at once: strategy 'tpu' found no TPU; set TPU_NAME or "
+         "pick another",
+         tpu_that_is_not_there, RuntimeError,
+         ("strategy 'tpu' found no TPU (tpu='local')", "pick another strategy")),
+    # Batches and data.
+    Case("batch-not-divisible-by-replicas",
+         "ValueError from Runner: global batch size (7) is not divisible by the 2 replicas; use a "
+         "multiple of 2, e.g. 6",
+         batch_not_divisible, ValueError,
+         ("global batch size (7) is not divisible by the 2 replicas in sync",
+          "use a multiple of 2, e.g. 6")),
+    Case("batch-smaller-than-replicas",
+         "ValueError from Runner: global batch size (1) is smaller than the 2 replicas; use a "
+         "multiple of 2",
+         batch_smaller_than_replicas, ValueError,
+         ("global batch size (1) is smaller than the 2 replicas in sync", "use a multiple of 2")),
+    Case("dynamic-batch-on-two-replicas",
+         "ValueError from Runner: data has no static batch size, which 2 replicas need; "
+         "drop_remainder=True",
+         dynamic_batch_on_two_replicas, ValueError,
+         ("data has no static batch size (its batch dimension is None)",
+          "splitting it across 2 replicas", "drop_remainder=True")),
+    Case("global-batch-size-disagrees-with-data",
+         "ValueError from Runner: global_batch_size (16) differs from the batch size of data (8)",
+         global_batch_size_disagrees, ValueError,
+         ("global_batch_size (16) differs from the batch size of data (8)",
+          "drop global_batch_size or batch the dataset by it")),
+    Case("dataset-function-without-global-batch-size",
+         "ValueError from Runner: data is a dataset function; pass global_batch_size=...",
+         dataset_function_without_batch_size, ValueError,
+         ("data is a dataset function", "pass global_batch_size=...")),
+    Case("data-shape-does-not-fit-the-model",
+         "ValueError from Keras while the step is traced (before step 0), with ctl's note: the "
+         "step's first call, on data elements TensorSpec(shape=(8, 3), ...); check that the data "
+         "fits the models' inputs (their keras.Input)",
+         data_shape_does_not_fit, ValueError,
+         ("data elements", "(8, 3)", "keras.Input", "[global step 0]")),
+    Case("data-dtype-does-not-fit-the-model",
+         "tf.errors.UnimplementedError from the first compiled call (before step 0): Cast string "
+         "to float is not supported, with ctl's note naming the data elements (dtype string) "
+         "and keras.Input",
+         data_dtype_does_not_fit, (ValueError, TypeError, tf.errors.OpError),
+         ("data elements", "string", "keras.Input", "[global step 0]")),
+    Case("data-not-batched",
+         "ValueError from Runner: data elements must be batches ... got TensorSpec(shape=(), "
+         "...); call dataset.batch(...)",
+         data_not_batched, ValueError,
+         ("data elements must be batches", "shape=()", "call dataset.batch(...)")),
+    Case("data-of-mixed-batch-sizes",
+         "ValueError from Runner: the tensors of one data element have different batch sizes "
+         "[4, 8]",
+         data_of_mixed_batch_sizes, ValueError,
+         ("the tensors of one data element have different batch sizes [4, 8]",
+          "batch them together")),
+    Case("data-not-a-dataset",
+         "TypeError from Runner: data must be a tf.data.Dataset of global batches ..., got ndarray",
+         data_not_a_dataset, TypeError,
+         ("data must be a tf.data.Dataset of global batches", "got ndarray")),
+    Case("empty-dataset",
+         "ValueError from Runner: data holds no batch (its cardinality is 0): it is empty, or has "
+         "fewer examples than one global batch of 8 ...; give it at least 8 examples",
+         empty_dataset, ValueError,
+         ("data holds no batch", "empty", "at least 8 examples")),
+    Case("dataset-smaller-than-one-batch",
+         "ValueError from Runner: data holds no batch ... fewer examples than one global batch "
+         "of 8 ...; repeat before batching",
+         dataset_smaller_than_a_batch, ValueError,
+         ("data holds no batch", "fewer examples than one global batch of 8",
+          "dataset.repeat().batch(8, drop_remainder=True)")),
+    Case("nan-in-the-data",
+         "FloatingPointError from fit: non-finite result at step 2 (ctx.step == 2): loss nan. "
+         "Training stopped; ...",
+         nan_in_the_data, FloatingPointError,
+         ("non-finite result at step 2 (ctx.step == 2)", "loss nan", "Training stopped",
+          "change something first")),
+    # build().
+    Case("build-returns-the-wrong-thing",
+         "TypeError from Runner: build() must return (models, optimizers), two dicts, got list",
+         build_returns_a_list, TypeError,
+         ("build() must return (models, optimizers), two dicts", "got list")),
+    Case("model-without-variables",
+         "ValueError from Runner: model 'model' has no variables yet; give it an input shape "
+         "(keras.Input)",
+         model_without_variables, ValueError,
+         ("model 'model' has no variables yet", "give it an input shape (keras.Input)")),
+    Case("model-made-outside-the-scope",
+         "ValueError from Runner: model 'model' was created outside the strategy's scope; create "
+         "it inside build()",
+         model_made_outside_the_scope, ValueError,
+         ("model 'model' was created outside the strategy's scope", "inside build()")),
+    Case("optimizer-made-outside-the-scope",
+         "ValueError from Runner: optimizer 'model' was created outside the strategy's scope; "
+         "create it inside build()",
+         optimizer_made_outside_the_scope, ValueError,
+         ("optimizer 'model' was created outside the strategy's scope", "inside build()")),
+    Case("optimizer-named-after-no-model",
+         "ValueError from Runner: optimizer 'generator' has no model of the same name (models: "
+         "['model']); "
+         "call optimizer.build(variables)",
+         optimizer_named_after_no_model, ValueError,
+         ("optimizer 'generator' has no model of the same name", "(models: ['model'])",
+          "call optimizer.build(variables) inside build()")),
+    Case("optimizer-not-keras",
+         "TypeError from Runner: optimizers['model'] is a str, not a keras.optimizers.Optimizer",
+         optimizer_not_keras, TypeError,
+         ("optimizers['model'] is a str", "not a keras.optimizers.Optimizer")),
+    # Runner arguments and execution modes.
+    Case("steps-per-loop-zero",
+         "ValueError from Runner: steps_per_loop must be at least 1, got 0",
+         steps_per_loop_zero, ValueError, ("steps_per_loop must be at least 1, got 0",)),
+    Case("eager-and-jit-compile",
+         "ValueError from Runner: eager=True and jit_compile=True contradict each other; pick one",
+         eager_and_jit_compile, ValueError,
+         ("eager=True and jit_compile=True contradict each other", "pick one")),
+    Case("unknown-mixed-precision",
+         "ValueError from Runner: mixed_precision 'float16' is not known; use None, "
+         "'mixed_float16' or 'mixed_bfloat16'",
+         unknown_mixed_precision, ValueError,
+         ("mixed_precision 'float16' is not known",
+          "use None, 'mixed_float16' or 'mixed_bfloat16'")),
+    Case("jit-compile-with-a-tape-under-mirrored",
+         "ValueError while the step is traced (before step 0): the loss must be given as a "
+         "function: "
+         "ctx.minimize(lambda: ..., 'model')",
+         jit_compile_with_a_tape_under_mirrored, ValueError,
+         ("jit_compile=True under this strategy compiles each update on its own",
+          "ctx.minimize(lambda: ..., 'model')", "[global step 0]")),
+    Case("jit-compile-with-a-dynamic-batch",
+         "ValueError from Runner: data has no static batch size, which XLA (jit_compile) needs; "
+         "drop_remainder=True",
+         jit_compile_with_a_dynamic_batch, ValueError,
+         ("data has no static batch size", "XLA (jit_compile)", "drop_remainder=True")),
+    Case("eager-under-parameter-servers",
+         "ValueError from Runner: eager=True cannot run under ParameterServerStrategy; debug "
+         "eagerly under 'default'",
+         eager_under_parameter_servers, ValueError,
+         ("eager=True cannot run under ParameterServerStrategy",
+          "debug eagerly under 'default', then switch the strategy")),
+    Case("eager-under-tpu",
+         "ValueError from Runner: eager=True cannot run under TPUStrategy; debug eagerly under "
+         "'default'",
+         eager_under_tpu, ValueError,
+         ("eager=True cannot run under TPUStrategy",
+          "debug eagerly under 'default', then switch the strategy")),
+    # The step.
+    Case("step-returns-a-list",
+         "TypeError while the step is traced: step must return a dict of scalar values, got list; "
+         "e.g. return {'loss': loss}",
+         step_returns_a_list, TypeError,
+         ("step must return a dict of scalar values, got list", "return {'loss': loss}",
+          "[global step 0]")),
+    Case("step-result-not-a-tensor",
+         "TypeError while the step is traced: step result 'loss' is a object, not a tensor; "
+         "return numbers or scalar tensors",
+         step_result_not_a_tensor, TypeError,
+         ("step result 'loss' is a object, not a tensor", "return numbers or scalar tensors",
+          "[global step 0]")),
+    Case("step-result-not-a-scalar",
+         "ValueError while the step is traced: step result 'loss' has shape (3,), not a scalar; "
+         "reduce it in the step",
+         step_result_not_a_scalar, ValueError,
+         ("step result 'loss' has shape (3,), not a scalar", "reduce it in the step",
+          "[global step 0]")),
+    Case("minimize-an-unknown-optimizer",
+         "ValueError while the step is traced: minimize: no optimizer named 'generator'; build() "
+         "returned optimizers ['model']",
+         minimize_unknown_optimizer, ValueError,
+         ("minimize: no optimizer named 'generator'", "build() returned optimizers ['model']",
+          "[global step 0]")),
+    Case("minimize-a-per-replica-mean",
+         "ValueError while the step is traced: minimize('model'): the loss is not an average over "
+         "the global batch; "
+         "use ctx.average",
+         minimize_a_per_replica_mean, ValueError,
+         ("minimize('model'): the loss is not an average over the global batch",
+          "compute it with ctx.average(per_example_losses)", "[global step 0]")),
+    Case("result-mixing-shares",
+         "ValueError while the step is traced: step result 'rms' is computed from global-batch "
+         "averages through a Sqrt op",
+         result_mixing_shares, ValueError,
+         ("step result 'rms' is computed from global-batch averages", "through a Sqrt op",
+          "Return the averages themselves", "[global step 0]")),
+    # Step counts.
+    Case("train-zero-steps",
+         "ValueError from train: num_steps must be at least 1, got 0",
+         train_zero_steps, ValueError, ("num_steps must be at least 1, got 0",)),
+    Case("train-negative-steps",
+         "ValueError from train: num_steps must be at least 1, got -3",
+         train_negative_steps, ValueError, ("num_steps must be at least 1, got -3",)),
+    Case("fit-negative-steps",
+         "ValueError from fit: num_steps must be a non-negative int (the step to train up to), "
+         "got -1",
+         fit_negative_steps, ValueError,
+         ("num_steps must be a non-negative int (the step to train up to), got -1",)),
+    Case("fit-float-steps",
+         "ValueError from fit: num_steps must be a non-negative int (the step to train up to), "
+         "got 10000.0",
+         fit_float_steps, ValueError,
+         ("num_steps must be a non-negative int", "got 10000.0")),
+    Case("steps-per-loop-beyond-the-run",
+         "UserWarning from fit, before step 0 (the run goes on, its calls cut to the run): "
+         "steps_per_loop (100) is larger than num_steps (4) ...; lower steps_per_loop to at "
+         "most 4",
+         steps_per_loop_beyond_the_run, UserWarning,
+         ("steps_per_loop (100)", "num_steps (4)", "Lower steps_per_loop to at most 4",
+          "[global step 0]")),
+    # Periodic actions and export.
+    Case("every-without-a-period",
+         "ValueError from Every: Every needs steps=... or seconds=... (or both); for the end only "
+         "pass every=None",
+         every_without_a_period, ValueError,
+         ("Every needs steps=... or seconds=...", "pass every=None")),
+    Case("every-zero-steps",
+         "ValueError from Every: Every(steps=0): steps must be an int of at least 1",
+         every_zero_steps, ValueError, ("Every(steps=0): steps must be an int of at least 1",)),
+    Case("every-negative-seconds",
+         "ValueError from Every: Every(seconds=-1): seconds must be a positive number",
+         every_negative_seconds, ValueError,
+         ("Every(seconds=-1): seconds must be a positive number",)),
+    Case("action-that-is-a-function",
+         "TypeError from fit: action <function ...> is not an action: give it an `every` and a "
+         "__call__(loop)",
+         action_that_is_a_function, TypeError,
+         ("is not an action", "give it an `every`", "__call__(loop)")),
+    Case("action-every-an-int",
+         "TypeError from fit: Export.every is 5; use ctl.Every(steps=..., seconds=...) or None",
+         action_every_an_int, TypeError,
+         ("Export.every is 5", "use ctl.Every(steps=..., seconds=...) or None")),
+    Case("writing-actions-without-workdir",
+         "ValueError from fit: actions ['Samples'] write files but workdir is None; pass "
+         "workdir=...",
+         writing_actions_without_workdir, ValueError,
+         ("actions ['Samples'] write files but workdir is None", "pass workdir=... to fit")),
+    Case("export-an-unknown-model",
+         "ValueError from export: no model named 'gen'; the models are ['model']",
+         export_of_an_unknown_model, ValueError,
+         ("export: no model named 'gen'", "the models are ['model']")),
+    Case("export-action-of-an-unknown-model",
+         "ValueError from fit, before step 0: ctl.Export('gen'): the runner has no model of "
+         "that name; its models are ['model']",
+         export_action_of_an_unknown_model, ValueError,
+         ("ctl.Export('gen')", "no model of that name", "['model']", "[global step 0]")),
+    # The work directory and its checkpoints.
+    Case("unwritable-workdir",
+         "OSError from fit, before step 0: workdir ... cannot be written (Not a directory ...); "
+         "fix its permissions or pass another workdir",
+         unwritable_workdir, OSError,
+         ("<workdir>", "cannot be written", "permissions", "pass another workdir",
+          "[global step 0]")),
+    Case("checkpoint-of-another-experiment",
+         "ValueError from fit, before step 0 and before anything is restored: checkpoint ... "
+         "does not match this runner: models[...] is in the checkpoint, not in this runner; "
+         "use a new work directory",
+         checkpoint_of_another_experiment, ValueError,
+         ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
+          "use a new work directory", "[global step 0]")),
+    Case("checkpoint-with-other-shapes",
+         "ValueError from fit, before step 0: checkpoint ... does not match this runner: "
+         "models['model'] variable 0 has shape [1, 1] in the checkpoint, [2, 1] in this runner",
+         checkpoint_with_other_shapes, ValueError,
+         ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
+          "shape [1, 1] in the checkpoint, [2, 1] in this runner", "use a new work directory",
+          "[global step 0]")),
+    Case("checkpoint-with-a-model-more",
+         "ValueError from fit, before step 0 (never a silent partial restore): checkpoint ... "
+         "does not match this runner: models['encoder'] is in the checkpoint, not in this runner",
+         checkpoint_with_a_model_more, ValueError,
+         ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
+          "models['encoder'] is in the checkpoint, not in this runner", "[global step 0]")),
+    Case("truncated-checkpoint-index",
+         "ValueError from fit, before step 0: checkpoint ... cannot be read (DataLossError: "
+         "...): its files are damaged. Delete ckpt-2.* so that the previous checkpoint is "
+         "restored, or use a new work directory",
+         truncated_checkpoint_index, ValueError,
+         ("checkpoint <tmp>/run/checkpoints/ckpt-2 cannot be read", "damaged",
+          "Delete <tmp>/run/checkpoints/ckpt-2.*", "new work directory", "[global step 0]")),
+    Case("overwritten-checkpoint-data",
+         "ValueError from fit, before step 0, nothing restored: checkpoint ... cannot be read "
+         "(...: The length checksum does not match ...): its files are damaged ...",
+         overwritten_checkpoint_data, ValueError,
+         ("checkpoint <tmp>/run/checkpoints/ckpt-2 cannot be read", "checksum does not match",
+          "Delete <tmp>/run/checkpoints/ckpt-2.*", "[global step 0]")),
+    Case("fit-over-steps-trained-in-memory",
+         "ValueError from fit: the runner has trained to step 3 in memory, but the newest "
+         "checkpoint is at step 2",
+         fit_over_steps_trained_in_memory, ValueError,
+         ("the runner has trained to step 3 in memory",
+          "the newest checkpoint in <tmp>/run/checkpoints is at step 2",
+          "Pass another workdir")),
+    # Configuration and the command line.
+    Case("gin-parameter-typo",
+         "ctl train exits 2: binding `gan.train.num_step = 3` (--gin): ... (did you mean "
+         "'gan.train.num_steps'?)",
+         gin_parameter_typo, CommandFailed,
+         ("exit code 2", "gan.train.num_step = 3", "did you mean 'gan.train.num_steps'")),
+    Case("gin-configurable-typo",
+         "ctl train exits 2: binding `gan.trian.num_steps = 3` (--gin): ... (did you mean "
+         "'gan.train'?)",
+         gin_configurable_typo, CommandFailed,
+         ("exit code 2", "gan.trian.num_steps = 3", "did you mean 'gan.train'")),
+    Case("missing-gin-file",
+         "ctl train exits 2: config file .../dcgn.gin not found (did you mean 'dcgan.gin'?)",
+         missing_gin_file, CommandFailed,
+         ("exit code 2", "dcgn.gin not found", "did you mean 'dcgan.gin'",
+          "give the path of a .gin file")),
+    # Datasets by name.
+    Case("tfds-dataset-not-prepared-offline",
+         "DatasetNotFoundError at once: TFDS dataset 'mnist' is not prepared in <dir>; tfds build "
+         "mnist ... there",
+         tfds_not_prepared, FileNotFoundError,
+         ("TFDS dataset 'mnist' is not prepared in <tmp>/mnist", "tfds build mnist",
+          "gan.mnist_dataset")),
+    Case("tfds-download-offline",
+         "DatasetNotFoundError at once: ... storage.googleapis.com cannot be reached (no "
+         "internet); tfds build ...",
+         tfds_download_offline, FileNotFoundError,
+         ("TFDS dataset 'mnist' is not prepared in <tmp>/mnist",
+          "storage.googleapis.com cannot be reached (no internet)", "tfds build mnist")),
+    # Clusters.
+    Case("malformed-tf-config",
+         "exit 1, ValueError from make_strategy: TF_CONFIG is not valid JSON (...): '{cluster: "
+         "nope'. Set it to ...",
+         malformed_tf_config, CommandFailed,
+         ("exit code 1", "TF_CONFIG is not valid JSON", "'{cluster: nope'",
+          "Set it to '{\"cluster\": {\"worker\": [\"host:port\"")),
+    Case("tf-config-task-outside-the-cluster",
+         "ValueError from make_strategy('auto'): TF_CONFIG task 'worker' index 2 is not in the "
+         "cluster ...; use 0 to 1",
+         tf_config_task_outside_the_cluster, ValueError,
+         ("TF_CONFIG task 'worker' index 2 is not in the cluster", "has 2 'worker' task(s)",
+          "use 0 to 1")),
+    Case("launcher-port-in-use",
+         "ctl launch exits 2 at once: port P on 127.0.0.1 is in use ...; pick another --port-base",
+         launcher_port_in_use, CommandFailed,
+         ("exit code 2", "port <port> on 127.0.0.1 is in use",
+          "Pick another --port-base, or drop --port-base")),
+    Case("launcher-without-a-command",
+         "ctl launch exits 2: no command to launch; put it after '--'",
+         launcher_without_a_command, CommandFailed,
+         ("exit code 2", "no command to launch; put it after '--'")),
+    Case("multi-worker-peer-never-starts",
+         "ctl launch exits 1 after --startup-timeout: worker ... did not become ready; stopped "
+         "all tasks",
+         multi_worker_peer_never_starts, CommandFailed,
+         ("exit code 1", "worker 1 (pid", "did not become ready within --startup-timeout 10 s",
+          "stopped all tasks", "raise --startup-timeout")),
+]
+
+
+def _marks(case):
+  if case.gap is None:
+    return ()
+  return (pytest.mark.xfail(strict=True, raises=AssertionError, reason=case.gap),)
+
+
+class Unexpected(Exception):
+  """A gap case did neither what its `today` says nor what it should."""
+
+
+def _run(trigger, scratch):
+  """Runs `trigger`; what it raised (None if nothing)."""
+  try:
+    trigger(scratch)
+  except Exception as e:  # pylint: disable=broad-except
+    return e
+  return None
+
+
+def _message(error):
+  """The text a case checks: the message and any notes (e.g. `[global step N]`)."""
+  return "\n".join([str(error)] + list(getattr(error, "__notes__", ())))
+
+
+def _problems(error, kind, words, scratch):
+  """How `error` differs from `kind` with `words` in its message ([]: it does not)."""
+  if kind is None:
+    return [] if error is None else [f"raised {type(error).__name__}: {_message(error)[:3000]}"]
+  if error is None:
+    return [f"nothing was raised; expected {kind}"]
+  if not isinstance(error, kind):
+    return [f"expected {kind}, got {type(error).__name__}: {_message(error)[:3000]}"]
+  missing = [scratch.fill(w) for w in words if scratch.fill(w) not in _message(error)]
+  return [f"the message lacks {missing}:\n{_message(error)[:3000]}"] if missing else []
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=_marks(c)) for c in CASES])
+def test_bad_input_is_refused_naming_the_fix(case, tmp_path):
+  scratch = Scratch(tmp_path)
+  error = _run(case.trigger, scratch)
+  problems = _problems(error, case.error, case.must_contain, scratch)
+  if problems and case.gap is not None:
+    # Still a gap: it must be the documented one (else this is no xfail).
+    today = _problems(error, case.today[0], case.today[1:], scratch)
+    if today:
+      raise Unexpected(f"{case.name}: not what `today` says: {today}")
+  assert not problems, f"{case.name}: {problems[0]}"
+
+
+def test_the_table_can_be_documented():
+  names = [c.name for c in CASES]
+  assert len(names) == len(set(names)) >= 28
+  for case in CASES:
+    assert case.outcome and "\n" not in case.outcome, case.name
+    assert case.must_contain and all(case.must_contain), case.name
+    assert case.name.replace("-", "").isalnum() and case.name.islower(), case.name
+    assert (case.gap is None) == (case.today is None), case.name
+
+
+def test_reliability_doc_lists_exactly_these_cases_and_faults():
+  import reliability_doc  # pylint: disable=import-outside-toplevel
+  with open(reliability_doc.DOC) as f:
+    documented = reliability_doc.generated_part(f.read())
+  assert documented == reliability_doc.render(), (
+      "docs/reliability.md does not match the tests: run "
+      "`python tests/reliability_doc.py --write`")
