@@ -45,3 +45,19 @@ def test_unknown_workload_is_named():
   proc = helpers.python(["bench/run.py", "--workloads", "tiny,resnet"], check=False)
   assert proc.returncode != 0
   assert "resnet" in proc.stderr and "tiny, dcgan, bigan" in proc.stderr, proc.stderr
+
+
+def test_table_renders_every_row_and_the_kernel_line(tmp_path):
+  row = {"workload": "tiny", "variant": "handwritten", "strategy": "default",
+         "ms_per_step": 2.5, "examples_per_s": 102400.0, "ratio_to_handwritten": 1.0,
+         "peak_rss_mb": 900.0, "steps": 20, "repetitions": 2,
+         "traces_after_first_call": 0, "gflop_per_step": 0.02, "gflop_per_s": 8.0,
+         "share_of_ceiling": None}
+  kernel = {"kernel": "dcgan dominant convolution", "ceiling_gflop_per_s": 90.0,
+            "bfloat16_speed_vs_float32": 0.1}
+  lines = ["a table line", json.dumps(kernel), json.dumps(row),
+           json.dumps(dict(row, variant="ctl steps_per_loop=1", input_wait_share=0.01))]
+  (tmp_path / "bench.txt").write_text("\n".join(lines) + "\n")
+  text = helpers.python(["bench/table.py", str(tmp_path / "bench.txt")]).stdout
+  assert text.count("| tiny | default |") == 2
+  assert "90.0 GFLOP/s" in text and "input wait 1.0%" in text
