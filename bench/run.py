@@ -1,7 +1,7 @@
 """Runner overhead against a hand-written `tf.function` + `strategy.run` loop.
 
     python bench/run.py --quick      # the targets' variants: under 3 minutes here
-    python bench/run.py              # every variant, more repetitions (about 20 minutes)
+    python bench/run.py              # every variant, more repetitions (about 25 minutes)
     python bench/run.py --workloads tiny --steps 20 --repetitions 2   # a smoke run
 
 Every side trains the same networks on the same in-memory data in the same
@@ -375,8 +375,8 @@ _MIRRORED = ["handwritten", "ctl steps_per_loop=1", "ctl steps_per_loop=10"]
 # dispatch saving of well under a millisecond per step cannot show), and its
 # bfloat16 step (about 9x slower than float32 on a CPU without bfloat16
 # instructions) only runs in the full plan. `--quick` keeps what the targets
-# need: the loop variants on `tiny`, and the hand-written loop, ctl, Keras and
-# the input-wait baseline on `dcgan`.
+# need: the loop variants and the input-wait baseline on `tiny`, and the
+# hand-written loop, ctl and Keras on `dcgan`.
 PLANS = {
     "full": [
         ("tiny", "default", 400, 7, _TINY + [
@@ -392,19 +392,21 @@ PLANS = {
         ("bigan", "default", 3, 5, ["handwritten", "ctl steps_per_loop=1"]),
     ],
     "quick": [
-        ("tiny", "default", 200, 3, _TINY),
+        ("tiny", "default", 200, 3, _TINY + ["ctl synthetic input"]),
         ("tiny", "mirrored", 200, 3, _MIRRORED),
-        ("dcgan", "default", 2, 3, ["handwritten", "ctl steps_per_loop=1",
-                                    "keras fit spe=1", "ctl synthetic input"]),
+        ("dcgan", "default", 1, 5, ["handwritten", "ctl steps_per_loop=1", "keras fit spe=1"]),
     ],
 }
 WORKLOADS = ("tiny", "dcgan", "bigan")
+# Steps of the untimed first run, which traces and warms up (None: a whole
+# repetition). One DCGAN or BiGAN step takes seconds and traces everything.
+WARMUP_STEPS = {"tiny": None, "dcgan": 1, "bigan": 1}
 
 
-def measure(variants, steps, repetitions):
+def measure(variants, steps, repetitions, warmup_steps=None):
   """Median seconds per step and traces after the warm-up, repetitions interleaved."""
   for variant in variants.values():
-    variant.run(steps)  # trace and warm up
+    variant.run(warmup_steps or steps)  # trace and warm up
   traced = {name: variant.traces() for name, variant in variants.items()}
   times = {name: [] for name in variants}
   for _ in range(repetitions):
@@ -447,14 +449,15 @@ def live_gflop(concrete):
   return total / 1e9
 
 
-def conv_ceiling(timed_runs):
+def conv_ceiling(timed_runs, bfloat16=True):
   """GFLOP/s of the DCGAN step's dominant convolution alone, and bfloat16's speed.
 
   The generator's first Conv2DTranspose (7x7, 256 -> 128 channels, 5x5, batch
   256) does about a third of the step's FLOPs. Its forward and both gradients
   run in one tf.function (float32, best of `timed_runs`) give the kernel
   ceiling; its forward in bfloat16 against float32 tells whether this CPU has
-  fast bfloat16 kernels (mixed_bfloat16 can only be as fast as they are).
+  fast bfloat16 kernels (mixed_bfloat16 can only be as fast as they are);
+  None without `bfloat16`.
   """
   import tensorflow as tf
   n, side, c_in, c_out, k = BATCH, 7, 256, 128, 5
@@ -485,6 +488,8 @@ def conv_ceiling(timed_runs):
   w = rng.normal([k, k, c_out, c_in])
   ceiling = 3 * gflop / best(forward_backward, x, w)
   fwd = tf.function(lambda x, w: tf.reduce_sum(forward(x, w)[:1, 0, 0, :1]))
+  if not bfloat16:
+    return ceiling, None
   f32 = best(fwd, x, w)
   bf16 = best(fwd, tf.cast(x, tf.bfloat16), tf.cast(w, tf.bfloat16))
   return ceiling, f32 / bf16
@@ -510,7 +515,7 @@ def run_group(workload, strategy_name, strategy, variant_names, steps, repetitio
   workdir = tempfile.mkdtemp(prefix=f"ctl-bench-{workload}-")
   try:
     variants = {name: VARIANTS[name](workload, strategy, workdir) for name in variant_names}
-    results = measure(variants, steps, repetitions)
+    results = measure(variants, steps, repetitions, WARMUP_STEPS[workload])
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
   gflop = live_gflop(variants["handwritten"].concrete())
@@ -564,7 +569,8 @@ def main():
     strategies["mirrored"] = ctl.make_strategy("mirrored")
   ceiling = bf16_speed = None
   if {"dcgan", "bigan"} & set(workloads):
-    ceiling, bf16_speed = conv_ceiling(1 if args.quick else 3)
+    # (--quick runs no bfloat16 variant, so it skips that kernel's slow timing.)
+    ceiling, bf16_speed = conv_ceiling(1 if args.quick else 3, bfloat16=not args.quick)
   rows = []
   for workload, strategy_name, steps, repetitions, names in plan:
     rows += run_group(workload, strategy_name, strategies[strategy_name], names,
@@ -581,8 +587,8 @@ def main():
           f"{r['traces_after_first_call']:6d}")
   if ceiling:
     print(f"conv kernel ceiling (DCGAN's dominant convolution, forward and backward, "
-          f"float32): {ceiling:.1f} GFLOP/s; its forward in bfloat16 runs at "
-          f"{bf16_speed:.2f}x float32's speed")
+          f"float32): {ceiling:.1f} GFLOP/s" + ("" if bf16_speed is None else
+          f"; its forward in bfloat16 runs at {bf16_speed:.2f}x float32's speed"))
   for r in rows:
     if "input_wait_share" in r:
       print(f"{r['workload']} {r['strategy']}: input wait {100 * r['input_wait_share']:.1f}% "
@@ -594,7 +600,8 @@ def main():
               f"{gap['mixed_bfloat16_mean']} bfloat16)")
   if ceiling:
     print(json.dumps({"kernel": "dcgan dominant convolution", "ceiling_gflop_per_s":
-                      round(ceiling, 2), "bfloat16_speed_vs_float32": round(bf16_speed, 3)}))
+                      round(ceiling, 2), "bfloat16_speed_vs_float32":
+                      None if bf16_speed is None else round(bf16_speed, 3)}))
   for r in rows:
     print(json.dumps(r))
 

@@ -33,9 +33,10 @@ def markdown(rows, kernel):
                f"{r['traces_after_first_call']} |")
   if kernel:
     out.append("")
+    speed = kernel["bfloat16_speed_vs_float32"]
     out.append(f"Kernel ceiling ({kernel['kernel']}, forward and backward, float32): "
-               f"{kernel['ceiling_gflop_per_s']:.1f} GFLOP/s; its forward in bfloat16 "
-               f"runs at {kernel['bfloat16_speed_vs_float32']:.2f}x float32's speed.")
+               f"{kernel['ceiling_gflop_per_s']:.1f} GFLOP/s" + ("." if speed is None else
+               f"; its forward in bfloat16 runs at {speed:.2f}x float32's speed."))
   for r in rows:
     if "input_wait_share" in r:
       out.append(f"- {r['workload']} ({r['strategy']}): input wait "
