@@ -453,8 +453,8 @@ def conv_ceiling(timed_runs, bfloat16=True):
   """GFLOP/s of the DCGAN step's dominant convolution alone, and bfloat16's speed.
 
   The generator's first Conv2DTranspose (7x7, 256 -> 128 channels, 5x5, batch
-  256) does about a third of the step's FLOPs. Its forward and both gradients
-  run in one tf.function (float32, best of `timed_runs`) give the kernel
+  256) and its two gradients do about half of the step's FLOPs. The three run
+  in one tf.function (float32, best of `timed_runs`) and give the kernel
   ceiling; its forward in bfloat16 against float32 tells whether this CPU has
   fast bfloat16 kernels (mixed_bfloat16 can only be as fast as they are);
   None without `bfloat16`.
