@@ -165,33 +165,28 @@ def _differences(saved, state):
   `saved` is `tf.train.list_variables` of the checkpoint: keys such as
   `models/generator/3/.ATTRIBUTES/VARIABLE_VALUE`, with their shapes.
   """
-  theirs = {}
+  theirs = {}  # (kind, name) -> {index: shape}
   for key, shape in saved:
     parts = key.split("/")
     if parts[0] in ("models", "optimizers") and len(parts) == 5:
-      theirs[(parts[0], parts[1], int(parts[2]))] = list(shape)
-  ours = {(kind, name, i): v.shape.as_list() if hasattr(v.shape, "as_list") else list(v.shape)
-          for kind in ("models", "optimizers")
-          for name, values in state[kind].items() for i, v in enumerate(values)}
+      theirs.setdefault((parts[0], parts[1]), {})[int(parts[2])] = list(shape)
+  ours = {(kind, name): {i: list(v.shape) for i, v in enumerate(values)}
+          for kind in ("models", "optimizers") for name, values in state[kind].items()}
   differences = []
-  for kind in ("models", "optimizers"):
-    their_names = {n for k, n, _ in theirs if k == kind}
-    our_names = {n for k, n, _ in ours if k == kind}
-    for name in sorted(their_names - our_names):
-      differences.append(f"{kind}[{name!r}] is in the checkpoint, not in this runner")
-    for name in sorted(our_names - their_names):
-      differences.append(f"{kind}[{name!r}] is in this runner, not in the checkpoint")
-    for name in sorted(their_names & our_names):
-      mine = {i: s for (k, n, i), s in ours.items() if (k, n) == (kind, name)}
-      saved_here = {i: s for (k, n, i), s in theirs.items() if (k, n) == (kind, name)}
-      if len(mine) != len(saved_here):
-        differences.append(f"{kind}[{name!r}] has {len(saved_here)} variables in the "
-                           f"checkpoint, {len(mine)} in this runner")
-        continue
-      for i in sorted(mine):
-        if mine[i] != saved_here[i]:
-          differences.append(f"{kind}[{name!r}] variable {i} has shape {saved_here[i]} "
-                             f"in the checkpoint, {mine[i]} in this runner")
+  for kind, name in sorted(theirs.keys() | ours.keys()):
+    where = f"{kind}[{name!r}]"
+    mine, saved_here = ours.get((kind, name)), theirs.get((kind, name))
+    if mine is None or saved_here is None:
+      has = "the checkpoint, not in this runner" if mine is None else (
+          "this runner, not in the checkpoint")
+      differences.append(f"{where} is in {has}")
+    elif len(mine) != len(saved_here):
+      differences.append(f"{where} has {len(saved_here)} variables in the checkpoint, "
+                         f"{len(mine)} in this runner")
+    else:
+      differences += [f"{where} variable {i} has shape {saved_here[i]} in the checkpoint, "
+                      f"{mine[i]} in this runner" for i in sorted(mine)
+                      if mine[i] != saved_here[i]]
   return differences[:6] + ([f"and {len(differences) - 6} more"] if len(differences) > 6 else [])
 
 

@@ -110,43 +110,43 @@ def make_step(nan_at):
   return step
 
 
-class Pause:
-  """Prints PAUSED at one step and waits for `<workdir>/go` (on every worker)."""
-  collective = True
+class AtStep:
+  """An action that does `fire(loop)` once, at global step `step`."""
+  collective = False
 
   def __init__(self, step, workdir):
     self.every = ctl.Every(steps=step)
     self.step = step
-    self.go = os.path.join(workdir, "go")
+    self.workdir = workdir
 
   def __call__(self, loop):
-    if loop.step != self.step:
-      return
+    if loop.step == self.step:
+      self.fire(loop)
+
+
+class Pause(AtStep):
+  """Prints PAUSED at one step and waits for `<workdir>/go` (on every worker)."""
+  collective = True
+
+  def fire(self, loop):
     print(f"PAUSED {loop.step}", flush=True)
+    go = os.path.join(self.workdir, "go")
     deadline = time.monotonic() + 120
-    while not os.path.exists(self.go) and time.monotonic() < deadline:
+    while not os.path.exists(go) and time.monotonic() < deadline:
       time.sleep(0.02)
 
 
-class LimitFileSize:
+class LimitFileSize(AtStep):
   """After the step-k checkpoint, caps this process's files at half its data file.
 
   A real fault, not a mock: the kernel fails the next checkpoint's write past
   the limit with EFBIG, the way a full disk fails it with ENOSPC (tests run as
   root, so a read-only directory would not stop them).
   """
-  collective = False
 
-  def __init__(self, step, workdir):
-    self.every = ctl.Every(steps=step)
-    self.step = step
-    self.checkpoints = os.path.join(workdir, "checkpoints")
-
-  def __call__(self, loop):
-    if loop.step != self.step:
-      return
+  def fire(self, loop):
     # Runs after the Checkpoint action (listed before it), so ckpt-k exists.
-    data = glob.glob(os.path.join(self.checkpoints, f"ckpt-{self.step}.data-*"))
+    data = glob.glob(os.path.join(self.workdir, "checkpoints", f"ckpt-{self.step}.data-*"))
     limit = min(os.path.getsize(path) for path in data) // 2
     # A write past the limit raises SIGXFSZ, which kills; ignored, it fails with EFBIG.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
