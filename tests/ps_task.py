@@ -6,7 +6,9 @@ Every task of the cluster runs this same command: on the `chief` it
 coordinates the training of a small GAN (`ctl.Runner.fit` under
 `parameter_server`); on `worker` and `ps` tasks `ctl.make_strategy` serves
 the cluster and never returns. The chief writes the per-step losses, the
-first step it ran and the final global step to `--out`.
+first step it ran, the final global step, how far the weights moved, and the
+discriminator's loss on one fixed large batch before and after training to
+`--out`.
 """
 
 import argparse
@@ -34,6 +36,27 @@ def dataset():
   points += rng.normal(scale=0.05, size=points.shape)
   return (tf.data.Dataset.from_tensor_slices(points.astype("float32"))
           .shuffle(2048, seed=1).repeat().batch(GLOBAL_BATCH, drop_remainder=True))
+
+
+def fixed_batch():
+  """4096 points of the ring and 4096 noise vectors, the same in every run."""
+  rng = np.random.default_rng(11)
+  angles = rng.integers(0, 8, size=4096) * (2 * np.pi / 8)
+  real = np.stack([np.cos(angles), np.sin(angles)], 1) * 2
+  noise = rng.normal(size=(4096, NOISE))
+  return real.astype("float32"), noise.astype("float32")
+
+
+def discriminator_loss(models, real, noise):
+  """The step's discriminator loss on (real, generator(noise)), computed here."""
+  import tensorflow as tf
+  real_logits = models["discriminator"](real)[:, 0]
+  fake_logits = models["discriminator"](models["generator"](noise))[:, 0]
+  return float(tf.reduce_mean(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits)))
+
+
+def weights(models):
+  return np.concatenate([np.ravel(w.numpy()) for m in models.values() for w in m.weights])
 
 
 def build():
@@ -67,8 +90,14 @@ def main():
   actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)),
              ctl.Samples(samples, ctl.Every(steps=args.checkpoint_every)),
              ctl.Export("generator")]
+  real, fixed_noise = fixed_batch()
+  loss_before = discriminator_loss(runner.models, real, fixed_noise)
+  weights_before = weights(runner.models)
   history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
   results = {f"loss/{k}": v for k, v in history.items()}
+  results["fixed_batch_loss_before"] = np.array(loss_before)
+  results["fixed_batch_loss_after"] = np.array(discriminator_loss(runner.models, real, fixed_noise))
+  results["weights_moved"] = np.array(np.abs(weights(runner.models) - weights_before).max())
   results["first_step"] = np.array(args.steps - len(next(iter(history.values()), [])))
   results["global_step"] = np.array(int(runner.global_step.numpy()))
   results["iterations"] = np.array(

@@ -146,7 +146,13 @@ def _cli(*args):
 
 
 def _within(seconds, fn, *args, **kwargs):
-  """Calls `fn`; whatever it raises must come within `seconds` (no long stall)."""
+  """Calls `fn`; whatever it raises must come within `seconds` (no long stall).
+
+  `seconds` parts the two outcomes with room on both sides, whatever the
+  machine's load: the stalls guarded against last minutes or forever (TFDS
+  retries for ~200 s offline; a multi-worker strategy waits for a missing peer
+  forever), the refusals take seconds.
+  """
   start = time.monotonic()
   try:
     return fn(*args, **kwargs)
@@ -526,6 +532,8 @@ ctl.make_strategy("multi_worker")
 
 
 def multi_worker_peer_never_starts(s):
+  # The launcher gives up at its --startup-timeout (10 s), then stops the tasks
+  # within --grace (2 s) plus at most 15 s of its own waits: 27 s < 60 s.
   _command(_within(60, helpers.ctl, "launch", "--workers", "2", "--startup-timeout", "10",
                    "--grace", "2", "--", sys.executable, "-c", _PEER_NEVER_STARTS,
                    check=False, timeout=90))

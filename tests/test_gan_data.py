@@ -35,7 +35,9 @@ def test_tfds_not_prepared_fails_at_once_naming_the_folder(tmp_path):
   start = time.monotonic()
   with pytest.raises(gan.data.DatasetNotFoundError) as error:
     gan.tfds_dataset("mnist", 16, data_dir=str(tmp_path))
-  assert time.monotonic() - start < 10  # a guard against TFDS's ~200 s of retries
+  # TFDS's own retries take ~200 s offline; the local check takes well under a
+  # second. 60 s parts the two whatever the machine's load.
+  assert time.monotonic() - start < 60
   message = str(error.value)
   assert os.path.join(str(tmp_path), "mnist") in message
   assert "tfds build mnist" in message and "gan.mnist_dataset" in message

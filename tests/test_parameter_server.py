@@ -3,9 +3,16 @@
 `ctl launch --workers 2 --ps 1` starts a coordinator (`chief`), 2 workers
 and 1 parameter server, each running tests/ps_task.py; the chief trains a
 small GAN through `ctl.Runner.fit` under `parameter_server`, the others
-serve, and the launcher stops them when the chief is done. Updates are asynchronous, so the
-losses are not compared with another strategy's: they must fall, the step
-count must be exact, and a rerun must resume from the last checkpoint.
+serve, and the launcher stops them when the chief is done.
+
+Updates are asynchronous: which worker runs which step, and on which version
+of the variables, changes from run to run, so no loss is compared with
+another strategy's. The tests assert what asynchronous training guarantees
+(every scheduled step ran and was counted once, the variables moved, a rerun
+resumes from the saved step) and a learning check chosen to be immune to the
+order: the discriminator's loss on one fixed batch of 8192 examples, before
+and after training, instead of the noisy per-step losses of 32-example
+batches.
 """
 
 import os
@@ -34,15 +41,29 @@ def first_run(tmp_path_factory):
   return workdir, run_cluster(workdir, 40)
 
 
-def test_losses_fall_and_the_step_count_is_exact(first_run):
+# The learning check's margin. Over 30 runs of this cluster here (issue 19) the
+# fixed-batch loss fell from 1.643 by 0.161 to 0.176 (mean 0.167, standard
+# deviation 0.004), and by 0.169 trained synchronously under `default`: the
+# order of the updates barely moves it. Half the mean is about 20 standard
+# deviations from both the runs seen and from no learning at all. (The old
+# check, the mean of the last 10 per-step losses against the first 10, fell by
+# 0.053 to 0.171 over the same runs, sd 0.027, and failed a CI run at 0.032.)
+MIN_LOSS_DROP = 0.08
+
+
+def test_every_step_runs_once_and_the_discriminator_learns(first_run):
   workdir, (results, _) = first_run
   d_loss = results["loss/discriminator_loss"]
+  # Every scheduled step came back with its result, and was counted once (the
+  # step counter is a plain tf.Variable on the parameter server).
   assert d_loss.shape == (40,) and np.isfinite(d_loss).all()
-  print(f"discriminator loss: first 10 steps {d_loss[:10].mean():.3f}, "
-        f"last 10 {d_loss[-10:].mean():.3f}")
-  assert d_loss[-10:].mean() < d_loss[:10].mean() - 0.05
-  # The step counter is a plain tf.Variable: every scheduled step counts once.
   assert int(results["global_step"]) == 40 and int(results["first_step"]) == 0
+  assert float(results["weights_moved"]) > 0
+  before = float(results["fixed_batch_loss_before"])
+  after = float(results["fixed_batch_loss_after"])
+  print(f"discriminator loss on the fixed batch: {before:.4f} before, {after:.4f} after; "
+        f"per-step, first 10 steps {d_loss[:10].mean():.3f}, last 10 {d_loss[-10:].mean():.3f}")
+  assert after < before - MIN_LOSS_DROP
   # Keras 3's optimizer.iterations may lose concurrent increments (TF field
   # notes); reported, not relied on.
   print("optimizer iterations (Keras):", results["iterations"].tolist(), "of 40")
