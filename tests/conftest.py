@@ -9,7 +9,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import pytest  # noqa: E402
+
 import ctl  # noqa: E402
+import helpers  # noqa: E402
 
 ctl.configure_logical_cpus(2)
 
@@ -33,3 +36,12 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory):
+  """Runs made once per test session, for every module and xdist worker."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # the session's directory, above each worker's own
+  return helpers.SharedRuns(root / "shared-runs")

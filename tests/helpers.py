@@ -5,10 +5,13 @@ that ran one strategy cannot always start another), and multi-worker runs
 start one process per worker with TF_CONFIG on 127.0.0.1.
 """
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 
@@ -31,6 +34,68 @@ for _binding in ("gan.dcgan_generator.width = 8", "gan.dcgan_discriminator.width
                  "gan.train.checkpoint_every = 2", "gan.train.ema_decay = None",
                  "gan.train.noise_dim = 8"):
   TINY_GAN += ["--gin", _binding]
+
+
+class SharedRuns:
+  """Runs made once per test session and shared by every module that needs one.
+
+  A run is a directory made by a function; the first caller makes it while
+  holding a lock on it, so an xdist worker that needs it meanwhile waits for
+  it instead of making it again. Callers must not change what is in it: copy
+  it first (`copy`).
+  """
+
+  def __init__(self, root):
+    self.root = root
+    os.makedirs(root, exist_ok=True)
+
+  def get(self, name, make):
+    """The directory of run `name`, made by `make(directory)` if not made yet."""
+    directory = os.path.join(self.root, name)
+    done = os.path.join(directory, ".done")
+    with open(os.path.join(self.root, name + ".lock"), "w") as lock:
+      fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+      if not os.path.exists(done):  # not made, or its maker failed part-way
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+        make(directory)
+        open(done, "w").close()
+    return directory
+
+  @staticmethod
+  def copy(directory, destination):
+    shutil.copytree(directory, destination, ignore=shutil.ignore_patterns(".done"))
+    return destination
+
+
+def resume_reference(runs, strategy, *args):
+  """tests/resume_task.py run for 12 steps uninterrupted, once per session and
+  arguments: what a run that a fault stopped must equal once rerun."""
+  name = "resume-" + "-".join((strategy,) + args).replace("--", "")
+
+  def make(directory):
+    python([RESUME_TASK, "--workdir", os.path.join(directory, "work"),
+            "--out", os.path.join(directory, "out.npz"), "--steps", "12",
+            "--strategy", strategy, "--logical-cpus", "2"] + list(args), timeout=240)
+
+  return dict(np.load(os.path.join(runs.get(name, make), "out.npz")))
+
+
+def tiny_gan_training(runs):
+  """`ctl train examples/configs/dcgan.gin` shrunk by TINY_GAN to 4 steps,
+  once per session: its workdir and output (`.workdir`, `.stdout`, `.stderr`)."""
+
+  def make(directory):
+    proc = ctl("train", os.path.join("examples", "configs", "dcgan.gin"), "--workdir",
+               os.path.join(directory, "work"), *TINY_GAN, timeout=300)
+    for name in ("stdout", "stderr"):
+      with open(os.path.join(directory, name), "w") as f:
+        f.write(getattr(proc, name))
+
+  directory = runs.get("ctl-train-tiny-gan", make)
+  read = lambda name: open(os.path.join(directory, name)).read()  # noqa: E731
+  return types.SimpleNamespace(workdir=os.path.join(directory, "work"),
+                               stdout=read("stdout"), stderr=read("stderr"))
 
 
 def python(args, *, env=None, timeout=180, check=True):

@@ -1,11 +1,14 @@
-"""One seeded training run for the parity tests, run in its own process.
+"""Seeded training runs for the parity tests, in a process of their own.
 
     python tests/parity_task.py --strategy mirrored --logical-cpus 2 --out r.npz
+    python tests/parity_task.py --configs mirrored_2,jit_mirrored_2 --out r.npz
 
 Runs each task (`gan`, and `bigan` with three models) with a fresh runner and
 writes every step's reduced results and every model's final weights to `--out`,
-keyed `task/...` (under multi_worker, only the chief writes). The tests compare runs that differ
-only in strategy, compilation and loop length.
+keyed `task/...` (under multi_worker, only the chief writes). With `--configs`,
+it runs each named configuration of `CONFIGS` in turn, keyed
+`config/task/...`; they must share a strategy. The tests compare runs that
+differ only in strategy, compilation and loop length.
 """
 
 import argparse
@@ -22,6 +25,48 @@ GLOBAL_BATCH = 8
 NOISE = 4
 FEATURES = 6
 
+# The configurations compared with the eager run under `default`: options of
+# `train` and the strategy. Those with the same strategy and mode share a
+# process (`process_key`): importing TensorFlow costs seconds, while a fresh
+# runner per configuration already gives each one its own models, optimizers
+# and compiled functions. Eager mirrored runs alone: a MirroredStrategy run
+# eagerly after one in graph mode fails in the same process (TF field notes).
+CONFIGS = {
+    "compiled_default": {},
+    "steps_per_loop_5": {"steps_per_loop": 5},
+    "jit_default": {"jit": True},
+    "one_device": {"strategy": "one_device"},
+    "jit_one_device": {"strategy": "one_device", "jit": True},
+    "mirrored_2": {"strategy": "mirrored", "logical_cpus": 2},
+    "mirrored_2_steps_per_loop_5": {"strategy": "mirrored", "logical_cpus": 2,
+                                    "steps_per_loop": 5},
+    # bigan's tape form cannot be compiled under mirrored (see test_parity.py).
+    "jit_mirrored_2": {"strategy": "mirrored", "logical_cpus": 2, "jit": True,
+                       "tasks": "gan"},
+    "mirrored_4": {"strategy": "mirrored", "logical_cpus": 4},
+    "mirrored_2_eager": {"strategy": "mirrored", "logical_cpus": 2, "eager": True},
+    "central_storage_2": {"strategy": "central_storage", "logical_cpus": 2},
+    "jit_central_storage_2": {"strategy": "central_storage", "logical_cpus": 2,
+                              "jit": True},
+}
+DEFAULTS = {"strategy": "default", "logical_cpus": None, "tasks": "gan,bigan", "steps": 10,
+            "steps_per_loop": 1, "eager": False, "jit": False}
+
+
+def options(config):
+  return dict(DEFAULTS, **CONFIGS[config])
+
+
+def process_key(config):
+  """Configurations with the same key run in one process."""
+  o = options(config)
+  return o["strategy"], o["logical_cpus"], o["eager"]
+
+
+def group(config):
+  """The configurations that run in `config`'s process, in CONFIGS' order."""
+  return [c for c in CONFIGS if process_key(c) == process_key(config)]
+
 
 def parse_args():
   p = argparse.ArgumentParser()
@@ -32,6 +77,7 @@ def parse_args():
   p.add_argument("--steps-per-loop", type=int, default=1)
   p.add_argument("--eager", action="store_true")
   p.add_argument("--jit", action="store_true")
+  p.add_argument("--configs", help="names of CONFIGS, comma-separated, one strategy")
   p.add_argument("--out", required=True)
   return p.parse_args()
 
@@ -137,13 +183,13 @@ def bigan_step(ctx, batches):
 TASKS = {"gan": (build_gan, gan_step, 1), "bigan": (build_bigan, bigan_step, 2)}
 
 
-def train(task, strategy, args):
+def train(task, strategy, o):
   build, step, batches_per_step = TASKS[task]
-  runner = ctl.Runner(step, build, dataset(args.steps * batches_per_step),
-                      strategy=strategy, seed=7, steps_per_loop=args.steps_per_loop,
-                      eager=args.eager, jit_compile=args.jit,
+  runner = ctl.Runner(step, build, dataset(o["steps"] * batches_per_step),
+                      strategy=strategy, seed=7, steps_per_loop=o["steps_per_loop"],
+                      eager=o["eager"], jit_compile=o["jit"],
                       batches_per_step=batches_per_step)
-  history = runner.train(args.steps)
+  history = runner.train(o["steps"])
   results = {f"{task}/loss/{k}": v for k, v in history.items()}
   for name, model in runner.models.items():
     for i, w in enumerate(model.weights):
@@ -153,10 +199,20 @@ def train(task, strategy, args):
 
 def main():
   args = parse_args()
-  strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
+  if args.configs:
+    runs = {c: options(c) for c in args.configs.split(",")}
+    if len({process_key(c) for c in runs}) != 1:
+      raise SystemExit(f"--configs {args.configs}: give configurations that share a "
+                       "strategy and mode (parity_task.group)")
+  else:
+    runs = {None: {k: getattr(args, k) for k in DEFAULTS}}
+  first = next(iter(runs.values()))
+  strategy = ctl.make_strategy(first["strategy"], logical_cpus=first["logical_cpus"])
   results = {}
-  for task in args.tasks.split(","):
-    results.update(train(task, strategy, args))
+  for config, o in runs.items():
+    prefix = f"{config}/" if config else ""
+    for task in o["tasks"].split(","):
+      results.update({prefix + k: v for k, v in train(task, strategy, o).items()})
   if strategy.extended.should_checkpoint:  # the chief, under multi_worker
     np.savez(args.out, **results)
 

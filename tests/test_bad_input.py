@@ -916,10 +916,16 @@ CASES = [
 ]
 
 
+# Cases that start processes importing TensorFlow or a cluster (seconds each):
+# outside the fast tier.
+SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-never-starts")
+
+
 def _marks(case):
+  marks = (pytest.mark.slow,) if case.name in SLOW_CASES else ()
   if case.gap is None:
-    return ()
-  return (pytest.mark.xfail(strict=True, raises=AssertionError, reason=case.gap),)
+    return marks
+  return marks + (pytest.mark.xfail(strict=True, raises=AssertionError, reason=case.gap),)
 
 
 class Unexpected(Exception):
@@ -968,6 +974,7 @@ def test_bad_input_is_refused_naming_the_fix(case, tmp_path):
 def test_the_table_can_be_documented():
   names = [c.name for c in CASES]
   assert len(names) == len(set(names)) >= 28
+  assert set(SLOW_CASES) <= set(names), sorted(set(SLOW_CASES) - set(names))
   for case in CASES:
     assert case.outcome and "\n" not in case.outcome, case.name
     assert case.must_contain and all(case.must_contain), case.name

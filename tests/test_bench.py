@@ -10,7 +10,11 @@ the machine.
 
 import json
 
+import pytest
+
 import helpers
+
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
 FIELDS = ("workload", "variant", "strategy", "ms_per_step", "examples_per_s",
           "ratio_to_handwritten", "peak_rss_mb", "steps", "repetitions",

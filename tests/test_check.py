@@ -122,6 +122,7 @@ def test_check_refuses_several_replicas():
     check.check_runner(two_replicas)
 
 
+@pytest.mark.slow  # builds and compiles an example's models
 def test_ctl_check_passes_on_an_example_config():
   proc = run_ctl("check", os.path.join("examples", "configs", "dcgan.gin"), "--steps", "2",
                  "--gin", "gan.dcgan_generator.width = 4",

@@ -11,7 +11,8 @@ import gin
 import pytest
 
 from ctl import cli
-from tests.helpers import ROOT, TINY_GAN, ctl, python
+import helpers
+from helpers import ROOT, TINY_GAN, ctl, python
 
 CONFIG = os.path.join("examples", "configs", "dcgan.gin")  # for subprocesses, run in ROOT
 CONFIG_PATH = os.path.join(ROOT, CONFIG)  # for in-process calls
@@ -41,30 +42,37 @@ def test_each_subcommand_explains_itself(command, capsys):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  """A 4-step run of the DCGAN example, shrunk; its workdir and the two runs' output."""
+def trained(tmp_path_factory, shared_runs):
+  """A 4-step run of the DCGAN example, shrunk (`ctl train`, shared with
+  tests/test_multi_worker.py), a copy of its workdir, and `ctl train` run
+  again on the copy; (the copy, the first run, the second's output, the
+  checkpoint files before the second)."""
+  first = helpers.tiny_gan_training(shared_runs)
   workdir = str(tmp_path_factory.mktemp("cli") / "run")
-  first = ctl("train", CONFIG, "--workdir", workdir, *TINY, timeout=300)
+  helpers.SharedRuns.copy(first.workdir, workdir)
   checkpoints = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
   second = ctl("train", CONFIG, "--workdir", workdir, *TINY)
   return workdir, first, second, checkpoints
 
 
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_train_writes_checkpoints_and_operative_config(trained):
   workdir, first, _, checkpoints = trained
   assert "ckpt-4.index" in checkpoints and "ckpt-2.index" in checkpoints
   operative = open(os.path.join(workdir, "checkpoints", "operative_config.gin")).read()
   assert "train.num_steps = 4" in operative
   assert "mode" not in operative  # what to do is not part of the experiment
-  assert workdir in first.stdout and "step 4" in first.stdout
+  assert first.workdir in first.stdout and "step 4" in first.stdout
 
 
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_rerun_resumes_and_finds_nothing_to_train(trained):
   workdir, _, second, checkpoints = trained
   assert "nothing to train" in second.stderr
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == checkpoints
 
 
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_eval_prints_json_metrics_of_the_newest_checkpoint(trained):
   workdir = trained[0]
   proc = ctl("eval", CONFIG, "--workdir", workdir, *TINY)
@@ -73,6 +81,7 @@ def test_eval_prints_json_metrics_of_the_newest_checkpoint(trained):
   assert metrics["classifier_fid"] > 0
 
 
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_export_writes_the_generator(trained, tmp_path):
   out = str(tmp_path / "exported")
   proc = ctl("export", CONFIG, "--workdir", trained[0], "--out", out, *TINY)
@@ -80,6 +89,7 @@ def test_export_writes_the_generator(trained, tmp_path):
   assert os.path.join(out, "generator.keras") in proc.stdout.split()
 
 
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_eval_without_checkpoint_names_the_directory(tmp_path):
   proc = ctl("eval", CONFIG, "--workdir", str(tmp_path), *TINY, check=False)
   assert proc.returncode == 1
@@ -126,6 +136,7 @@ def test_missing_config_file_suggests_a_neighbour(capsys):
   assert "dcgn.gin not found" in err and "'dcgan.gin'" in err
 
 
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_console_command_prints_no_traceback_for_a_misspelt_parameter():
   proc = ctl("train", CONFIG, "--gin", "gan.train.num_step = 3", check=False)
   assert proc.returncode == 2

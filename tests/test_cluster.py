@@ -200,6 +200,7 @@ print("RESULT", isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
 """
 
 
+@pytest.mark.slow  # two processes that import TensorFlow
 def test_slurm_step_trains_as_two_workers(no_shell_tools):
   """Two processes with the variables srun gives two tasks on one node."""
   base = _free_port_pair()

@@ -95,6 +95,7 @@ def test_increases_with_additive_noise(digits, noisy):
   assert strictly_increasing(values), values
 
 
+@pytest.mark.slow  # seconds of feature extraction
 def test_increases_with_blur(digits):
   values = [fid(digits["real"], digits)]
   values += [fid(gan.classifier_features(blur(digits["train"], s)), digits) for s in BLUR_SIGMAS]
@@ -127,6 +128,7 @@ def test_unchanged_by_shuffling(digits):
   assert gan.classifier_fid(images_a, images_b) == pytest.approx(base, rel=1e-6)
 
 
+@pytest.mark.slow  # seconds of feature extraction
 def test_kid_real_near_zero_noise_large_and_monotone(digits, noisy):
   kid = lambda a, b=digits["reference"]: gan.kernel_distance(a, b)[0]  # noqa: E731
   real, reference = digits["real"], digits["reference"]
@@ -269,6 +271,7 @@ def test_inception_fid_without_weights_says_where_to_get_them(tmp_path):
     gan.inception_fid(np.zeros((2, 28, 28)), np.zeros((2, 28, 28)), str(tmp_path / "none.h5"))
 
 
+@pytest.mark.slow  # seconds of feature extraction
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # from Keras' legacy h5 writer
 def test_inception_fid_plumbing(tmp_path, digits):
   """Random (untrained) InceptionV3 weights in the downloaded file's legacy format."""

@@ -8,6 +8,8 @@ import pytest
 
 import helpers
 
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
+
 
 def png_size(path):
   with open(path, "rb") as f:

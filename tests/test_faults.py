@@ -24,7 +24,10 @@ import tensorflow as tf
 
 import ctl
 from helpers import (GRACE, RESUME_TASK, ROOT, _env, alive, finish, launched_task_command,
-                     python, run_launched_task, run_workers, start_workers)
+                     python, resume_reference, run_launched_task, run_workers,
+                     start_workers)
+
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
 TASK = RESUME_TASK
 STEPS = 12  # resume_task.py checkpoints every 4 steps: ckpt-4, ckpt-8, ckpt-12
@@ -136,17 +139,13 @@ def assert_same_run(resumed, reference, atol=0.0):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-  """reference(strategy, *args): the uninterrupted run (made once per arguments)."""
-  runs = {}
+def reference(shared_runs):
+  """reference(strategy, *args): the uninterrupted run (made once per session and
+  arguments; tests/test_multi_worker.py compares with one of them too)."""
+  assert STEPS == 12  # what helpers.resume_reference runs
 
   def get(strategy, *args):
-    key = (strategy,) + args
-    if key not in runs:
-      d = tmp_path_factory.mktemp("reference")
-      run(d / "work", d / "out.npz", "--strategy", strategy, "--logical-cpus", "2", *args)
-      runs[key] = load(d / "out.npz")
-    return runs[key]
+    return resume_reference(shared_runs, strategy, *args)
 
   return get
 

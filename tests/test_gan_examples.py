@@ -14,6 +14,8 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from tests.helpers import ROOT, python
 
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
+
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "examples", "configs", "*.gin")))
 SMALL = [
     "gan.train.num_steps = 4", "gan.train.steps_per_loop = 2", "gan.train.batch_size = 16",

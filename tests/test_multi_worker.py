@@ -16,7 +16,9 @@ import pytest
 import tensorflow as tf
 
 import helpers
-from helpers import GRACE, LAUNCHED_TASK_ARGS, RESUME_TASK, run_launched_task
+from helpers import GRACE, LAUNCHED_TASK_ARGS, run_launched_task
+
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
 
 def assert_results_equal(results, reference, atol):
@@ -41,22 +43,21 @@ def uninterrupted(tmp_path_factory):
   return run_launched_task(d / "work", d / "out")
 
 
-def test_two_launched_workers_train_like_one_process(tmp_path, uninterrupted):
-  helpers.python([RESUME_TASK, "--strategy", "default", "--workdir", str(tmp_path / "work"),
-                  "--out", str(tmp_path / "default.npz")] + list(LAUNCHED_TASK_ARGS),
-                 timeout=240)
-  single = dict(np.load(tmp_path / "default.npz"))
+def test_two_launched_workers_train_like_one_process(shared_runs, uninterrupted):
+  # The launched run's arguments with the strategy `default`: the run the
+  # fault tests compare with.
+  assert LAUNCHED_TASK_ARGS == ("--dropout", "0", "--steps", "12", "--checkpoint-every", "4")
+  single = helpers.resume_reference(shared_runs, "default", "--dropout", "0")
   worker0, worker1 = uninterrupted
   assert_identical(worker1, worker0)  # the workers agree bit for bit
   # The all-reduce sums the two workers' gradients in another order.
   assert_results_equal(worker0, single, atol=1e-5)
 
 
-def test_ctl_train_through_launch_matches_one_process(tmp_path):
+def test_ctl_train_through_launch_matches_one_process(tmp_path, shared_runs):
   """The path a user takes: `ctl launch -- ctl train CONFIG --strategy multi_worker`."""
   config = os.path.join("examples", "configs", "dcgan.gin")
-  single = tmp_path / "single"
-  helpers.ctl("train", config, "--workdir", str(single), *helpers.TINY_GAN, timeout=240)
+  single = helpers.tiny_gan_training(shared_runs).workdir  # `ctl train` in one process
   work = tmp_path / "workers"
   proc = helpers.ctl("launch", "--workers", "2", "--grace", str(GRACE), "--",
                      sys.executable, "-m", "ctl.cli", "train", config, "--strategy",
@@ -67,7 +68,7 @@ def test_ctl_train_through_launch_matches_one_process(tmp_path):
     assert os.path.exists(work / name), name
   # Every weight and optimizer slot of the chief's final checkpoint equals
   # the single-process run's within the parity tolerance.
-  expected = tf.train.load_checkpoint(str(single / "checkpoints"))
+  expected = tf.train.load_checkpoint(os.path.join(single, "checkpoints"))
   actual = tf.train.load_checkpoint(str(work / "checkpoints"))
   # (TF's preemption handler adds its own entry to the multi-worker one.)
   names = sorted(n for n in expected.get_variable_to_shape_map()

@@ -9,6 +9,9 @@ import os
 
 import nbclient
 import nbformat
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "examples", "notebooks", "debug_step.ipynb")

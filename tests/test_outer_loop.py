@@ -243,6 +243,7 @@ np.save(sys.argv[4], np.stack([served, loaded]))
 """
 
 
+@pytest.mark.slow  # a subprocess that imports TensorFlow
 @pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
 def test_export_loads_without_ctl(tmp_path, strategy_name, mirrored):
   strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()

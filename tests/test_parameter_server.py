@@ -23,6 +23,8 @@ import pytest
 
 import helpers
 
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
+
 TASK = os.path.join(helpers.ROOT, "tests", "ps_task.py")
 
 

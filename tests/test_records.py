@@ -220,6 +220,7 @@ def test_spec_is_json_a_reader_can_use(written):
     assert json.load(f)["files"][0] == "records-00000-of-00008.tfrecord"
 
 
+@pytest.mark.slow  # a subprocess that imports TensorFlow
 def test_cli_subcommand_runs_as_a_program(tmp_path):
   proc = helpers.python(["-m", "ctl.cli", "records", "--dataset", "mnist", "--out",
                          str(tmp_path), "--shards", "2", "--limit", "4"])

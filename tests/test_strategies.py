@@ -85,6 +85,7 @@ def test_logical_cpus_after_first_op_names_the_fix():
     ctl.make_strategy("mirrored", logical_cpus=4)
 
 
+@pytest.mark.slow  # a subprocess that imports TensorFlow
 def test_logical_cpus_before_any_op_works_in_a_fresh_process():
   proc = helpers.python(["-c", "import ctl; s = ctl.make_strategy('mirrored', logical_cpus=3); "
                                "print('replicas', s.num_replicas_in_sync)"])
@@ -101,6 +102,7 @@ def test_tpu_without_tpu_fails_fast_with_the_fix():
     ctl.make_strategy("tpu", tpu="local")
 
 
+@pytest.mark.slow  # a subprocess that imports TensorFlow
 def test_multi_worker_after_first_op_names_the_fix():
   code = ("import tensorflow as tf, ctl; tf.constant(1.0) + 1; "
           "ctl.make_strategy('multi_worker')")
