@@ -319,12 +319,18 @@ class Runner:
       raise TypeError(f"build() must return (models, optimizers), two dicts, "
                       f"got {type(built).__name__}.")
     models, optimizers = built
+    for kind, named in (("models", models), ("optimizers", optimizers)):
+      for name in named:
+        if not isinstance(name, str) or not name:
+          raise TypeError(f"the {kind} dict has key {name!r} ({type(name).__name__}); "
+                          "name models and optimizers with strings, e.g. 'generator'.")
     for name, model in models.items():
       if not isinstance(model, keras.Model):
         raise TypeError(f"models[{name!r}] is a {type(model).__name__}, not a keras.Model.")
       if not model.built or not model.variables:
         raise ValueError(f"model {name!r} has no variables yet; give it an input "
                          "shape (keras.Input) or call it once inside build().")
+    _refuse_shared_optimizers(optimizers)
     for name, opt in list(optimizers.items()):
       optimizers[name] = self._prepare_optimizer(name, opt, models)
     self._check_in_scope(models, optimizers)
@@ -423,14 +429,16 @@ class Runner:
 
   def _trace_result_keys(self):
     # The loop stacks each result per step in a TensorArray made before the
-    # loop, so it must know the keys first: trace one step (no run) to see them.
-    tf.function(self._one_step).get_concrete_function()
+    # loop, so it must know the keys first: trace one step (no run) to see
+    # them. The loop then calls that traced step, so the step is traced once.
+    self._traced_step = tf.function(self._one_step)
+    self._traced_step.get_concrete_function()
     self._result_keys = list(self._reductions)
 
   def _loop_fn(self, num_steps):
     arrays = {k: tf.TensorArray(tf.float32, size=num_steps) for k in self._result_keys}
     for i in tf.range(num_steps):
-      results = self._one_step()
+      results = self._traced_step()
       arrays = {k: a.write(i, results[k]) for k, a in arrays.items()}
     return {k: a.stack() for k, a in arrays.items()}
 
@@ -447,6 +455,22 @@ def _scalar(key, value):
   if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
     raise TypeError(f"step result {key!r} has dtype {value.dtype.name}; return numbers.")
   return value
+
+
+def _refuse_shared_optimizers(optimizers):
+  """One optimizer object under two names cannot update two models correctly."""
+  first = {}
+  for name, opt in optimizers.items():
+    other = first.setdefault(id(opt), name)
+    if other != name:
+      kind = type(opt).__name__
+      raise ValueError(
+          f"optimizers[{other!r}] and optimizers[{name!r}] are the same {kind} "
+          f"object. A Keras optimizer keeps slots only for the variables it was "
+          f"built on (those of model {other!r}) and counts one iteration per update, so "
+          f"it cannot also update model {name!r}. Give each model an optimizer "
+          f"of its own in build(): {{{other!r}: keras.optimizers.{kind}(...), "
+          f"{name!r}: keras.optimizers.{kind}(...)}}.")
 
 
 def _check_supported(strategy, eager):

@@ -372,6 +372,7 @@ def test_result_keys_must_stay_the_same(eager):
   runner.train(1)
   if not eager:  # a new trace, with another key set
     runner._step_fn = lambda ctx, x: dict(train_step(ctx, x), extra=1.0)
+    runner._traced_step = tf.function(runner._one_step)
     runner._loop = tf.function(runner._loop_fn)
   with pytest.raises(ValueError, match=r"step results changed keys from \['loss'\] to \['extra', 'loss'\]"):
     runner.train(1)
