@@ -66,6 +66,10 @@ class Checkpointer:
                    "or per-worker iterators, which TF 2.21 cannot save): a resumed "
                    "run restarts its input pipeline. Pass a dataset of global "
                    "batches to another strategy for an exact resume.")
+    # Names go into the checkpoint's keys encoded (`_encode`): TF escapes some
+    # characters there and mishandles others.
+    for kind in ("models", "optimizers"):
+      state[kind] = {_encode(name): values for name, values in state[kind].items()}
     self.checkpoint = tf.train.Checkpoint(**state)
     self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
     if self.is_chief:
@@ -94,7 +98,7 @@ class Checkpointer:
           "would discard the difference. Pass another workdir to keep this "
           "runner's state, or make a new Runner to resume from the checkpoint.")
     try:
-      saved = tf.train.list_variables(path)
+      saved = _saved_layout(path)
     except tf.errors.OpError as e:
       raise self._damaged(path, e) from None
     differences = _differences(saved, variables(self.runner))
@@ -159,34 +163,88 @@ class Checkpointer:
     return path
 
 
+def _saved_layout(path):
+  """{(kind, name): [(node, shape), ...]} of the checkpoint at `path`.
+
+  Read from the object graph TensorFlow writes into every checkpoint, so a
+  variable reached from two owners (a layer shared by two models, one model
+  under two names) is one node seen from both. The object-graph proto is not
+  part of TF's public API; this was checked against TF 2.16-2.21.
+  """
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
+  reader = tf.train.load_checkpoint(path)
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+  shapes = reader.get_variable_to_shape_map()
+
+  def children(node):
+    return {c.local_name: c.node_id for c in graph.nodes[node].children}
+
+  def shape(node):
+    keys = [a.checkpoint_key for a in graph.nodes[node].attributes
+            if a.name == "VARIABLE_VALUE"]
+    return list(shapes[keys[0]]) if keys else None
+
+  root, layout = children(0), {}
+  for kind in ("models", "optimizers"):
+    for name, owner in (children(root[kind]).items() if kind in root else ()):
+      listed = children(owner)
+      layout[(kind, _decode(name))] = [(listed[str(i)], shape(listed[str(i)]))
+                              for i in range(len(listed))]
+  return layout
+
+
+# Model and optimizer names are the keys of the checkpoint's `models` and
+# `optimizers`. TF escapes "." and "/" in checkpoint keys and fails to restore
+# some names (".ATTRIBUTES", its own attribute marker), so every character
+# outside this set is written as "~" and its code point: "gen.a" -> "gen~2e~a".
+_PLAIN = re.compile(r"[A-Za-z0-9_-]")
+
+
+def _encode(name):
+  return "".join(c if _PLAIN.fullmatch(c) else f"~{ord(c):x}~" for c in name)
+
+
+def _decode(key):
+  return re.sub(r"~([0-9a-f]+)~", lambda m: chr(int(m.group(1), 16)), key)
+
+
 def _differences(saved, state):
   """How a checkpoint's model and optimizer variables differ from `state`'s.
 
-  `saved` is `tf.train.list_variables` of the checkpoint: keys such as
-  `models/generator/3/.ATTRIBUTES/VARIABLE_VALUE`, with their shapes.
+  `saved` is `_saved_layout` of the checkpoint. Besides names, counts and
+  shapes, which variables are one and the same must agree: a checkpoint that
+  holds two copies where this runner shares one variable (or the reverse)
+  cannot be restored into it.
   """
-  theirs = {}  # (kind, name) -> {index: shape}
-  for key, shape in saved:
-    parts = key.split("/")
-    if parts[0] in ("models", "optimizers") and len(parts) == 5:
-      theirs.setdefault((parts[0], parts[1]), {})[int(parts[2])] = list(shape)
-  ours = {(kind, name): {i: list(v.shape) for i, v in enumerate(values)}
-          for kind in ("models", "optimizers") for name, values in state[kind].items()}
+  ours = {(kind, name): values for kind in ("models", "optimizers")
+          for name, values in state[kind].items()}
   differences = []
-  for kind, name in sorted(theirs.keys() | ours.keys()):
+  first_owner = {}  # variable or checkpoint node -> where it was seen first
+  for kind, name in sorted(saved.keys() | ours.keys()):
     where = f"{kind}[{name!r}]"
-    mine, saved_here = ours.get((kind, name)), theirs.get((kind, name))
-    if mine is None or saved_here is None:
+    mine, theirs = ours.get((kind, name)), saved.get((kind, name))
+    if mine is None or theirs is None:
       has = "the checkpoint, not in this runner" if mine is None else (
           "this runner, not in the checkpoint")
       differences.append(f"{where} is in {has}")
-    elif len(mine) != len(saved_here):
-      differences.append(f"{where} has {len(saved_here)} variables in the checkpoint, "
+    elif len(mine) != len(theirs):
+      differences.append(f"{where} has {len(theirs)} variables in the checkpoint, "
                          f"{len(mine)} in this runner")
     else:
-      differences += [f"{where} variable {i} has shape {saved_here[i]} in the checkpoint, "
-                      f"{mine[i]} in this runner" for i in sorted(mine)
-                      if mine[i] != saved_here[i]]
+      for i, (variable, (node, shape)) in enumerate(zip(mine, theirs)):
+        if list(variable.shape) != shape:
+          differences.append(f"{where} variable {i} has shape {shape} in the "
+                             f"checkpoint, {list(variable.shape)} in this runner")
+        here = f"{where} variable {i}"
+        mine_first = first_owner.setdefault(("ours", id(variable)), here)
+        theirs_first = first_owner.setdefault(("saved", node), here)
+        if mine_first != theirs_first:
+          differences.append(f"{here} is " + " and ".join(
+              f"one variable with {first} in {side}" if first != here else
+              f"a variable of its own in {side}"
+              for first, side in ((mine_first, "this runner"),
+                                  (theirs_first, "the checkpoint"))))
   return differences[:6] + ([f"and {len(differences) - 6} more"] if len(differences) > 6 else [])
 
 

@@ -268,6 +268,18 @@ def optimizer_named_after_no_model(s):
   _runner(build=lambda: ({"model": _model()}, {"generator": keras.optimizers.SGD()}))
 
 
+def one_optimizer_under_two_names(s):
+  def build():
+    adam = keras.optimizers.Adam()
+    return {"generator": _model(), "discriminator": _model()}, {
+        "generator": adam, "discriminator": adam}
+  _runner(build=build)
+
+
+def model_name_not_a_string(s):
+  _runner(build=lambda: ({0: _model()}, {}))
+
+
 def optimizer_not_keras(s):
   _runner(build=lambda: ({"model": _model()}, {"model": "adam"}))
 
@@ -662,6 +674,18 @@ CASES = [
          "create it inside build()",
          optimizer_made_outside_the_scope, ValueError,
          ("optimizer 'model' was created outside the strategy's scope", "inside build()")),
+    Case("one-optimizer-under-two-names",
+         "ValueError from Runner: optimizers['generator'] and optimizers['discriminator'] are the "
+         "same Adam object ...; give each model an optimizer of its own",
+         one_optimizer_under_two_names, ValueError,
+         ("optimizers['generator'] and optimizers['discriminator'] are the same Adam object",
+          "those of model 'generator'", "cannot also update model 'discriminator'",
+          "Give each model an optimizer of its own")),
+    Case("model-name-not-a-string",
+         "TypeError from Runner: the models dict has key 0 (int); name models and "
+         "optimizers with strings",
+         model_name_not_a_string, TypeError,
+         ("the models dict has key 0 (int)", "name models and optimizers with strings")),
     Case("optimizer-named-after-no-model",
          "ValueError from Runner: optimizer 'generator' has no model of the same name (models: "
          "['model']); "
@@ -989,3 +1013,115 @@ def test_reliability_doc_lists_exactly_these_cases_and_faults():
   assert documented == reliability_doc.render(), (
       "docs/reliability.md does not match the tests: run "
       "`python tests/reliability_doc.py --write`")
+
+
+# Every model layout trains and resumes: a run stopped after its checkpoint at
+# step 2 and rerun to step 4 ends with exactly the weights, slots and losses of
+# a run to step 4 without a stop. The first four are what users build; the
+# others are what the GAN kit builds (slow: DCGAN-sized models).
+
+def _dense(name, trunk=None):
+  x = keras.Input((1,))
+  h = trunk(x) if trunk is not None else keras.layers.Dense(4, name=f"{name}_hidden")(x)
+  return keras.Model(x, keras.layers.Dense(1, name=f"{name}_out")(h), name=name)
+
+
+def _shared_trunk():
+  trunk = keras.layers.Dense(4, name="trunk")  # one feature extractor, two heads
+  models = {"encoder": _dense("encoder", trunk), "discriminator": _dense("discriminator", trunk)}
+  return models, {name: keras.optimizers.Adam(0.01) for name in models}
+
+
+def _one_model_two_names():
+  model = _dense("model")
+  return ({"model": model, "same_model": model},
+          {"model": keras.optimizers.Adam(0.01), "same_model": keras.optimizers.Adam(0.01)})
+
+
+def _escaped_names():
+  # TF escapes "." and "/" in checkpoint keys; the rest must pass as they are.
+  names = ("gen.a", "critic/v1.2", "a..S", "ünï code", ".ATTRIBUTES")
+  return ({n: _dense(f"m{i}") for i, n in enumerate(names)},
+          {n: keras.optimizers.Adam(0.01) for n in names})
+
+
+def _nested_models():
+  inner = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4)], name="inner")
+  outer = keras.Sequential([keras.Input((1,)), inner, keras.layers.Dense(1)], name="outer")
+  return {"outer": outer, "inner": inner}, {"outer": keras.optimizers.Adam(0.01)}
+
+
+def _step_every_optimizer(ctx, x):
+  results = {}
+  for i, name in enumerate(ctx.optimizers):
+    with tf.GradientTape() as tape:
+      loss = ctx.average(tf.square(ctx.models[name](x)[:, 0] - x[:, 0]))
+    results[f"loss_{i}"] = ctx.minimize(loss, name, tape=tape)
+  return results
+
+
+def _user_layout(build):
+  return lambda: _runner(step=_step_every_optimizer, build=build,
+                         data=_data(n=32).repeat())
+
+
+def _gan_layout(mixed_precision=None, **options):
+  def make():
+    from gan import experiment  # pylint: disable=import-outside-toplevel
+    import gan  # pylint: disable=import-outside-toplevel
+    kind = dict(options)
+    num_classes, encoder = kind.pop("num_classes", None), kind.pop("encoder", False)
+    spectral_norm = kind.pop("spectral_norm", False)
+    step = experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
+                                discriminator_loss=gan.non_saturating_discriminator_loss,
+                                noise_dim=4, conditional=bool(num_classes),
+                                encoder=encoder, **kind)
+    discriminator = ((lambda **kw: gan.bigan_discriminator(width=4, **kw)) if encoder else
+                     (lambda **kw: gan.dcgan_discriminator(4, spectral_norm=spectral_norm, **kw)))
+    build = experiment.make_build(
+        generator=lambda **kw: gan.dcgan_generator(width=4, **kw), discriminator=discriminator,
+        encoder=(lambda **kw: gan.dcgan_encoder(width=4, **kw)) if encoder else None,
+        image_shape=(8, 8, 1), noise_dim=4, num_classes=num_classes,
+        ema_decay=kind.get("ema_decay"))
+    images = np.linspace(-1, 1, 32 * 64, dtype="float32").reshape(32, 8, 8, 1)
+    data = tf.data.Dataset.from_tensor_slices(
+        (images, np.arange(32, dtype="int32") % 10) if num_classes else images)
+    return ctl.Runner(step, build, data.repeat().batch(BATCH, drop_remainder=True),
+                      mixed_precision=mixed_precision)
+  return make
+
+
+LAYOUTS = {
+    "shared-trunk": _user_layout(_shared_trunk),
+    "one-model-two-names": _user_layout(_one_model_two_names),
+    "escaped-names": _user_layout(_escaped_names),
+    "nested-models": _user_layout(_nested_models),
+    # The GAN kit's layouts, two runs holding all of them: an EMA copy, a
+    # class-conditional generator and discriminator, spectral norm and
+    # loss-scale optimizers (mixed_float16); the BiGAN's encoder and pair
+    # discriminator.
+    "gan-conditional-ema-spectral-norm-loss-scale": _gan_layout(
+        num_classes=10, ema_decay=0.5, spectral_norm=True, mixed_precision="mixed_float16"),
+    "gan-bigan-ema": _gan_layout(encoder=True, ema_decay=0.5),
+}
+
+
+def _state(runner):
+  return [np.asarray(v) for v in tf.nest.flatten(ctl.checkpoints.variables(runner))]
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param(name, marks=(pytest.mark.slow,) if name.startswith("gan-") else ())
+    for name in LAYOUTS])
+def test_every_model_layout_saves_and_resumes(layout, tmp_path):
+  make = LAYOUTS[layout]
+  stopped = make()
+  stopped.fit(2, tmp_path, progress=False)  # saves ckpt-2
+  expected = stopped.train(2)  # steps 2 and 3 as if it had not stopped
+  resumed = make()
+  results = resumed.fit(4, tmp_path, progress=False)
+  assert int(resumed.global_step.numpy()) == 4
+  for key, values in expected.items():
+    np.testing.assert_array_equal(results[key], values, err_msg=key)
+  for got, want in zip(_state(resumed), _state(stopped), strict=True):
+    np.testing.assert_array_equal(got, want)
