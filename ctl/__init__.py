@@ -21,7 +21,9 @@ _EXPORTS = {
     "configure_logical_cpus": "ctl.strategies", "STRATEGY_NAMES": "ctl.strategies",
     "Every": "ctl.actions", "Checkpoint": "ctl.actions", "Summaries": "ctl.actions",
     "Samples": "ctl.actions", "Evaluate": "ctl.actions", "Export": "ctl.actions",
-    "PREEMPTED_EXIT_CODE": "ctl.loop",
+    "PREEMPTED_EXIT_CODE": "ctl.stopping", "INTERRUPTED_EXIT_CODE": "ctl.stopping",
+    "Preempted": "ctl.stopping", "Interrupted": "ctl.stopping",
+    "WorkdirInUse": "ctl.workdir",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
@@ -56,4 +58,5 @@ if not _logger.handlers:
 
 __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
            "configure_logical_cpus", "STRATEGY_NAMES", "Every", "Checkpoint",
-           "Summaries", "Samples", "Evaluate", "Export", "PREEMPTED_EXIT_CODE"]
+           "Summaries", "Samples", "Evaluate", "Export", "PREEMPTED_EXIT_CODE",
+           "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse"]

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl.checkpoints import Checkpointer
+from ctl.data import check_evaluation_data
 
 _log = logging.getLogger("ctl")
 
@@ -91,18 +92,22 @@ class Checkpoint:
   Args:
     every: an `Every`; by default every 1000 steps or 10 minutes.
     keep: how many of the newest checkpoints to keep.
+    restore_data: False starts the data again from its beginning on resume
+      instead of where the checkpoint left it: needed to resume with another
+      batch size (the models and optimizers are restored either way).
   """
   collective = True  # TF's save is collective under multi-worker strategies
 
-  def __init__(self, every=None, keep=3):
+  def __init__(self, every=None, keep=3, *, restore_data=True):
     self.every = every or Every(steps=1000, seconds=600)
     self.keep = keep
+    self.restore_data = restore_data
     self.checkpointer = None
 
   def restore(self, loop):
     """Creates the checkpointer for `loop` and restores; returns the step."""
     self.checkpointer = Checkpointer(loop.runner, os.path.join(loop.workdir, "checkpoints"),
-                                     keep=self.keep)
+                                     keep=self.keep, restore_data=self.restore_data)
     return self.checkpointer.restore()
 
   def __call__(self, loop):
@@ -178,19 +183,24 @@ class Samples:
 class Evaluate:
   """Runs `runner.evaluate(step, data)`; writes the metrics to `<workdir>/events/eval`.
 
-  The latest metrics are kept in `loop.metrics`.
+  The latest metrics are kept in `loop.metrics`. `data` must be finite (e.g.
+  `dataset.take(100)`), or `num_batches` given: an endless dataset is refused
+  here, before training.
   """
   collective = True  # runs strategy.run: every worker takes part
 
-  def __init__(self, step, data, every=None, *, global_batch_size=None):
+  def __init__(self, step, data, every=None, *, global_batch_size=None, num_batches=None):
+    check_evaluation_data(data, num_batches)
     self.step = step
     self.data = data
     self.every = every
     self.global_batch_size = global_batch_size  # for a dataset function
+    self.num_batches = num_batches
 
   def __call__(self, loop):
     metrics = loop.runner.evaluate(self.step, self.data,
-                                   global_batch_size=self.global_batch_size)
+                                   global_batch_size=self.global_batch_size,
+                                   num_batches=self.num_batches)
     loop.metrics = metrics
     with loop.writer("eval").as_default(step=loop.step):
       for key, value in metrics.items():

@@ -47,19 +47,26 @@ class Checkpointer:
     runner: the `ctl.Runner` whose state is saved.
     directory: where checkpoints go.
     keep: how many of the newest checkpoints to keep.
+    restore_data: restore the position in the data. False restarts the data
+      from its start (e.g. to resume with another batch size); the position
+      is saved either way.
   """
 
-  def __init__(self, runner, directory, keep=3):
+  def __init__(self, runner, directory, keep=3, restore_data=True):
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
       raise ValueError(f"keep must be an int of at least 1, got {keep!r}.")
     self.runner = runner
     self.directory = directory
+    self.restore_data = restore_data
     extended = runner.strategy.extended
     self.is_chief = extended.should_checkpoint
     state = variables(runner)
     iterator = runner.data_iterator
     if iterator is not None:
       state["data"] = iterator
+      # The saved position is one of batches of this size (see `_check_data`).
+      self._batch_size = runner.global_batch_size or 0
+      state[_BATCH_SIZE] = tf.Variable(self._batch_size, dtype=tf.int64, trainable=False)
     else:
       _log.warning("the data position is not checkpointed (a dataset function, a "
                    "TPU or parameter-server workers read through TF's distributed "
@@ -71,7 +78,14 @@ class Checkpointer:
     for kind in ("models", "optimizers"):
       state[kind] = {_encode(name): values for name, values in state[kind].items()}
     self.checkpoint = tf.train.Checkpoint(**state)
+    self._restored = self.checkpoint
+    if not restore_data and iterator is not None:
+      self._restored = tf.train.Checkpoint(**{k: v for k, v in state.items()
+                                              if k not in ("data", _BATCH_SIZE)})
     self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+    # What TF's preemption handler restores through (it restores at creation).
+    self.restore_manager = tf.train.CheckpointManager(self._restored, directory,
+                                                      max_to_keep=keep)
     if self.is_chief:
       self._write_manager = self.manager
     else:
@@ -98,9 +112,11 @@ class Checkpointer:
           "would discard the difference. Pass another workdir to keep this "
           "runner's state, or make a new Runner to resume from the checkpoint.")
     try:
-      saved = _saved_layout(path)
+      reader = tf.train.load_checkpoint(path)
+      saved = _saved_layout(reader)
     except tf.errors.OpError as e:
       raise self._damaged(path, e) from None
+    self._check_data(path, reader)
     differences = _differences(saved, variables(self.runner))
     if differences:
       raise ValueError(
@@ -110,7 +126,7 @@ class Checkpointer:
     state = tf.nest.flatten(variables(self.runner))
     before = [v.numpy() for v in state]
     try:
-      status = self.checkpoint.restore(path).expect_partial()
+      status = self._restored.restore(path).expect_partial()
       status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
       for v, value in zip(state, before):  # never leave a partial restore behind
@@ -122,8 +138,22 @@ class Checkpointer:
           f"or data?): {str(e)[:500]}. Use a new work directory for a different "
           "experiment.") from None
     step = int(self.runner.global_step.numpy())
-    _log.info("restored %s (step %d)", path, step)
+    _log.info("restored %s (step %d)%s", path, step, "" if self._restored is self.checkpoint
+              else "; the data starts again from its beginning (restore_data=False)")
     return step
+
+  def _check_data(self, path, reader):
+    """Refuses a data position saved for batches of another size."""
+    if self._restored is not self.checkpoint or not reader.has_tensor(_BATCH_SIZE_KEY):
+      return
+    saved = int(reader.get_tensor(_BATCH_SIZE_KEY))
+    if saved != self._batch_size:
+      raise ValueError(
+          f"checkpoint {path} holds the position in data batched by {saved} (global "
+          f"batch size), but the data now gives batches of {self._batch_size}: that "
+          "position cannot be taken up by this pipeline. Resume with batches of "
+          f"{saved}, or pass ctl.Checkpoint(restore_data=False) to restore the models "
+          "and optimizers and start the data again from its beginning.")
 
   def _damaged(self, path, error):
     older = [p for p in self.manager.checkpoints if p != path]
@@ -163,8 +193,12 @@ class Checkpointer:
     return path
 
 
-def _saved_layout(path):
-  """{(kind, name): [(node, shape), ...]} of the checkpoint at `path`.
+_BATCH_SIZE = "data_batch_size"
+_BATCH_SIZE_KEY = f"{_BATCH_SIZE}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _saved_layout(reader):
+  """{(kind, name): [(node, shape), ...]} of the checkpoint `reader` reads.
 
   Read from the object graph TensorFlow writes into every checkpoint, so a
   variable reached from two owners (a layer shared by two models, one model
@@ -172,7 +206,6 @@ def _saved_layout(path):
   part of TF's public API; this was checked against TF 2.16-2.21.
   """
   from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
-  reader = tf.train.load_checkpoint(path)
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
   shapes = reader.get_variable_to_shape_map()

@@ -54,8 +54,8 @@ class StepContext:
 
   def __init__(self, *, models, optimizers, step, seed, global_batch_size,
                num_replicas, replica_id, compile_update=None):
-    self.models = models
-    self.optimizers = optimizers
+    self.models = _Named("model", models)
+    self.optimizers = _Named("optimizer", optimizers)
     self.step = step
     self.global_batch_size = global_batch_size
     self.num_replicas = num_replicas
@@ -67,6 +67,7 @@ class StepContext:
     self._global_values = set()  # refs of shares of a global-batch mean
     self._shares = []  # the same tensors, for the eager check
     self._tape = None
+    self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
   def average(self, per_example_loss, sample_weight=None):
     """Sum of `per_example_loss` over this replica divided by the *global* batch.
@@ -126,6 +127,7 @@ class StepContext:
             "own, so the loss must be given as a function: "
             f"ctx.minimize(lambda: ..., {optimizer!r}).")
       self._check_loss(loss, optimizer)
+      self._check_fresh_tape(tape, optimizer)
       value, grads = loss, _gradients(tape, loss, opt, variables)
     opt.apply_gradients(zip(grads, variables))
     return self._mark_global(value)
@@ -256,6 +258,19 @@ class StepContext:
           "mean such as tf.reduce_mean makes the gradients, summed over "
           "replicas, num_replicas times too large.")
 
+  def _check_fresh_tape(self, tape, name):
+    """One tape records one forward pass: a second update of the same optimizer
+    from it would apply gradients of weights the first update has changed."""
+    if any(t is tape and n == name for t, n in self._tape_updates):
+      raise ValueError(
+          f"minimize({name!r}) was called twice with the same tape: the tape "
+          "recorded one forward pass, so the second update would apply the "
+          "gradient of the weights before the first one (the same stale "
+          "gradient twice). Record each update under its own tape (e.g. `with "
+          "tf.GradientTape() as tape:` inside the loop of critic updates), or "
+          f"pass the loss as a function: ctx.minimize(lambda: ..., {name!r}).")
+    self._tape_updates.append((tape, name))
+
   def _loss_and_gradients(self, loss_fn, opt, variables, name):
     def compute():
       with tf.GradientTape() as tape:
@@ -265,6 +280,18 @@ class StepContext:
     if self._compile_update is None:
       return compute()
     return self._compile_update(compute)()
+
+
+class _Named(dict):
+  """`ctx.models` and `ctx.optimizers`: a missing name lists the names there are."""
+
+  def __init__(self, kind, items):
+    super().__init__(items)
+    self._kind = kind
+
+  def __missing__(self, name):
+    raise KeyError(f"no {self._kind} named {name!r}; build() returned "
+                      f"{self._kind}s {sorted(self)}")
 
 
 def _gradients(tape, loss, optimizer, variables):

@@ -38,6 +38,11 @@ def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
   if not is_dataset and not (callable(data) and len(inspect.signature(data).parameters) == 1):
     raise TypeError(f"data must be a tf.data.Dataset of global batches or a function "
                     f"taking a tf.distribute.InputContext, got {type(data).__name__}.")
+  if global_batch_size is not None and (not isinstance(global_batch_size, int) or
+                                        isinstance(global_batch_size, bool)):
+    raise TypeError(f"global_batch_size must be an int, got {global_batch_size!r} "
+                    f"({type(global_batch_size).__name__}); pass e.g. "
+                    f"global_batch_size={_as_int_hint(global_batch_size)}.")
   if not is_dataset and global_batch_size is None:
     raise ValueError("data is a dataset function, so the runner cannot see the "
                      "global batch size; pass global_batch_size=... (the sum of "
@@ -61,6 +66,33 @@ def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
                        f"batch size of data ({feed.global_batch_size}); drop "
                        "global_batch_size or batch the dataset by it.")
   return feed
+
+
+def check_evaluation_data(data, num_batches):
+  """Refuses, before any work, an evaluation that could never end.
+
+  Every `gan` dataset repeats forever, so a forgotten `.take(n)` is the easy
+  mistake; a dataset of unknown length (after a `filter`, say) is read to its
+  end unless `num_batches` bounds it.
+  """
+  if num_batches is not None:
+    if not isinstance(num_batches, int) or isinstance(num_batches, bool) or num_batches < 1:
+      raise ValueError(f"num_batches must be an int of at least 1 (batches to "
+                       f"evaluate), got {num_batches!r}.")
+    return
+  if (isinstance(data, tf.data.Dataset) and
+      int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY)):
+    raise ValueError(
+        "evaluation data is endless (infinite cardinality: it repeats without a "
+        "count), so the evaluation would never end. Pass a finite dataset, e.g. "
+        "data.take(100), or num_batches=100 to evaluate that many batches.")
+
+
+def _as_int_hint(value):
+  try:
+    return int(value)
+  except (TypeError, ValueError):
+    return 256
 
 
 def check_global_batch_size(global_batch_size, num_replicas):

@@ -20,6 +20,7 @@ only when a subcommand runs, so `ctl --help` stays fast.
 """
 
 import argparse
+import ast
 import difflib
 import importlib
 import inspect
@@ -137,12 +138,59 @@ def _run(args, mode, report, out=None):
   kwargs = {"strategy": args.strategy} if args.strategy else {}
   if out:
     kwargs["export_dir"] = out
+  from ctl import stopping, workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   try:
     result = experiment(workdir, mode=mode, **kwargs)
-  except FileNotFoundError as e:  # e.g. eval or export before any checkpoint
+  except (FileNotFoundError, workdir_lib.WorkdirInUse) as e:
+    # e.g. eval or export before any checkpoint; another run in the workdir
     return fail(args.command, e, FAILURE)
+  except stopping.Interrupted as e:
+    print(f"ctl {args.command}: {e}", file=sys.stderr)
+    return stopping.INTERRUPTED_EXIT_CODE
+  except (TypeError, ValueError) as e:
+    binding = _binding_of(e, [args.config], args.gin)
+    if binding is None:
+      raise
+    return fail(args.command, f"{_first_line(e)} That value comes from {binding}; "
+                "fix the binding.", USAGE_ERROR)
   report(result, workdir)
   return 0
+
+
+def _binding_of(error, files, bindings):
+  """'`binding` (where)' whose value a gin-configured call refused, or None.
+
+  Gin adds "In call to configurable ..." to an error raised inside a
+  configurable; the binding is the one whose value the message quotes.
+  """
+  text = str(error)
+  if "In call to configurable" not in text:
+    return None
+  message = text.split("\n  In call to configurable")[0]
+  lines = [(f"{path}:{number}", line) for path in files if os.path.isfile(path)
+           for number, line in enumerate(open(path).read().splitlines(), 1)]
+  lines += [("--gin", binding) for binding in bindings or ()]
+  for where, line in reversed(lines):  # the last binding of a name wins in gin
+    match = re.fullmatch(r"\s*([\w./]+)\s*=\s*(.+?)\s*", line.split("#")[0])
+    if not match:
+      continue
+    try:
+      value = ast.literal_eval(match.group(2))
+    except (ValueError, SyntaxError):
+      continue
+    if isinstance(value, str):
+      quoted = repr(value) in message
+    else:  # a number is named only as a refused value: "got 0.5", "is -1"
+      quoted = isinstance(value, (bool, int, float)) and re.search(
+          rf"\b(got|is|was|=) \(?{re.escape(repr(value))}(?![\w.])", message)
+    if quoted:
+      return f"`{match.group(1)} = {match.group(2)}` ({where})"
+  return None
+
+
+def _first_line(error):
+  message = str(error).split("\n  In call to configurable")[0].strip()
+  return f"{type(error).__name__}: {message}"
 
 
 def fail(command, error, code):

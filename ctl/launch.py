@@ -12,7 +12,10 @@ the task's strategy exists. The launcher prefixes and streams every task's
 output, and stops every task (SIGTERM, then SIGKILL to its whole process group)
 when one fails, when a task is not ready in time (a multi-worker peer that never
 starts would otherwise leave the others waiting forever), or when the launcher
-itself gets SIGTERM or SIGINT. POSIX only. TensorFlow is not imported here.
+itself gets SIGTERM or SIGINT. A task that uses ctl also stops when the
+launcher is gone, even killed with SIGKILL (`watch_launcher`): it sends itself
+SIGTERM, which saves and exits 42, and exits after `--grace` seconds if that did
+not end it. POSIX only. TensorFlow is not imported here.
 """
 
 import argparse
@@ -33,6 +36,9 @@ import time
 # launcher has no use for (tests/test_launch.py checks they agree).
 PREEMPTED_EXIT_CODE = 42
 READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
+# Also set for every task: the launcher's PID and --grace, for `watch_launcher`.
+LAUNCHER_PID_VARIABLE = "CTL_LAUNCH_PID"
+GRACE_VARIABLE = "CTL_LAUNCH_GRACE"
 
 # How long to wait for processes already sent SIGKILL, and for the output of
 # exited tasks to drain: both should take milliseconds.
@@ -260,6 +266,8 @@ class Launch:
     for task in self.tasks:
       env = dict(self.env, TF_CONFIG=tf_config(self.cluster, task.type, task.index))
       env[READY_DIR_VARIABLE] = self._ready_dir
+      env[LAUNCHER_PID_VARIABLE] = str(os.getpid())
+      env[GRACE_VARIABLE] = f"{self.grace:g}"
       # The tasks write to pipes, which Python would block-buffer: lines would
       # arrive late, and stdout out of step with stderr.
       env.setdefault("PYTHONUNBUFFERED", "1")
@@ -421,6 +429,61 @@ def launch(command, **kwargs):
   Keyword arguments are those of `Launch`.
   """
   return Launch(command, **kwargs).run()
+
+
+_watching = []  # the thread of `watch_launcher`, once started
+
+
+def watch_launcher(env=None, *, poll_seconds=1.0):
+  """In a task of `ctl launch`: stop when the launcher is gone.
+
+  A launcher killed with SIGKILL cannot stop its tasks, which run in sessions
+  of their own, and they would train on unseen. A thread checks every
+  `poll_seconds` that the launcher lives; once it is gone the task sends
+  itself SIGTERM (ctl saves a checkpoint and exits 42) and, if still running
+  after the launcher's `--grace` seconds, exits with code 1. Does nothing
+  outside a launched task; starts one thread per process.
+  """
+  env = os.environ if env is None else env
+  try:
+    launcher = int(env[LAUNCHER_PID_VARIABLE])
+    grace = float(env.get(GRACE_VARIABLE, "30"))
+  except (KeyError, ValueError):
+    return
+  if _watching:
+    return
+
+  def watch():
+    while _alive(launcher):
+      time.sleep(poll_seconds)
+    _write(sys.stderr, threading.Lock(), f"ctl: the launcher (pid {launcher}) is gone; "
+           f"stopping this task (SIGTERM, then exit after {grace:g} s)\n")
+    # Our output went to the launcher's pipes, which are closed now: a write
+    # would fail the save that SIGTERM starts.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(grace)
+    os._exit(1)  # pylint: disable=protected-access
+
+  thread = threading.Thread(target=watch, name="ctl-launcher-watch", daemon=True)
+  _watching.append(thread)
+  thread.start()
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  try:  # a zombie (exited, not yet reaped by its parent) is gone too
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except (OSError, IndexError):
+    return True
 
 
 def _popen(command, env):

@@ -7,17 +7,17 @@ land on the next step-based action), checks the results are finite, advances
 the progress display, and runs the actions that are due. Training resumes
 from the newest checkpoint in `<workdir>/checkpoints`, so rerunning the same
 command after a crash, a kill or a preemption continues where it stopped.
+One run at a time holds the work directory (`ctl.workdir.Lock`).
 
-On SIGTERM the run finishes the compiled call in flight, saves a checkpoint
-and exits with `PREEMPTED_EXIT_CODE` (42, TF's restart code): schedulers
-that restart on failure then resume it.
+SIGTERM and Ctrl-C save a checkpoint and stop (`ctl.stopping`): SIGTERM exits
+with `PREEMPTED_EXIT_CODE` (42, TF's restart code), which schedulers that
+restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 """
 
 import logging
 import os
-import signal
+import shutil
 import tempfile
-import threading
 import time
 import warnings
 
@@ -25,25 +25,14 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import actions as actions_lib
+from ctl import stopping
+from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
 from ctl.strategies import is_parameter_server
+from ctl.strategies import num_workers
 
-PREEMPTED_EXIT_CODE = 42
 _log = logging.getLogger("ctl")
-
-
-class Preempted(SystemExit):
-  """Raised after the checkpoint that follows a SIGTERM; exits the program with 42."""
-
-  def __init__(self, step):
-    super().__init__(PREEMPTED_EXIT_CODE)
-    self.step = step
-    _log.warning("%s", self)
-
-  def __str__(self):
-    return (f"SIGTERM: saved a checkpoint at step {self.step}; exiting with code "
-            f"{PREEMPTED_EXIT_CODE}. Rerun the same command to resume.")
 
 
 class Loop:
@@ -56,6 +45,8 @@ class Loop:
     results: the last compiled call's results, each key an array of per-step values.
     metrics: the latest evaluation's metrics (dict), if any.
     is_chief: whether this worker writes summaries, samples and kept files.
+    lock: the work directory's `ctl.workdir.Lock` (None off the chief or
+      without a workdir).
   """
 
   def __init__(self, runner, workdir, step):
@@ -66,6 +57,7 @@ class Loop:
     self.results = {}
     self.metrics = {}
     self.is_chief = runner.strategy.extended.should_checkpoint
+    self.lock = None
     self._writers = {}
 
   def writer(self, name):
@@ -79,8 +71,10 @@ class Loop:
     return self._writers[name]
 
   def close(self):
+    """Closes the summary writers; `writer()` makes new ones."""
     for writer in self._writers.values():
       writer.close()
+    self._writers = {}
 
 
 def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
@@ -97,57 +91,65 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
         f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
   actions = _complete(actions, workdir)
   _check_exports(actions, runner)
-  if workdir is not None and runner.strategy.extended.should_checkpoint:
-    _check_writable(os.path.join(workdir, "checkpoints"), workdir)
   if is_parameter_server(runner.strategy):
     evaluations = [a for a in actions if isinstance(a, actions_lib.Evaluate)]
     if evaluations:
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
                        "coordinator only schedules training steps); drop it and "
                        "evaluate the checkpoints with `ctl eval` in another process.")
-  checkpoint = next((a for a in actions if isinstance(a, actions_lib.Checkpoint)), None)
   loop = Loop(runner, workdir, int(runner.global_step.numpy()))
+  loop.lock = _lock(runner, workdir)  # before restoring: one writer at a time
+  try:
+    return _train(loop, num_steps, actions, progress)
+  finally:
+    if loop.lock is not None:
+      loop.lock.release()
+
+
+def _train(loop, num_steps, actions, progress):
+  checkpoint = next((a for a in actions if isinstance(a, actions_lib.Checkpoint)), None)
   if checkpoint:
     loop.step = loop.start_step = checkpoint.restore(loop)
   if loop.step >= num_steps:
     _log.info("already at step %d of %d: nothing to train", loop.step, num_steps)
     if checkpoint and not _finished(loop):  # stopped after the last save
-      _finish(loop, [a for a in actions if a is not checkpoint])
+      _finish(loop, [a for a in actions if a is not checkpoint], None)
     return {}
   scheduled = [a for a in actions if a.every is not None]
   for action in scheduled:
     action.every.start(loop.step)
   bar = Progress(num_steps, loop.step, enabled=progress and loop.is_chief)
-  preemption = _watch_preemption(runner, checkpoint)
+  stopper = stopping.Stopper(loop.runner, checkpoint.checkpointer if checkpoint else None)
   history = []
   try:
     while loop.step < num_steps:
       n = _call_length(loop, scheduled, num_steps)
-      results = runner.run_steps(n)
+      results = loop.runner.run_steps(n)
       _check_finite(results, loop.step, checkpoint)
       history.append(results)
       loop.step, loop.results = loop.step + n, results
       bar.update(loop.step, results)
-      preemption.check(loop)  # first: a preempted job has little time left
+      stopper.check(loop.step)  # first: a preempted job has little time left
+      _check_workdir(loop, checkpoint)
       if loop.step < num_steps:  # the last step's work is the end's
-        _run_due(loop, scheduled)
-    _finish(loop, actions)
-    preemption.check_after_end(loop)
+        _run_due(loop, scheduled, stopper)
+    _finish(loop, actions, stopper)
+    stopper.check_after_end(loop.step)
   finally:
-    preemption.stop()
+    stopper.close()
     bar.close()
     loop.close()
   return {k: np.concatenate([h[k] for h in history]) for k in history[0]}
 
 
-def _finish(loop, actions):
+def _finish(loop, actions, stopper):
   """The end: every action once for the final step, the checkpoint first.
 
   Then a mark that the end ran: a run stopped after its last checkpoint but
   before, say, its export finds no mark when rerun and runs them again.
   """
   for action in sorted(actions, key=lambda a: not isinstance(a, actions_lib.Checkpoint)):
-    _run(action, loop)
+    _run(action, loop, stopper)
   if loop.workdir and loop.is_chief:
     write_text_atomically(_finished_path(loop), f"{loop.step}\n")
 
@@ -171,12 +173,14 @@ def _call_length(loop, scheduled, num_steps):
   return min(ends)
 
 
-def _run_due(loop, scheduled):
-  due = _agree(loop.runner.strategy, [a.every.due(loop.step) for a in scheduled])
+def _run_due(loop, scheduled, stopper):
+  due = stopping.agree(loop.runner.strategy, [a.every.due(loop.step) for a in scheduled])
   for action, now in zip(scheduled, due):
     if now:
-      _run(action, loop)
+      _run(action, loop, stopper)
       action.every.fired(loop.step)
+  if any(due):
+    stopper.check(loop.step)  # a signal that came during the actions
 
 
 def _complete(actions, workdir):
@@ -213,8 +217,31 @@ def _check_exports(actions, runner):
                        f"name; its models are {sorted(runner.models)}.")
 
 
+def _lock(runner, workdir):
+  """Locks the work directory on the chief; every worker fails if it cannot.
+
+  Also fails now, not at the first save, if the directory cannot be written,
+  and removes what an export killed mid-way left (no other run writes here).
+  """
+  if workdir is None:
+    return None
+  lock, error = None, None
+  if runner.strategy.extended.should_checkpoint:
+    try:
+      _check_writable(os.path.join(workdir, "checkpoints"), workdir)
+      lock = workdir_lib.Lock(workdir)
+    except (OSError, workdir_lib.WorkdirInUse) as e:
+      error = e
+  if stopping.agree(runner.strategy, [error is not None])[0]:
+    raise error or workdir_lib.WorkdirInUse(
+        f"the chief could not take workdir {workdir!r}; its error says why.")
+  if lock is not None:
+    _remove_export_scratch(os.path.join(workdir, "export"))
+  return lock
+
+
 def _check_writable(directory, workdir):
-  """Fails now, not at the first save, if the work directory cannot be written."""
+  """Raises OSError naming the fix if `directory` cannot be written."""
   try:
     os.makedirs(directory, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
@@ -225,9 +252,46 @@ def _check_writable(directory, workdir):
                   "workdir.") from e
 
 
-def _run(action, loop):
-  if loop.is_chief or getattr(action, "collective", False):
+def _remove_export_scratch(directory):
+  """`Runner.export` writes into `.<model>-*` and renames: a leftover is a killed export's."""
+  if not os.path.isdir(directory):
+    return
+  for name in os.listdir(directory):
+    path = os.path.join(directory, name)
+    if name.startswith(".") and os.path.isdir(path):
+      _log.info("removing %s, left by an export that was stopped", path)
+      shutil.rmtree(path, ignore_errors=True)
+
+
+def _check_workdir(loop, checkpoint):
+  """A work directory deleted or moved mid-run is made again, and written again."""
+  if loop.lock is None or loop.lock.held():
+    return
+  loop.lock.release()
+  loop.lock = workdir_lib.Lock(loop.workdir)
+  loop.close()  # TensorBoard writers would go on writing into deleted files
+  saved = ""
+  if checkpoint and num_workers(loop.runner.strategy) == 1:
+    saved = f"; saved {checkpoint.checkpointer.save()}"
+  _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
+               "again and writing to it from here on%s. What was in it is not there.",
+               loop.workdir, loop.step, saved)
+
+
+def _run(action, loop, stopper):
+  """Runs `action` where it runs; a signal abandons all but a checkpoint at once."""
+  if not (loop.is_chief or getattr(action, "collective", False)):
+    return
+  if stopper is None or isinstance(action, actions_lib.Checkpoint):
     action(loop)
+    return
+  try:
+    with stopper.abandonable():
+      action(loop)
+  except stopping.Abandoned:
+    _log.warning("%s abandoned at step %d by a signal", type(action).__name__, loop.step)
+    stopper.check(loop.step)  # saves, and raises Preempted or Interrupted
+    raise
 
 
 def _check_finite(results, first_step, checkpoint):
@@ -245,137 +309,3 @@ def _check_finite(results, first_step, checkpoint):
       f"{values}. Training stopped; {kept}. Rerunning replays the same steps "
       "exactly, so change something first: a lower learning rate, gradient "
       "clipping, or a penalty on the discriminator.")
-
-
-def _agree(strategy, flags):
-  """Under multi-worker strategies, each flag is True if it is on any worker.
-
-  Time-based schedules differ between workers' clocks, but collective work
-  (a checkpoint, an evaluation) must run on all of them or none.
-  """
-  if (not flags or getattr(strategy.extended, "_num_workers", 1) <= 1 or  # pylint: disable=protected-access
-      is_parameter_server(strategy)):
-    return flags  # one process decides (with parameter servers, the coordinator)
-  votes = tf.constant([int(f) for f in flags], tf.int32)
-  values = strategy.experimental_distribute_values_from_function(lambda _: votes)
-  return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)
-
-
-def _watch_preemption(runner, checkpoint):
-  if checkpoint is None or threading.current_thread() is not threading.main_thread():
-    return _NoPreemption()
-  if _handler_applies(runner.strategy):
-    return _HandlerPreemption(runner, checkpoint)
-  return _SignalPreemption(runner, checkpoint)
-
-
-_cluster_handler_made = False  # TF's handler works once per cluster and process
-
-
-def _handler_applies(strategy):
-  """Whether TF's PreemptionCheckpointHandler serves this strategy here.
-
-  It supports Mirrored, MultiWorkerMirrored and OneDevice strategies. On GCE
-  it watches the metadata server instead of SIGTERM (GPU VMs) or nothing (CPU,
-  TPU VMs), and a second handler in a multi-worker process finds its
-  coordination keys already set by the first; there we catch SIGTERM ourselves.
-  """
-  from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
-  if not isinstance(strategy, (tf.distribute.MirroredStrategy,
-                               tf.distribute.MultiWorkerMirroredStrategy,
-                               tf.distribute.OneDeviceStrategy)):
-    return False
-  if failure_handling_util.detect_platform() not in (
-      failure_handling_util.PlatformDevice.INTERNAL_CPU,
-      failure_handling_util.PlatformDevice.INTERNAL_GPU):
-    return False
-  return not (_in_cluster(strategy) and _cluster_handler_made)
-
-
-def _in_cluster(strategy):
-  resolver = strategy.cluster_resolver
-  return bool(resolver and resolver.cluster_spec().jobs)
-
-
-class _NoPreemption:
-
-  def check(self, loop):
-    pass
-
-  def check_after_end(self, loop):
-    pass
-
-  def stop(self):
-    pass
-
-
-class _SignalPreemption:
-  """SIGTERM sets a flag; after the call in flight, all workers save and exit."""
-
-  def __init__(self, runner, checkpoint):
-    self._runner = runner
-    self._checkpoint = checkpoint
-    self._received = False
-    self._previous = signal.signal(signal.SIGTERM, self._on_signal)
-
-  def _on_signal(self, signum, frame):
-    del signum, frame
-    self._received = True
-
-  def check(self, loop):
-    # Workers must save together: a signal to any of them stops them all.
-    if _agree(self._runner.strategy, [self._received])[0]:
-      self._checkpoint.checkpointer.save()
-      raise Preempted(loop.step)
-
-  def check_after_end(self, loop):
-    if self._received:  # during the last call or the end: the end saved
-      raise Preempted(loop.step)
-
-  def stop(self):
-    signal.signal(signal.SIGTERM, self._previous)
-
-
-class _HandlerPreemption:
-  """TF's PreemptionCheckpointHandler: workers agree on the step to save at."""
-
-  def __init__(self, runner, checkpoint):
-    global _cluster_handler_made
-    self._previous = signal.getsignal(signal.SIGTERM)
-    checkpointer = checkpoint.checkpointer
-    self._step = None
-
-    def exit_fn():
-      raise Preempted(self._step)
-
-    def save_fn():
-      self._step = int(runner.global_step.numpy())
-      checkpointer.save()
-
-    config = tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn,
-                                                         save_fn=save_fn)
-    # The handler restores from the manager it is given: on every worker that
-    # is the chief's directory, so all workers restore the same run count.
-    self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        runner.strategy.cluster_resolver, checkpointer.manager,
-        termination_config=config)
-    _cluster_handler_made = _cluster_handler_made or _in_cluster(runner.strategy)
-
-  def check(self, loop):
-    del loop
-    self._handler.save_checkpoint_if_preempted()
-
-  def check_after_end(self, loop):
-    received = getattr(self._handler, "_received_own_sigterm", None)
-    if received is not None and received.is_set():  # the end saved
-      raise Preempted(loop.step)
-
-  def stop(self):
-    signal.signal(signal.SIGTERM, self._previous)
-    # Its watcher threads otherwise live until garbage collection.
-    for stop in ("_stop_poll_termination_signal_thread",
-                 "_stop_cluster_wise_termination_watcher_thread"):
-      try:
-        getattr(self._handler, stop)()
-      except Exception:  # pylint: disable=broad-except
-        pass

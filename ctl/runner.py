@@ -17,6 +17,7 @@ distributed; only the `strategy` argument changes.
 """
 
 import os
+import re
 import shutil
 import tempfile
 
@@ -175,7 +176,7 @@ class Runner:
     """
     return loop_lib.fit(self, num_steps, workdir, actions=actions, progress=progress)
 
-  def evaluate(self, step, data, *, global_batch_size=None):
+  def evaluate(self, step, data, *, global_batch_size=None, num_batches=None):
     """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.
 
     `step` returns a dict of scalars, reduced over replicas like a training
@@ -183,8 +184,10 @@ class Runner:
     batches' values are then averaged weighted by their size, which gives the
     mean over the whole dataset. `data` is a finite dataset of global batches
     (or a dataset function with `global_batch_size`), read from its start on
-    every call. `ctx.step` is the current global step.
+    every call; an endless one is refused unless `num_batches` bounds it.
+    `ctx.step` is the current global step.
     """
+    data_lib.check_evaluation_data(data, num_batches)
     if self._coordinator is not None:
       raise ValueError(
           "evaluate does not run under parameter_server: the coordinator only "
@@ -199,8 +202,9 @@ class Runner:
         del self._evaluations[next(iter(self._evaluations))]
     feed, fn, _ = self._evaluations[key]
     iterator = feed.make_iterator()
-    totals, examples = {}, 0.0
-    while True:
+    totals, examples, batches = {}, 0.0, 0
+    while num_batches is None or batches < num_batches:
+      batches += 1
       try:
         results, rows = fn(iterator)
       except tf.errors.OutOfRangeError:
@@ -282,12 +286,11 @@ class Runner:
       raise ValueError(f"data ran out at step {int(self.global_step.numpy())}: the "
                        "dataset holds fewer batches than the steps asked for; "
                        "call .repeat() on it or ask for fewer steps.") from None
-    except (ValueError, TypeError, tf.errors.InvalidArgumentError,
-            tf.errors.UnimplementedError) as e:
-      if not self._ran:  # most often the data does not fit the models
-        e.add_note(f"ctl: this came from the step's first call, on data elements "
-                   f"{self._feed.element_spec}. If it is about shapes or dtypes, check "
-                   "that the data fits the models' inputs (their keras.Input).")
+    except Exception as e:  # pylint: disable=broad-except
+      if not self._ran:
+        note = _data_note(e, self._feed.element_spec)
+        if note:
+          e.add_note(note)
       raise
     self._ran = True
     return results
@@ -395,6 +398,15 @@ class Runner:
                        f"to {sorted(results)}; return the same keys at every step.")
     out = {}
     for key, value in results.items():
+      if tf.executing_eagerly() and ctx.num_replicas > 1 and not tf.is_tensor(value):
+        # float(share) has lost what says it is a share: it would be averaged.
+        raise TypeError(
+            f"step result {key!r} is a {type(value).__name__} ({value!r}), not a "
+            f"tensor, on {ctx.num_replicas} replicas: the runner cannot tell a "
+            "replica's share of a global-batch average (summed over replicas) "
+            "from a per-replica value (averaged), so the logged number could be "
+            f"1/{ctx.num_replicas} of the truth. Return the tensor itself (e.g. "
+            "loss, not float(loss)), or tf.constant(...) for a constant.")
       value = _scalar(key, value)
       reductions[key] = ctx.reduction(value, f"step result {key!r}")
       out[key] = tf.cast(value, tf.float32)
@@ -441,6 +453,37 @@ class Runner:
       results = self._traced_step()
       arrays = {k: a.write(i, results[k]) for k, a in arrays.items()}
     return {k: a.stack() for k, a in arrays.items()}
+
+
+# Words of Keras' and TF's errors about an input that does not fit a layer.
+_INPUT_MISMATCH = ("incompatible with the layer", "Input 0 of layer", "expected shape",
+                   "expected axis", "expected min_ndim", "expected ndim",
+                   "Incompatible shapes", "cannot be converted", "Cannot convert",
+                   "must be one of the following types", "expected dtype")
+
+
+def _data_note(error, element_spec):
+  """A note for an error of the step's first call, if the data is its likely cause."""
+  text = str(error)
+  # A KeyError in the step reaches here as itself or, through autograph's
+  # nested functions, as its StagingError quoting "KeyError: 'name'".
+  missing = re.search(r"KeyError: '([^']*)'", text) if not isinstance(error, KeyError) else (
+      re.match(r"'([^']*)'$", str(error)))
+  if missing and isinstance(element_spec, dict) and "no model named" not in text and (
+      "no optimizer named" not in text):
+    if missing.group(1) in element_spec:
+      return None
+    return (f"ctl: the batch is a dict with keys {sorted(element_spec)}; "
+            f"{missing.group(1)!r} is not one of them.")
+  specs = [s for s in tf.nest.flatten(element_spec) if hasattr(s, "shape")]
+  about_data = any(w in text for w in _INPUT_MISMATCH) or any(
+      str(tuple(s.shape)) in text or str(s.shape) in text or
+      (s.dtype != tf.float32 and s.dtype.name in text) for s in specs)
+  if not about_data:
+    return None
+  return (f"ctl: this came from the step's first call, on data elements "
+          f"{element_spec}: check that the data fits the models' inputs (their "
+          "keras.Input): shapes, dtypes and value ranges.")
 
 
 def _scalar(key, value):

@@ -16,6 +16,9 @@ import os
 
 import tensorflow as tf
 
+from ctl import launch
+from ctl import peers
+
 logger = logging.getLogger("ctl")
 
 NAMES = ("auto", "default", "one_device", "mirrored", "central_storage",
@@ -37,7 +40,8 @@ COMMUNICATION = {
 
 
 def make_strategy(name="auto", *, logical_cpus=None, devices=None,
-                  cross_device_ops=None, communication="auto", tpu=None):
+                  cross_device_ops=None, communication="auto", tpu=None,
+                  startup_timeout=None):
   """Returns the `tf.distribute.Strategy` called `name`.
 
   Args:
@@ -56,6 +60,11 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
       (`auto`, `ring`, `nccl`).
     tpu: `tpu` only: the TPU name or address given to `TPUClusterResolver`
       (`local` on a TPU VM); None reads `TPU_NAME`.
+    startup_timeout: `multi_worker` and `parameter_server` (coordinator):
+      seconds to wait for the cluster's other tasks before exiting with code 1
+      and a message naming those that never answered; None reads
+      `CTL_STARTUP_TIMEOUT`, else 600; 0 waits forever. SIGTERM and Ctrl-C
+      end the wait at once (see `ctl.peers`).
 
   Returns:
     A `tf.distribute.Strategy`; the same one again for the same arguments
@@ -68,11 +77,13 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   """
   if name not in NAMES:
     raise ValueError(f"strategy {name!r} is not known; use one of {', '.join(NAMES)}.")
+  launch.watch_launcher()  # in a task of `ctl launch`: stop if the launcher dies
   for knob, value, default, users in (
       ("cross_device_ops", cross_device_ops, None, ("mirrored",)),
       ("devices", devices, None, ("one_device", "mirrored", "central_storage")),
       ("communication", communication, "auto", ("multi_worker",)),
-      ("tpu", tpu, None, ("tpu",))):
+      ("tpu", tpu, None, ("tpu",)),
+      ("startup_timeout", startup_timeout, None, ("multi_worker", "parameter_server"))):
     if value != default and name not in users + ("auto",):
       raise ValueError(f"{knob} ({value!r}) only applies to strategy "
                        f"{' or '.join(map(repr, users))}, not {name!r}; drop it.")
@@ -82,6 +93,8 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   if communication not in COMMUNICATION:
     raise ValueError(f"communication {communication!r} is not known; use one of "
                      f"{', '.join(COMMUNICATION)}.")
+  if name in ("auto", "multi_worker", "parameter_server"):
+    peers.startup_timeout(startup_timeout)  # a bad value fails before any wait
   if logical_cpus is not None:
     configure_logical_cpus(logical_cpus)
   if name == "auto":
@@ -96,7 +109,8 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   key = (name, tuple(devices) if devices else None, cross_device_ops, communication, tpu)
   if key not in _MADE:
     _MADE[key] = _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
-                                 communication=communication, tpu=tpu)
+                                 communication=communication, tpu=tpu,
+                                 startup_timeout=startup_timeout)
     if name in ("multi_worker", "parameter_server"):
       announce_ready()
   return _MADE[key]
@@ -354,6 +368,15 @@ def slurm_cluster_resolver(num_gpus=None, env=None):
                                auto_set_gpu=False)
 
 
+def num_workers(strategy):
+  """Processes that run the replicas of `strategy` in sync (1 but for multi-worker)."""
+  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    return 1
+  resolver = strategy.cluster_resolver
+  jobs = resolver.cluster_spec().as_dict() if resolver else {}
+  return max(1, len(jobs.get("chief", [])) + len(jobs.get("worker", [])))
+
+
 def is_parameter_server(strategy):
   """Whether `strategy` trains through parameter servers (one coordinator process)."""
   return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
@@ -408,23 +431,35 @@ def _central_storage(devices, **unused):
   return tf.distribute.experimental.CentralStorageStrategy(_replica_devices(devices))
 
 
-def _multi_worker(communication, **unused):
+def _multi_worker(communication, startup_timeout, **unused):
   # TF_CONFIG wins over Slurm, as in `choose_strategy`; with neither, TF's
   # default resolver gives a one-worker strategy.
-  resolver = None
+  resolver, others, me = None, [], None
   config = parse_tf_config()
   if config.get("cluster") or "sparseCluster" in config:
-    _check_tf_config(config)
+    cluster, task = _check_tf_config(config)
+    training = {job: cluster[job] for job in ("chief", "worker") if job in cluster}
+    others, me = peers.cluster_peers(training, task["type"], task.get("index", 0))
   elif slurm_step_tasks() > 1:
     resolver = slurm_cluster_resolver()
     spec = resolver.cluster_spec()
     logger.info("multi_worker: Slurm task %s %d of %s", resolver.task_type,
                 resolver.task_id, spec.as_dict())
+    others, me = peers.cluster_peers(spec.as_dict(), resolver.task_type, resolver.task_id)
   options = tf.distribute.experimental.CommunicationOptions(
       implementation=COMMUNICATION[communication])
+  timeout = peers.startup_timeout(startup_timeout)
+  left = peers.wait_for_peers(others, me, timeout) if others else 0
+  # Every peer listens; should one die before joining, TF's constructor would
+  # wait for it forever, deaf to signals: a watchdog bounds it.
+  limit = max(left, 60.0) if others and timeout else 0
+  message = (f"ctl: the multi_worker strategy was not made {limit:g} s after every "
+             "peer answered; a peer may have stopped while joining. Killing this "
+             "process (SIGKILL); restart every task of the cluster.")
   try:
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=resolver, communication_options=options)
+    with peers.watchdog(limit, message):
+      return tf.distribute.MultiWorkerMirroredStrategy(
+          cluster_resolver=resolver, communication_options=options)
   except (RuntimeError, ValueError) as e:
     if "program startup" not in str(e):
       raise
@@ -434,8 +469,9 @@ def _multi_worker(communication, **unused):
         "ctl.make_strategy('multi_worker') at the top of the program.") from e
 
 
-def _parameter_server(**unused):
-  cluster = parse_tf_config().get("cluster", {})
+def _parameter_server(startup_timeout, **unused):
+  config = parse_tf_config()
+  cluster = config.get("cluster", {})
   if not cluster.get("ps") or not cluster.get("worker") or not cluster.get("chief"):
     raise RuntimeError(
         "strategy 'parameter_server' needs a cluster with 'chief' (the "
@@ -445,6 +481,8 @@ def _parameter_server(**unused):
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   if resolver.task_type in ("worker", "ps"):
     serve(resolver)  # never returns
+  others, me = peers.cluster_peers(cluster, resolver.task_type, resolver.task_id)
+  peers.wait_for_peers(others, me, peers.startup_timeout(startup_timeout))
   return tf.distribute.experimental.ParameterServerStrategy(resolver)
 
 

@@ -3,9 +3,10 @@
     python tests/reliability_doc.py            # prints the tables
     python tests/reliability_doc.py --write    # rewrites them in docs/reliability.md
 
-The bad inputs come from `CASES` in tests/test_bad_input.py, the faults from
-`FAULTS` in tests/test_faults.py; tests/test_bad_input.py checks that the doc
-holds exactly what this prints.
+The bad inputs come from `CASES` in tests/test_bad_input.py, the fault matrix
+from `MATRIX` in tests/test_fault_matrix.py, the faults compared with an
+uninterrupted run from `FAULTS` in tests/test_faults.py; tests/test_bad_input.py
+checks that the doc holds exactly what this prints.
 """
 
 import os
@@ -14,6 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import test_bad_input  # noqa: E402
+import test_fault_matrix  # noqa: E402
 import test_faults  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
@@ -34,6 +36,16 @@ def render():
   for case in test_bad_input.CASES:
     outcome = case.outcome if case.gap is None else f"{case.outcome} (not yet: {case.gap})"
     lines.append(f"| `{case.name}` | {_cell(outcome)} | none |")
+  matrix = test_fault_matrix.MATRIX
+  lines += ["", f"### Fault matrix ({len(matrix)} cells, `tests/test_fault_matrix.py`)", "",
+            "Each fault in each phase of a run. Exit codes: 42 preempted (rerun to resume), "
+            "130 Ctrl-C, 128 + the signal before anything was trained, -9 killed.", "",
+            "| fault | phase | what the user gets | exit | steps lost | test |",
+            "|---|---|---|---|---|---|"]
+  for cell in matrix:
+    test = f"`{cell.test}`" if cell.test else ""
+    lines.append(f"| {cell.fault} | {cell.phase} | {_cell(cell.outcome)} | "
+                 f"{cell.exit_code} | {_cell(cell.steps_lost)} | {test} |")
   lines += ["", f"### Faults ({len(test_faults.FAULTS)} tests, `tests/test_faults.py`)", "",
             "| test | fault injected | outcome | data lost |", "|---|---|---|---|"]
   for name, fault, outcome, lost in test_faults.FAULTS:

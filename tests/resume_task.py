@@ -8,7 +8,12 @@ a shuffled repeating dataset, and `ctx.normal` noise. Keras' Dropout draws
 per replica, so runs under different strategies match only with
 `--dropout 0`. `--pause-at k` prints
 "PAUSED k" at step k and waits for the file `<workdir>/go`, so a test can
-signal the process at a known step. `--crash-in-save-at k` kills the process
+signal the process at a known step; `--pause-in` says where it waits: in an
+action between compiled calls (`action`, the default), inside the compiled
+call of step k (`call`), in the first batch of an evaluation at step k
+(`eval`), inside the save of ckpt-k (`save`) or inside an export at step k
+(`export`); it then prints "PAUSED <where> k". `--delete-workdir-at k` deletes
+the work directory after step k. `--crash-in-save-at k` kills the process
 (SIGKILL) inside the save of the step-k checkpoint, after the checkpoint's files are
 written but before the file naming the newest checkpoint is updated.
 `--fail-save-after-step k` limits, after the step-k checkpoint, the size of
@@ -46,6 +51,9 @@ def parse_args():
   p.add_argument("--checkpoint-every", type=int, default=4)
   p.add_argument("--steps-per-loop", type=int, default=3)
   p.add_argument("--pause-at", type=int)
+  p.add_argument("--pause-in", choices=["action", "call", "eval", "save", "export"],
+                 default="action")
+  p.add_argument("--delete-workdir-at", type=int)
   p.add_argument("--crash-in-save-at", type=int)
   p.add_argument("--fail-save-after-step", type=int)
   p.add_argument("--nan-at", type=int)
@@ -90,11 +98,36 @@ def _build(dropout):
   return models, optimizers
 
 
-def make_step(nan_at):
+def wait_for_go(workdir, label):
+  """Prints PAUSED `label` and waits (at most 120 s) for `<workdir>/go`."""
+  print(f"PAUSED {label}", flush=True)
+  go = os.path.join(workdir, "go")
+  deadline = time.monotonic() + 120
+  while not os.path.exists(go) and time.monotonic() < deadline:
+    time.sleep(0.02)
+
+
+def pause_in_graph(step, at, workdir, where):
+  """Inside a compiled call: waits at step `at` (a py_function: Python in a TF thread)."""
+  import tensorflow as tf
+
+  def wait(value):
+    if int(value) == at:
+      wait_for_go(workdir, f"{where} {at}")
+    return value
+
+  waited = tf.py_function(wait, [step], tf.int64)
+  waited.set_shape([])
+  return waited
+
+
+def make_step(nan_at, pause_at=None, workdir=None):
   import tensorflow as tf
 
   def step(ctx, real):
     generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+    if pause_at is not None:  # inside the compiled call of step pause_at
+      real += 0.0 * tf.cast(pause_in_graph(ctx.step, pause_at, workdir, "call"), tf.float32)
     if nan_at is not None:  # a bad batch at step nan_at
       real *= tf.where(ctx.step == nan_at, np.float32("nan"), 1.0)
     with tf.GradientTape(persistent=True) as tape:
@@ -129,11 +162,55 @@ class Pause(AtStep):
   collective = True
 
   def fire(self, loop):
-    print(f"PAUSED {loop.step}", flush=True)
-    go = os.path.join(self.workdir, "go")
-    deadline = time.monotonic() + 120
-    while not os.path.exists(go) and time.monotonic() < deadline:
-      time.sleep(0.02)
+    wait_for_go(self.workdir, loop.step)
+
+
+class DeleteWorkdir(AtStep):
+  """Deletes the work directory (as a user's `rm -r` would) at one step."""
+
+  def fire(self, loop):
+    import shutil
+    shutil.rmtree(self.workdir)
+    print(f"DELETED the workdir after step {loop.step}", flush=True)
+
+
+def evaluate_pausing_at(step, workdir):
+  """A ctl.Evaluate at `step` whose first batch waits inside its compiled call."""
+  import tensorflow as tf
+
+  def eval_step(ctx, real):
+    real += 0.0 * tf.cast(pause_in_graph(ctx.step, step, workdir, "eval"), tf.float32)
+    logits = ctx.models["discriminator"](real)[:, 0]
+    return {"real_score": ctx.average(tf.sigmoid(logits))}
+
+  x = np.zeros((3 * GLOBAL_BATCH, FEATURES), "float32")
+  data = tf.data.Dataset.from_tensor_slices(x).batch(GLOBAL_BATCH)
+  return ctl.Evaluate(eval_step, data, ctl.Every(steps=step))
+
+
+def pause_in_export(workdir):
+  """Makes every export wait (in Python, between its two files) for `go`."""
+  import keras
+  original = keras.Model.export
+
+  def export(self, *args, **kwargs):
+    wait_for_go(workdir, "export")
+    return original(self, *args, **kwargs)
+
+  keras.Model.export = export
+
+
+def pause_in_save(step, workdir):
+  """Makes the save of `ckpt-<step>` wait, once its files are written, for `go`."""
+  from tensorflow.python.checkpoint import checkpoint_management
+  original = checkpoint_management.update_checkpoint_state_internal
+
+  def update(save_dir, model_checkpoint_path, *args, **kwargs):
+    if model_checkpoint_path.endswith(f"ckpt-{step}"):
+      wait_for_go(workdir, f"save {step}")
+    return original(save_dir, model_checkpoint_path, *args, **kwargs)
+
+  checkpoint_management.update_checkpoint_state_internal = update
 
 
 class LimitFileSize(AtStep):
@@ -172,17 +249,33 @@ def crash_in_save(step):
 
 def main():
   args = parse_args()
+  signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
   strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
   if args.crash_in_save_at:
     crash_in_save(args.crash_in_save_at)
-  runner = ctl.Runner(make_step(args.nan_at), make_build(args.dropout), dataset(), strategy=strategy,
+  pause, where = args.pause_at, args.pause_in
+  runner = ctl.Runner(make_step(args.nan_at, pause if where == "call" else None, args.workdir),
+                      make_build(args.dropout), dataset(), strategy=strategy,
                       seed=7, steps_per_loop=args.steps_per_loop)
   actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every))]
-  if args.pause_at:
-    actions.append(Pause(args.pause_at, args.workdir))
+  if pause and where == "action":
+    actions.append(Pause(pause, args.workdir))
+  if pause and where == "eval":
+    actions.append(evaluate_pausing_at(pause, args.workdir))
+  if pause and where == "save":
+    pause_in_save(pause, args.workdir)
+  if pause and where == "export":
+    pause_in_export(args.workdir)
+    actions.append(ctl.Export("generator", ctl.Every(steps=pause)))
   if args.fail_save_after_step:
     actions.append(LimitFileSize(args.fail_save_after_step, args.workdir))
-  history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
+  if args.delete_workdir_at:
+    actions.append(DeleteWorkdir(args.delete_workdir_at, args.workdir))
+  try:
+    history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
+  except ctl.Interrupted as e:  # as the `ctl` command does
+    print(f"INTERRUPTED: {e}", flush=True)
+    sys.exit(ctl.INTERRUPTED_EXIT_CODE)
   results = {f"loss/{k}": v for k, v in history.items()}
   results["first_step"] = np.array(args.steps - len(next(iter(history.values()))))
   for name, model in runner.models.items():

@@ -203,6 +203,10 @@ def global_batch_size_disagrees(s):
   _runner(global_batch_size=16)
 
 
+def dataset_function_with_a_float_batch_size(s):
+  _runner(data=lambda context: _data(batch=4), global_batch_size=8.0)
+
+
 def dataset_function_without_batch_size(s):
   _runner(data=lambda context: _data(batch=4))
 
@@ -348,6 +352,49 @@ def result_mixing_shares(s):
   _train(step=lambda ctx, x: {"rms": tf.sqrt(ctx.average(tf.square(x[:, 0])))})
 
 
+def python_float_of_a_share_on_two_replicas(s):
+  def step(ctx, x):
+    return {"loss": float(_step(ctx, x)["loss"])}  # eager: a number, its share lost
+  _train(step=step, strategy=_mirrored(), eager=True)
+
+
+def minimize_twice_from_one_tape(s):
+  def step(ctx, x):
+    model = ctx.models["model"]
+    with tf.GradientTape(persistent=True) as tape:
+      loss = ctx.average(tf.square(model(x)[:, 0]))
+    for _ in range(2):  # two critic updates from one forward pass
+      ctx.minimize(loss, "model", tape=tape)
+    return {"loss": loss}
+  _train(step=step)
+
+
+def unknown_model_in_the_step(s):
+  _train(step=lambda ctx, x: {"loss": ctx.average(ctx.models["generatr"](x)[:, 0])})
+
+
+def missing_key_in_a_dict_batch(s):
+  x = np.zeros((64, 1), "float32")
+  data = tf.data.Dataset.from_tensor_slices({"image": x, "label": x[:, 0]})
+  _train(step=lambda ctx, batch: _step(ctx, batch["images"]),
+         data=data.repeat().batch(BATCH, drop_remainder=True))
+
+
+# Evaluation.
+
+def evaluate_endless_data(s):
+  _runner().evaluate(lambda ctx, x: {"loss": ctx.average(x[:, 0])}, _data().repeat())
+
+
+def evaluate_action_with_endless_data(s):
+  ctl.Evaluate(lambda ctx, x: {"loss": ctx.average(x[:, 0])}, _data().repeat(),
+               ctl.Every(steps=10))
+
+
+def evaluate_zero_batches(s):
+  _runner().evaluate(lambda ctx, x: {"loss": ctx.average(x[:, 0])}, _data(), num_batches=0)
+
+
 # Step counts.
 
 def train_zero_steps(s):
@@ -409,6 +456,22 @@ def export_action_of_an_unknown_model(s):
 
 
 # The work directory and its checkpoints.
+
+def second_run_in_the_same_workdir(s):
+  held = ctl.workdir.Lock(str(s.path))  # as another run holds it (flock is per open file)
+  s.values["pid"] = os.getpid()
+  try:
+    runner = _runner()
+    _steps(runner, runner.fit, 3, str(s.path), progress=False)
+  finally:
+    held.release()
+
+
+def resume_with_another_batch_size(s):
+  _runner(data=_data(batch=8).repeat()).fit(2, str(s.path), progress=False)
+  runner = _runner(data=_data(batch=16).repeat())
+  _steps(runner, runner.fit, 4, str(s.path), progress=False)
+
 
 def unwritable_workdir(s):
   blocker = s.path / "a_file"
@@ -543,6 +606,19 @@ ctl.make_strategy("multi_worker")
 """
 
 
+def startup_timeout_negative(s):
+  ctl.make_strategy("multi_worker", startup_timeout=-1)
+
+
+def startup_timeout_variable_not_a_number(s):
+  with mock.patch.dict(os.environ, {"CTL_STARTUP_TIMEOUT": "ten minutes"}):
+    ctl.make_strategy("multi_worker")
+
+
+def gin_value_of_the_wrong_type(s):
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.train.batch_size = 'sixty'")
+
+
 def multi_worker_peer_never_starts(s):
   # The launcher gives up at its --startup-timeout (10 s), then stops the tasks
   # within --grace (2 s) plus at most 15 s of its own waits: 27 s < 60 s.
@@ -606,6 +682,11 @@ CASES = [
          global_batch_size_disagrees, ValueError,
          ("global_batch_size (16) differs from the batch size of data (8)",
           "drop global_batch_size or batch the dataset by it")),
+    Case("dataset-function-with-a-float-batch-size",
+         "TypeError from Runner: global_batch_size must be an int, got 8.0 (float); pass "
+         "global_batch_size=8",
+         dataset_function_with_a_float_batch_size, TypeError,
+         ("global_batch_size must be an int, got 8.0 (float)", "global_batch_size=8")),
     Case("dataset-function-without-global-batch-size",
          "ValueError from Runner: data is a dataset function; pass global_batch_size=...",
          dataset_function_without_batch_size, ValueError,
@@ -686,6 +767,32 @@ CASES = [
          "optimizers with strings",
          model_name_not_a_string, TypeError,
          ("the models dict has key 0 (int)", "name models and optimizers with strings")),
+    Case("python-float-of-a-share-on-two-replicas",
+         "TypeError from the step's first call: step result 'loss' is a float ..., not a "
+         "tensor, on 2 replicas ...; return the tensor itself",
+         python_float_of_a_share_on_two_replicas, TypeError,
+         ("step result 'loss' is a float", "not a tensor, on 2 replicas",
+          "1/2 of the truth", "Return the tensor itself", "[global step 0]")),
+    Case("minimize-twice-from-one-tape",
+         "ValueError from the step's first call: minimize('model') was called twice with the "
+         "same tape ...; record each update under its own tape",
+         minimize_twice_from_one_tape, ValueError,
+         ("minimize('model') was called twice with the same tape", "stale",
+          "Record each update under its own tape", "ctx.minimize(lambda: ..., 'model')",
+          "[global step 0]")),
+    Case("unknown-model-in-the-step",
+         "KeyError from the step's first call: no model named 'generatr'; build() returned "
+         "models ['model']",
+         # Autograph turns a KeyError in a step into its own StagingError.
+         unknown_model_in_the_step, Exception,
+         ("no model named 'generatr'", "build() returned models ['model']",
+          "[global step 0]")),
+    Case("missing-key-in-a-dict-batch",
+         "KeyError from the step's first call, noted: the batch is a dict with keys "
+         "['image', 'label']; 'images' is not one of them",
+         missing_key_in_a_dict_batch, Exception,
+         ("the batch is a dict with keys ['image', 'label']", "'images' is not one of them",
+          "[global step 0]")),
     Case("optimizer-named-after-no-model",
          "ValueError from Runner: optimizer 'generator' has no model of the same name (models: "
          "['model']); "
@@ -780,6 +887,20 @@ CASES = [
     Case("train-negative-steps",
          "ValueError from train: num_steps must be at least 1, got -3",
          train_negative_steps, ValueError, ("num_steps must be at least 1, got -3",)),
+    Case("evaluate-endless-data",
+         "ValueError from evaluate: evaluation data is endless ...; pass data.take(100) or "
+         "num_batches=100",
+         evaluate_endless_data, ValueError,
+         ("evaluation data is endless", "infinite cardinality", "data.take(100)",
+          "num_batches=100")),
+    Case("evaluate-action-with-endless-data",
+         "ValueError from ctl.Evaluate (before training): evaluation data is endless ...",
+         evaluate_action_with_endless_data, ValueError,
+         ("evaluation data is endless", "data.take(100)", "num_batches=100")),
+    Case("evaluate-zero-batches",
+         "ValueError from evaluate: num_batches must be an int of at least 1, got 0",
+         evaluate_zero_batches, ValueError,
+         ("num_batches must be an int of at least 1", "got 0")),
     Case("fit-negative-steps",
          "ValueError from fit: num_steps must be a non-negative int (the step to train up to), "
          "got -1",
@@ -931,6 +1052,37 @@ CASES = [
          "ctl launch exits 2: no command to launch; put it after '--'",
          launcher_without_a_command, CommandFailed,
          ("exit code 2", "no command to launch; put it after '--'")),
+    Case("second-run-in-the-same-workdir",
+         "WorkdirInUse from fit, before restoring: workdir ... is in use by process P on "
+         "HOST ...; stop that run first, or pass another workdir",
+         second_run_in_the_same_workdir, ctl.WorkdirInUse,
+         ("workdir '<tmp>' is in use by process <pid> on", "overwrite each other's checkpoints",
+          "Stop that run first", "or pass another workdir", "[global step 0]")),
+    Case("resume-with-another-batch-size",
+         "ValueError from fit, before restoring: checkpoint ... holds the position in data "
+         "batched by 8 ... now ... 16; resume with batches of 8, or "
+         "ctl.Checkpoint(restore_data=False)",
+         resume_with_another_batch_size, ValueError,
+         ("holds the position in data batched by 8", "the data now gives batches of 16",
+          "Resume with batches of 8", "ctl.Checkpoint(restore_data=False)",
+          "[global step 0]")),
+    Case("startup-timeout-negative",
+         "ValueError from make_strategy: startup_timeout must be a number of seconds >= 0 ..., "
+         "got -1",
+         startup_timeout_negative, ValueError,
+         ("startup_timeout must be a number of seconds >= 0", "got -1")),
+    Case("startup-timeout-variable-not-a-number",
+         "ValueError from make_strategy: CTL_STARTUP_TIMEOUT='ten minutes' is not a number of "
+         "seconds; set it to e.g. 600",
+         startup_timeout_variable_not_a_number, ValueError,
+         ("CTL_STARTUP_TIMEOUT='ten minutes' is not a number of seconds", "e.g. 600")),
+    Case("gin-value-of-the-wrong-type",
+         "ctl train exits 2: ValueError: global_batch_size must be a positive int, got "
+         "'sixty'. That value comes from `gan.train.batch_size = 'sixty'` (--gin)",
+         gin_value_of_the_wrong_type, CommandFailed,
+         ("exit code 2", "got 'sixty'",
+          "That value comes from `gan.train.batch_size = 'sixty'` (--gin)",
+          "fix the binding")),
     Case("multi-worker-peer-never-starts",
          "ctl launch exits 1 after --startup-timeout: worker ... did not become ready; stopped "
          "all tasks",

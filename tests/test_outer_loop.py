@@ -366,21 +366,6 @@ def test_end_actions_run_again_if_the_run_stopped_after_its_last_checkpoint(tmp_
   assert FailOnce.calls == [4, 4]  # finished: not again
 
 
-def test_sigterm_during_the_end_exits_42_after_it(tmp_path):
-  class Terminate:
-    collective, every = False, None
-
-    def __call__(self, loop):
-      os.kill(os.getpid(), signal.SIGTERM)
-
-  previous = signal.getsignal(signal.SIGTERM)
-  with pytest.raises(SystemExit) as stopped:
-    runner().fit(4, tmp_path, actions=[Terminate(), ctl.Export("generator")], progress=False)
-  assert stopped.value.code == 42
-  assert (tmp_path / "export" / "generator.keras").exists()
-  assert signal.getsignal(signal.SIGTERM) is previous
-
-
 def test_summaries_and_evaluate_take_dynamic_batches_and_dataset_functions(tmp_path):
   x = np.linspace(-2, 2, 40, dtype="float32").reshape(20, 2)
   unbatched = tf.data.Dataset.from_tensor_slices(x)

@@ -1,0 +1,186 @@
+"""Waiting for a cluster's peers: bounded in time, and stopped by SIGTERM or Ctrl-C.
+
+    peers, me = cluster_peers(cluster, "worker", 0)   # [("worker 1", "host:port")], "host:port"
+    wait_for_peers(peers, me, timeout=600)    # SystemExit naming the missing ones
+    with watchdog(remaining_seconds, message):
+      strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+TensorFlow's multi-worker strategy waits in its constructor until every peer
+has joined, forever if one never starts, and it holds Python's interpreter
+lock meanwhile, so no signal handler or thread of this process can run: only
+SIGKILL ends it. So ctl first waits in Python, where SIGTERM and Ctrl-C work,
+until every peer listens on its port, listening on its own port meanwhile so
+that the peers see it too, then builds the strategy under a watchdog process
+that kills this one, with a message, if the constructor still hangs (a peer
+that died after it was seen).
+
+The time limit is `make_strategy(startup_timeout=...)`, else the environment
+variable `CTL_STARTUP_TIMEOUT` (seconds; 0 waits forever), else 600 s.
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+STARTUP_TIMEOUT_VARIABLE = "CTL_STARTUP_TIMEOUT"
+DEFAULT_STARTUP_TIMEOUT = 600.0  # pods of one job may start minutes apart
+STARTUP_FAILED_EXIT_CODE = 1
+_POLL_SECONDS = 0.5
+
+
+def startup_timeout(value=None, env=None):
+  """The start-up time limit in seconds: `value`, the variable, or the default."""
+  env = os.environ if env is None else env
+  where = "startup_timeout"
+  if value is None and env.get(STARTUP_TIMEOUT_VARIABLE, "").strip():
+    value, where = env[STARTUP_TIMEOUT_VARIABLE], STARTUP_TIMEOUT_VARIABLE
+    try:
+      value = float(value)
+    except ValueError:
+      raise ValueError(f"{STARTUP_TIMEOUT_VARIABLE}={value!r} is not a number of "
+                       "seconds; set it to e.g. 600 (0 waits forever).") from None
+  if value is None:
+    return DEFAULT_STARTUP_TIMEOUT
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    raise ValueError(f"{where} must be a number of seconds >= 0 (0 waits forever), "
+                     f"got {value!r}.")
+  return float(value)
+
+
+def cluster_peers(cluster, task_type, task_index):
+  """([(name, address)] of the other tasks of `cluster`, this task's address)."""
+  others = [(f"{job} {i}", address) for job, addresses in cluster.items()
+            for i, address in enumerate(addresses) if (job, i) != (task_type, task_index)]
+  return others, cluster.get(task_type, [None] * (task_index + 1))[task_index]
+
+
+def wait_for_peers(peers, address, timeout, *, clock=time.monotonic, sleep=time.sleep):
+  """Returns once every peer accepts a connection; seconds left of `timeout`.
+
+  Meanwhile this task listens on its own `address` (its TF server is not up
+  yet), so that peers waiting here for it find it.
+
+  Raises:
+    SystemExit: with a message naming the peers that never answered, after
+      `timeout` seconds (none if 0), or at SIGTERM or Ctrl-C (128 + signal).
+  """
+  deadline = clock() + timeout if timeout else float("inf")
+  waiting = list(peers)
+  announced = False
+  with _signals_exit(waiting), _listening(address):
+    while True:
+      waiting[:] = [(name, address) for name, address in waiting if not _listens(address)]
+      if not waiting:
+        return max(0.0, deadline - clock()) if timeout else 0.0
+      if not announced:
+        announced = True
+        limit = f"up to {timeout:g} s" if timeout else "with no time limit"
+        _write(f"ctl: waiting {limit} for the cluster's other tasks: {_names(waiting)}")
+      if clock() >= deadline:
+        _write(f"ctl: gave up after waiting {timeout:g} s for the cluster's other "
+               f"tasks: {_names(waiting)} never answered. Start every task of the "
+               "cluster (TF_CONFIG), check the addresses and the network between "
+               f"them, or raise the limit ({STARTUP_TIMEOUT_VARIABLE} or "
+               "make_strategy(startup_timeout=...); 0 waits forever).")
+        raise SystemExit(STARTUP_FAILED_EXIT_CODE)
+      sleep(_POLL_SECONDS)
+
+
+@contextlib.contextmanager
+def watchdog(seconds, message):
+  """Kills this process after `seconds` (with `message`) unless the block ends.
+
+  For a call that holds the interpreter lock (no thread of ours can run): a
+  separate process watches the clock. None or 0 seconds: no watchdog.
+  """
+  if not seconds:
+    yield
+    return
+  process = subprocess.Popen(
+      [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(seconds), message],
+      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+  try:
+    yield
+  finally:
+    process.stdin.close()  # the watchdog reads end-of-file and leaves
+    process.wait()
+
+
+# The watchdog process: waits for its stdin to close, or for the time to pass.
+_WATCHDOG = """
+import os, select, signal, sys
+pid, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+if not select.select([sys.stdin], [], [], seconds)[0]:
+  sys.stderr.write(message + "\\n"); sys.stderr.flush()
+  os.kill(pid, signal.SIGKILL)
+"""
+
+
+@contextlib.contextmanager
+def _signals_exit(waiting):
+  """SIGTERM or SIGINT meanwhile: a line naming the peers waited for, then exit."""
+
+  def leave(signum, frame):
+    del frame
+    name = signal.Signals(signum).name
+    _write(f"ctl: {name} while waiting for the cluster's other tasks "
+           f"({_names(waiting)} not there yet); nothing was trained, exiting.")
+    raise SystemExit(128 + signum)
+
+  previous = {}
+  try:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      if signal.getsignal(signum) is not signal.SIG_IGN:
+        previous[signum] = signal.signal(signum, leave)
+  except ValueError:  # not the main thread: signals keep their handlers
+    pass
+  try:
+    yield
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _listening(address):
+  """A placeholder listener on `address`'s port, closed before TF's server binds it.
+
+  If the port is taken the wait goes on without it: the peers then name this
+  task as missing, and TF's own bind names the port.
+  """
+  server = None
+  if address:
+    host, _, port = address.rpartition(":")
+    ipv6 = ":" in host.strip("[]")
+    try:
+      server = socket.create_server(("", int(port)), family=socket.AF_INET6 if ipv6
+                                    else socket.AF_INET, dualstack_ipv6=ipv6)
+    except (OSError, ValueError):
+      server = None
+  try:
+    yield
+  finally:
+    if server is not None:
+      server.close()
+
+
+def _listens(address):
+  host, _, port = address.rpartition(":")
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+      return True
+  except (OSError, ValueError):
+    return False
+
+
+def _names(peers):
+  return ", ".join(f"{name} at {address}" for name, address in peers)
+
+
+def _write(line):
+  sys.stderr.write(line + "\n")
+  sys.stderr.flush()

@@ -1,0 +1,305 @@
+"""How `fit` stops: SIGTERM and Ctrl-C end a run within a bounded time, saved.
+
+    stopper = Stopper(runner, checkpointer)   # `fit` makes one per run
+    results = runner.run_steps(n)
+    stopper.check(step)                       # saves and raises if a signal came
+    with stopper.abandonable():               # an evaluation, samples, an export
+      action(loop)
+    stopper.close()
+
+SIGTERM (what Kubernetes, Slurm and preemptible VMs send): the compiled call
+in flight ends, a checkpoint is saved and `Preempted` exits the program with
+`PREEMPTED_EXIT_CODE` (42), which schedulers restart. Ctrl-C (SIGINT): the
+same, then `Interrupted`, a KeyboardInterrupt (the `ctl` command exits with
+`INTERRUPTED_EXIT_CODE`, 130; a notebook shows it and keeps the runner); a
+second Ctrl-C quits at once, losing the steps since the last checkpoint.
+
+The longest wait is one compiled call (`steps_per_loop` steps) plus the
+save. An evaluation, sample grid or export in progress is abandoned at once in
+a one-process run; with several workers it is collective, so it ends first
+(an evaluation dataset must be finite: see `Runner.evaluate`). Workers agree
+on a signal that reached any of them, and all save together.
+"""
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+
+import tensorflow as tf
+
+from ctl import strategies
+
+PREEMPTED_EXIT_CODE = 42
+INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # what a shell reports for Ctrl-C
+_log = logging.getLogger("ctl")
+
+
+class Preempted(SystemExit):
+  """Raised after the checkpoint that follows a SIGTERM; exits the program with 42."""
+
+  def __init__(self, step, saved=True):
+    super().__init__(PREEMPTED_EXIT_CODE)
+    self.step = step
+    self.saved = saved
+    _log.warning("%s", self)
+
+  def __str__(self):
+    saved = "saved a checkpoint" if self.saved else "stopped (no workdir, nothing saved)"
+    return (f"SIGTERM: {saved} at step {self.step}; exiting with code "
+            f"{PREEMPTED_EXIT_CODE}. Rerun the same command to resume.")
+
+
+class Interrupted(KeyboardInterrupt):
+  """Raised after the checkpoint that follows a Ctrl-C (SIGINT)."""
+
+  def __init__(self, step, saved=True):
+    saved = (f"saved a checkpoint at step {step}; rerun the same command to resume"
+             if saved else f"stopped at step {step} (no workdir, nothing saved)")
+    super().__init__(f"Ctrl-C: {saved}.")
+    self.step = step
+
+
+class Abandoned(Exception):
+  """An action was cut short by a signal (`Stopper.abandonable`)."""
+
+
+class Stopper:
+  """Watches SIGTERM and SIGINT during `fit`; see the module docstring.
+
+  Args:
+    runner: the `ctl.Runner` being trained.
+    checkpointer: its `ctl.checkpoints.Checkpointer`, or None (nothing saved;
+      SIGTERM then keeps its default action, ending the process at once).
+  """
+
+  def __init__(self, runner, checkpointer):
+    self._strategy = runner.strategy
+    self._checkpointer = checkpointer
+    self._runner = runner
+    self._sigterm = self._sigint = False
+    self._sigints = 0
+    self._abandonable = False
+    self._previous = {}
+    self._tf_handler = None
+    self._wakeup = None
+    # An action may be abandoned only where no other worker waits on it.
+    self._one_process = strategies.num_workers(self._strategy) == 1
+    if threading.current_thread() is not threading.main_thread():
+      return  # Python delivers signals to the main thread only
+    if checkpointer is not None and _tf_handler_applies(self._strategy):
+      self._previous[signal.SIGTERM] = signal.getsignal(signal.SIGTERM)
+      self._tf_handler = _TFHandler(runner, checkpointer)
+      tf_sigterm = signal.getsignal(signal.SIGTERM)  # sets TF's own flag
+      self._catch(signal.SIGTERM, lambda signum, frame: (tf_sigterm(signum, frame),
+                                                         self._on_signal(signum)))
+    elif checkpointer is not None:
+      self._catch(signal.SIGTERM, lambda signum, frame: self._on_signal(signum))
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # e.g. a background job
+      self._catch(signal.SIGINT, lambda signum, frame: self._on_signal(signum))
+      self._wakeup = _Wakeup(self._on_sigint_now)
+
+  def check(self, step):
+    """After a compiled call or an action: saves and raises if a signal came."""
+    if self._tf_handler is not None:
+      self._tf_handler.check()  # TF's handler: saves and raises Preempted itself
+    sigterm = self._sigterm and self._tf_handler is None
+    sigterm, sigint = agree(self._strategy, [sigterm, self._sigint])
+    if not (sigterm or sigint):
+      return
+    saved = self._checkpointer is not None
+    if saved:
+      self._checkpointer.save()
+    raise Preempted(step, saved) if sigterm else Interrupted(step, saved)
+
+  def check_after_end(self, step):
+    """After the end's actions: the end saved; exit as the signal asks."""
+    if self._tf_handler is not None and self._tf_handler.received():
+      raise Preempted(step)
+    if self._sigterm:
+      raise Preempted(step, self._checkpointer is not None)
+    if self._sigint:
+      raise Interrupted(step, self._checkpointer is not None)
+
+  @contextlib.contextmanager
+  def abandonable(self):
+    """Inside: a signal abandons the work at once (`Abandoned`), in one process."""
+    self._abandonable = self._one_process if self._previous else False
+    try:
+      if self._abandonable and (self._sigterm or self._sigint):
+        raise Abandoned()
+      yield
+    finally:
+      self._abandonable = False
+
+  def close(self):
+    """Puts back the handlers that were there before."""
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
+    if self._wakeup is not None:
+      self._wakeup.close()
+    if self._tf_handler is not None:
+      self._tf_handler.close()
+
+  def _catch(self, signum, handler):
+    self._previous.setdefault(signum, signal.getsignal(signum))
+    signal.signal(signum, handler)
+
+  def _on_signal(self, signum):
+    # Runs in the main thread between two Python operations: at once during
+    # an action, only after it returns during a compiled call.
+    if signum == signal.SIGTERM:
+      self._sigterm = True
+    else:
+      self._sigint = True
+    if self._abandonable:
+      self._abandonable = False
+      raise Abandoned()
+
+  def _on_sigint_now(self, count):
+    # Runs in a thread as the signal arrives, even during a compiled call.
+    self._sigint = True
+    if count == 1:
+      what = ("saving a checkpoint and stopping" if self._checkpointer is not None
+              else "stopping")
+      _write(f"ctl: Ctrl-C: {what} after the work in progress (at most one compiled "
+             f"call of {self._runner.steps_per_loop} steps); press Ctrl-C again to "
+             "quit at once, losing the steps since the last checkpoint.")
+    else:
+      _write("ctl: second Ctrl-C: quitting now, without saving.")
+      os._exit(INTERRUPTED_EXIT_CODE)  # pylint: disable=protected-access
+
+
+def agree(strategy, flags):
+  """Under multi-worker strategies, each flag is True if it is on any worker.
+
+  Time-based schedules and signals differ between workers, but collective
+  work (a checkpoint, an evaluation, stopping) must run on all of them or none.
+  """
+  if not flags or strategies.num_workers(strategy) <= 1 or strategies.is_parameter_server(
+      strategy):
+    return list(flags)  # one process decides (with parameter servers, the coordinator)
+  votes = tf.constant([int(f) for f in flags], tf.int32)
+  values = strategy.experimental_distribute_values_from_function(lambda _: votes)
+  return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)
+
+
+def _write(line):
+  sys.stderr.write(line + "\n")
+  sys.stderr.flush()
+
+
+class _Wakeup:
+  """Calls `on_sigint(count)` from a thread as each SIGINT arrives.
+
+  Python runs signal handlers in the main thread, and only between two of its
+  operations: not during a compiled call, which may last minutes. Its C-level
+  handler also writes each signal's number to the wakeup file descriptor at
+  once, and TensorFlow releases the interpreter lock during a call, so a
+  thread reading that descriptor sees the signal while the call runs.
+  """
+
+  def __init__(self, on_sigint):
+    self._read, write = os.pipe()
+    os.set_blocking(write, False)
+    self._write = write
+    self._previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    self._count = 0
+    self._on_sigint = on_sigint
+    self._thread = threading.Thread(target=self._run, name="ctl-sigint", daemon=True)
+    self._thread.start()
+
+  def _run(self):
+    while True:
+      try:
+        data = os.read(self._read, 64)
+      except OSError:
+        return
+      if not data:
+        return
+      for signum in data:
+        if signum == signal.SIGINT:
+          self._count += 1
+          self._on_sigint(self._count)
+
+  def close(self):
+    signal.set_wakeup_fd(self._previous)
+    os.close(self._write)  # the thread reads end-of-file and returns
+    self._thread.join(5)
+    os.close(self._read)
+
+
+_cluster_handler_made = False  # TF's handler works once per cluster and process
+
+
+def _tf_handler_applies(strategy):
+  """Whether TF's PreemptionCheckpointHandler serves this strategy here.
+
+  It is used where it adds something: a multi-worker cluster, whose workers it
+  tells of a SIGTERM to any of them through TF's coordination service. On GCE
+  it watches the metadata server instead of SIGTERM (GPU VMs) or nothing (CPU,
+  TPU VMs), and a second handler in a multi-worker process finds its
+  coordination keys already set by the first; there, and in one process, ctl
+  catches SIGTERM itself.
+  """
+  from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
+  if not (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and
+          _in_cluster(strategy)):
+    return False
+  if failure_handling_util.detect_platform() not in (
+      failure_handling_util.PlatformDevice.INTERNAL_CPU,
+      failure_handling_util.PlatformDevice.INTERNAL_GPU):
+    return False
+  return not _cluster_handler_made
+
+
+def _in_cluster(strategy):
+  resolver = strategy.cluster_resolver
+  return bool(resolver and resolver.cluster_spec().jobs)
+
+
+class _TFHandler:
+  """TF's PreemptionCheckpointHandler: workers agree on the step to save at.
+
+  Reads two private members of TF 2.21's handler (the SIGTERM flag, and the
+  watcher threads it leaves running), each with a fallback.
+  """
+
+  def __init__(self, runner, checkpointer):
+    global _cluster_handler_made
+    self._step = None
+
+    def exit_fn():
+      raise Preempted(self._step)
+
+    def save_fn():
+      self._step = int(runner.global_step.numpy())
+      checkpointer.save()
+
+    config = tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn,
+                                                         save_fn=save_fn)
+    # The handler restores from the manager it is given: on every worker that
+    # is the chief's directory, so all workers restore the same run count.
+    self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        runner.strategy.cluster_resolver, checkpointer.restore_manager,
+        termination_config=config)
+    _cluster_handler_made = True
+
+  def check(self):
+    self._handler.save_checkpoint_if_preempted()
+
+  def received(self):
+    received = getattr(self._handler, "_received_own_sigterm", None)
+    return received is not None and received.is_set()
+
+  def close(self):
+    # Its watcher threads otherwise live until garbage collection.
+    for stop in ("_stop_poll_termination_signal_thread",
+                 "_stop_cluster_wise_termination_watcher_thread"):
+      try:
+        getattr(self._handler, stop)()
+      except Exception:  # pylint: disable=broad-except
+        pass

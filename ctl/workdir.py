@@ -1,0 +1,146 @@
+"""One writer per work directory: `Lock`.
+
+    lock = Lock("runs/x")          # WorkdirInUse if another run holds it
+    ...
+    if not lock.held():            # the directory was deleted or moved
+      lock = Lock("runs/x")
+    lock.release()
+
+Two runs training into one work directory (a scheduler requeues a job while
+the old one still runs; a relaunch after the launcher died) would overwrite
+each other's checkpoints. `fit` takes `<workdir>/.ctl-lock` before restoring:
+an advisory `flock` on the file, which the kernel drops when its process ends,
+however it ends, and inside it the holder's host, PID, start time and command,
+for the message the next writer gets. A lock file whose holder is gone is
+taken over with a log line. On a filesystem without `flock` the lock is only
+the file's contents, checked against the processes of this host.
+"""
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import sys
+import time
+
+LOCK_NAME = ".ctl-lock"
+_log = logging.getLogger("ctl")
+
+
+class WorkdirInUse(RuntimeError):
+  """Another run holds the work directory's lock."""
+
+
+class Lock:
+  """Holds `<workdir>/.ctl-lock` until `release()`.
+
+  Args:
+    workdir: the work directory (made if missing).
+
+  Raises:
+    WorkdirInUse: another live process holds it; the message names the holder.
+  """
+
+  def __init__(self, workdir):
+    self.workdir = workdir
+    self.path = os.path.join(workdir, LOCK_NAME)
+    os.makedirs(workdir, exist_ok=True)
+    while True:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        holder = _read(fd)
+        os.close(fd)
+        raise WorkdirInUse(_in_use(workdir, holder)) from None
+      except OSError as e:
+        if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+          os.close(fd)
+          raise
+        holder = _read(fd)  # no flock here: judge by the holder's process
+        if holder and _alive(holder):
+          os.close(fd)
+          raise WorkdirInUse(_in_use(workdir, holder)) from None
+      # A holder that released removed the file; the one locked must be at `path`.
+      if _same_file(fd, self.path):
+        break
+      os.close(fd)
+    previous = _read(fd)
+    if previous and previous.get("pid") != os.getpid():
+      _log.warning("workdir %s: taking over the lock left by %s, which is gone",
+                   workdir, _describe(previous))
+    self._fd = fd
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(_me()).encode() + b"\n", 0)
+    os.fsync(fd)
+
+  def held(self):
+    """Whether the lock file is still the one this lock holds (the work
+    directory was not deleted or moved)."""
+    return self._fd is not None and _same_file(self._fd, self.path)
+
+  def release(self):
+    """Removes the lock file (if it is still this one) and unlocks."""
+    if self._fd is None:
+      return
+    if self.held():
+      os.remove(self.path)
+    os.close(self._fd)  # drops the flock
+    self._fd = None
+
+
+def _me():
+  return {"host": socket.gethostname(), "pid": os.getpid(),
+          "start_time": _start_time(os.getpid()),
+          "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+          "command": " ".join(sys.argv)}
+
+
+def _read(fd):
+  try:
+    return json.loads(os.pread(fd, 65536, 0).decode() or "null")
+  except (ValueError, UnicodeDecodeError):
+    return None
+
+
+def _same_file(fd, path):
+  try:
+    here, there = os.fstat(fd), os.stat(path)
+  except FileNotFoundError:
+    return False
+  return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _start_time(pid):
+  """The process's start time in clock ticks since boot (Linux), or None."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return int(f.read().rsplit(")", 1)[1].split()[19])
+  except (OSError, IndexError, ValueError):
+    return None
+
+
+def _alive(holder):
+  """Whether the holder's process still runs (unknowable on another host: yes)."""
+  if holder.get("host") != socket.gethostname():
+    return True
+  pid = holder.get("pid")
+  if not isinstance(pid, int):
+    return False
+  start = _start_time(pid)
+  # The same PID with another start time is a new process that reused it.
+  return start is not None and start == holder.get("start_time", start)
+
+
+def _describe(holder):
+  return (f"process {holder.get('pid')} on {holder.get('host')} (since "
+          f"{holder.get('since')}: {holder.get('command')})")
+
+
+def _in_use(workdir, holder):
+  who = _describe(holder) if holder else "another process"
+  return (f"workdir {workdir!r} is in use by {who}: two runs writing one work "
+          "directory overwrite each other's checkpoints. Stop that run first (it "
+          "saves a checkpoint on SIGTERM), or pass another workdir.")

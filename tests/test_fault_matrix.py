@@ -1,0 +1,383 @@
+"""The fault matrix: each fault in each phase of a run, in a real subprocess.
+
+`MATRIX` lists every (fault, phase) cell: the test that makes it happen (here,
+or in tests/test_faults.py for the faults that need a rerun compared with an
+uninterrupted run), what the user gets, the exit code and the steps lost; or,
+for a cell that cannot apply, why. docs/reliability.md shows it.
+
+Every run is tests/resume_task.py: 12 steps, 3 per compiled call, a checkpoint
+every 4, paused at a known point of a known phase (`--pause-in`) so that the
+fault lands there; the pause waits for a `go` file that the test writes after
+the fault. Each test prints its time to stop: from the fault (or from `go`,
+when the run must first finish a compiled call) to the exit. No assert is on
+a duration: "at once" is asserted as "without `go`", i.e. without the paused
+work ever finishing.
+
+    python -m pytest tests/test_fault_matrix.py -s   # with the times to stop
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import typing
+
+import pytest
+import tensorflow as tf
+
+import ctl
+from helpers import RESUME_TASK, ROOT, _env, alive, free_ports
+from test_faults import wait_for
+
+pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
+
+
+class Cell(typing.NamedTuple):
+  """One fault in one phase: its test and outcome, or why it cannot apply."""
+  fault: str
+  phase: str
+  test: typing.Optional[str]  # "test_faults.py::name" for a test there
+  outcome: str
+  exit_code: str = ""
+  steps_lost: str = ""
+
+
+PHASES = ("start-up", "between calls", "inside a compiled call", "evaluation",
+          "checkpoint save", "export")
+MATRIX = [
+    Cell("SIGKILL", "start-up", None, "n/a: nothing is trained yet; the kernel ends the "
+         "process at once"),
+    Cell("SIGKILL", "between calls", "test_faults.py::test_sigkill_then_rerun_equals_uninterrupted",
+         "the newest checkpoint is restored by the rerun, which equals an uninterrupted run",
+         "-9", "since the last checkpoint"),
+    Cell("SIGKILL", "inside a compiled call", None, "as between calls: the kernel ends the "
+         "process wherever it is, and a checkpoint is only ever replaced whole"),
+    Cell("SIGKILL", "evaluation", None, "as between calls (an evaluation changes no "
+         "training state)"),
+    Cell("SIGKILL", "checkpoint save",
+         "test_faults.py::test_crash_during_checkpoint_write_leaves_previous_restorable",
+         "the previous checkpoint stays the newest and is restored", "-9",
+         "since the previous checkpoint"),
+    Cell("SIGKILL", "export", "test_sigkill_during_an_export_leaves_no_scratch_for_good",
+         "the half-written export's scratch directory is removed by the next run, which "
+         "exports again", "-9", "since the last checkpoint"),
+    Cell("missing peer", "start-up", "test_a_missing_peer_times_out_naming_it",
+         "after CTL_STARTUP_TIMEOUT (or startup_timeout; 600 s by default) the process "
+         "exits naming the peers that never answered", "1", "none"),
+    Cell("SIGTERM", "start-up", "test_a_signal_while_waiting_for_peers_exits_at_once",
+         "the wait for the cluster's peers ends at once, naming them", "143", "none"),
+    Cell("SIGTERM", "between calls",
+         "test_faults.py::test_sigterm_saves_exits_42_and_rerun_resumes",
+         "the action in progress is abandoned, a checkpoint saved at once; the rerun "
+         "equals an uninterrupted run", "42", "none"),
+    Cell("SIGTERM", "inside a compiled call", "test_a_signal_inside_a_compiled_call",
+         "the call ends (at most steps_per_loop steps), then a checkpoint", "42", "none"),
+    Cell("SIGTERM", "evaluation", "test_a_signal_during_evaluation_abandons_it",
+         "the evaluation is abandoned after the batch in flight, a checkpoint saved", "42",
+         "none"),
+    Cell("SIGTERM", "checkpoint save", "test_a_signal_during_a_save_lets_it_finish",
+         "the save finishes, then the run exits", "42", "none"),
+    Cell("SIGTERM", "export", "test_a_signal_during_an_export_abandons_it",
+         "the export is abandoned at once (its scratch directory removed), a checkpoint "
+         "saved", "42", "none"),
+    Cell("SIGINT (Ctrl-C)", "start-up", "test_a_signal_while_waiting_for_peers_exits_at_once",
+         "as SIGTERM", "130", "none"),
+    Cell("SIGINT (Ctrl-C)", "between calls", "test_ctrl_c_between_calls",
+         "as SIGTERM, then `ctl.Interrupted` (the ctl command exits 130)", "130", "none"),
+    Cell("SIGINT (Ctrl-C)", "inside a compiled call", "test_a_signal_inside_a_compiled_call",
+         "a line at once saying what will happen; the call ends, then a checkpoint", "130",
+         "none"),
+    Cell("SIGINT (Ctrl-C)", "evaluation", "test_a_signal_during_evaluation_abandons_it",
+         "as SIGTERM", "130", "none"),
+    Cell("SIGINT (Ctrl-C)", "checkpoint save", "test_a_signal_during_a_save_lets_it_finish",
+         "as SIGTERM", "130", "none"),
+    Cell("SIGINT (Ctrl-C)", "export", "test_a_signal_during_an_export_abandons_it",
+         "as SIGTERM", "130", "none"),
+    Cell("second SIGINT", "inside a compiled call", "test_a_second_ctrl_c_quits_at_once",
+         "the process quits at once, inside the call, without saving", "130",
+         "since the last checkpoint"),
+    Cell("second writer", "between calls", "test_a_second_writer_fails_at_once",
+         "the second run fails before restoring, naming the first (host, PID, command); "
+         "the first goes on", "1", "none"),
+    Cell("second writer", "(any other)", None, "as between calls: the lock is held from "
+         "before the restore to the end of `fit`"),
+    Cell("launcher SIGKILL", "between calls", "test_killing_the_launcher_stops_its_workers",
+         "each worker sees the launcher gone within a second and stops as at SIGTERM "
+         "(both save together)", "42", "none"),
+    Cell("launcher SIGKILL", "(any other)", None, "as SIGTERM in that phase, sent by each "
+         "worker to itself"),
+    Cell("workdir deleted", "between calls", "test_a_deleted_workdir_is_made_again",
+         "noticed after the next compiled call: made again, a checkpoint saved there at "
+         "once, summaries written to it again; the run ends normally", "0",
+         "none (what was in the old directory is gone)"),
+    Cell("failing write", "checkpoint save",
+         "test_faults.py::test_failed_checkpoint_write_reports_and_keeps_the_previous",
+         "an OSError naming the checkpoint and the fix; the previous checkpoint is whole",
+         "1", "since the previous checkpoint"),
+    Cell("failing write", "export", None, "not handled: the export's OSError ends the run "
+         "(its scratch directory is removed); the checkpoints are whole"),
+]
+
+
+def start(workdir, *args, env=None):
+  os.makedirs(workdir, exist_ok=True)
+  return subprocess.Popen(
+      [sys.executable, RESUME_TASK, "--workdir", str(workdir), "--out",
+       os.path.join(workdir, "..", "out.npz"), "--steps", "12"] + list(args),
+      cwd=ROOT, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc, timeout=180):
+  """(exit code, the rest of the output)."""
+  try:
+    rest = proc.communicate(timeout=timeout)[0]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  return proc.returncode, rest
+
+
+def go(workdir):
+  open(os.path.join(workdir, "go"), "w").close()
+
+
+def newest(workdir):
+  path = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+  return int(path.rsplit("-", 1)[1]) if path else None
+
+
+def report(cell, seconds):
+  print(f"\ntime to stop, {cell}: {seconds:.2f} s")
+
+
+SIGNALS = {"SIGTERM": (signal.SIGTERM, ctl.PREEMPTED_EXIT_CODE),
+           "SIGINT": (signal.SIGINT, ctl.INTERRUPTED_EXIT_CODE)}
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_inside_a_compiled_call(tmp_path, name):
+  signum, code = SIGNALS[name]
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "call", "--pause-at", "5")
+  wait_for(proc, "PAUSED call 5")  # inside the call of steps 4, 5 and 6
+  proc.send_signal(signum)
+  if signum == signal.SIGINT:  # said at once, while the call still runs
+    wait_for(proc, "ctl: Ctrl-C: saving a checkpoint and stopping after the work in "
+             "progress (at most one compiled call of 3 steps)")
+  released = time.monotonic()
+  go(work)
+  exit_code, log = finish(proc)
+  report(f"{name} inside a compiled call (from the call's end)", time.monotonic() - released)
+  assert exit_code == code, log
+  assert newest(work) == 7  # where the call ended: nothing lost
+
+
+def test_a_second_ctrl_c_quits_at_once(tmp_path):
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "call", "--pause-at", "5")
+  wait_for(proc, "PAUSED call 5")
+  proc.send_signal(signal.SIGINT)
+  wait_for(proc, "ctl: Ctrl-C:")
+  sent = time.monotonic()
+  proc.send_signal(signal.SIGINT)
+  exit_code, log = finish(proc)  # without `go`: the call never finished
+  report("a second SIGINT inside a compiled call", time.monotonic() - sent)
+  assert exit_code == ctl.INTERRUPTED_EXIT_CODE, log
+  assert "ctl: second Ctrl-C: quitting now, without saving." in log
+  assert newest(work) == 4
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_during_evaluation_abandons_it(tmp_path, name):
+  signum, code = SIGNALS[name]
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "eval", "--pause-at", "6")
+  wait_for(proc, "PAUSED eval 6")  # in the first of 3 batches
+  proc.send_signal(signum)
+  released = time.monotonic()
+  go(work)
+  exit_code, log = finish(proc)
+  report(f"{name} during evaluation (from the batch's end)", time.monotonic() - released)
+  assert exit_code == code, log
+  assert "Evaluate abandoned at step 6 by a signal" in log
+  assert newest(work) == 6
+  assert not os.path.exists(work / "events" / "eval")  # no metrics of a partial evaluation
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_during_a_save_lets_it_finish(tmp_path, name):
+  signum, code = SIGNALS[name]
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "save", "--pause-at", "8")
+  wait_for(proc, "PAUSED save 8")
+  proc.send_signal(signum)
+  released = time.monotonic()
+  go(work)
+  exit_code, log = finish(proc)
+  report(f"{name} during a checkpoint save (from the save's end)", time.monotonic() - released)
+  assert exit_code == code, log
+  assert newest(work) == 8
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_during_an_export_abandons_it(tmp_path, name):
+  signum, code = SIGNALS[name]
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "export", "--pause-at", "6")
+  wait_for(proc, "PAUSED export")
+  sent = time.monotonic()
+  proc.send_signal(signum)
+  exit_code, log = finish(proc)  # without `go`: abandoned, not finished
+  report(f"{name} during an export", time.monotonic() - sent)
+  assert exit_code == code, log
+  assert "Export abandoned at step 6 by a signal" in log
+  assert newest(work) == 6
+  assert [n for n in os.listdir(work / "export") if n.startswith(".")] == []
+
+
+def test_sigkill_during_an_export_leaves_no_scratch_for_good(tmp_path):
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "export", "--pause-at", "6")
+  wait_for(proc, "PAUSED export")
+  proc.kill()
+  finish(proc)
+  scratch = [n for n in os.listdir(work / "export") if n.startswith(".generator-")]
+  assert scratch, os.listdir(work / "export")  # the .keras file is in it
+  proc = start(work)  # the same run again, without the pause
+  exit_code, log = finish(proc)
+  assert exit_code == 0, log
+  assert [n for n in os.listdir(work / "export") if n.startswith(".")] == []
+  assert newest(work) == 12
+
+
+def test_ctrl_c_between_calls(tmp_path):
+  work = tmp_path / "work"
+  proc = start(work, "--pause-in", "action", "--pause-at", "3")
+  wait_for(proc, "PAUSED 3")
+  sent = time.monotonic()
+  proc.send_signal(signal.SIGINT)
+  exit_code, log = finish(proc)  # without `go`
+  report("SIGINT between calls", time.monotonic() - sent)
+  assert exit_code == ctl.INTERRUPTED_EXIT_CODE, log
+  assert "INTERRUPTED: Ctrl-C: saved a checkpoint at step 3; rerun the same command" in log
+  assert newest(work) == 3
+
+
+def test_a_second_writer_fails_at_once(tmp_path):
+  work = tmp_path / "work"
+  first = start(work, "--pause-at", "3")
+  try:
+    wait_for(first, "PAUSED 3")
+    second = start(work)
+    exit_code, log = finish(second)
+    assert exit_code == 1, log
+    assert re.search(rf"WorkdirInUse: workdir '{re.escape(str(work))}' is in use by process "
+                     rf"{first.pid} on \S+ \(since .*resume_task.py", log), log
+    assert "Stop that run first" in log
+    go(work)
+  finally:
+    exit_code, log = finish(first)
+  assert exit_code == 0, log  # the first run was not disturbed
+  assert newest(work) == 12
+
+
+def test_a_deleted_workdir_is_made_again(tmp_path):
+  work = tmp_path / "work"
+  exit_code, log = finish(start(work, "--delete-workdir-at", "6"))
+  assert exit_code == 0, log
+  assert f"workdir {work} disappeared (deleted or moved), noticed at step 8: made it" in log
+  assert f"saved {work}/checkpoints/ckpt-8" in log
+  assert sorted(n for n in os.listdir(work / "checkpoints") if n.endswith(".index")) == [
+      "ckpt-12.index", "ckpt-8.index"]
+  assert os.listdir(work / "events" / "train")  # written again
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_while_waiting_for_peers_exits_at_once(tmp_path, name):
+  signum, code = SIGNALS[name]
+  ports = free_ports(2)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})}
+  proc = start(tmp_path / "work", "--strategy", "multi_worker", env=env)
+  wait_for(proc, f"ctl: waiting up to 600 s for the cluster's other tasks: worker 1 at "
+           f"127.0.0.1:{ports[1]}")
+  sent = time.monotonic()
+  proc.send_signal(signum)
+  exit_code, log = finish(proc)
+  report(f"{name} at start-up", time.monotonic() - sent)
+  del code  # nothing to save yet: the shell's code for the signal
+  assert exit_code == 128 + signum, log
+  assert f"{signal.Signals(signum).name} while waiting for the cluster's other tasks" in log
+
+
+def test_a_missing_peer_times_out_naming_it(tmp_path):
+  ports = free_ports(2)
+  cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+  env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}),
+         "CTL_STARTUP_TIMEOUT": "2"}
+  exit_code, log = finish(start(tmp_path / "work", "--strategy", "multi_worker", env=env))
+  assert exit_code == 1, log
+  assert (f"ctl: gave up after waiting 2 s for the cluster's other tasks: worker 0 at "
+          f"127.0.0.1:{ports[1]} never answered") in log
+
+
+def test_killing_the_launcher_stops_its_workers(tmp_path):
+  work = tmp_path / "work"
+  os.makedirs(work)
+  # Each worker's stderr goes to a file named by its PID (`exec` keeps the
+  # shell's): the launcher that would have carried it is killed.
+  task = " ".join([sys.executable, RESUME_TASK, "--strategy", "multi_worker", "--workdir",
+                   str(work), "--out", str(tmp_path / "out"), "--steps", "12", "--dropout",
+                   "0", "--pause-at", "3", "--checkpoint-every", "100"])
+  command = [sys.executable, "-m", "ctl.cli", "launch", "--workers", "2", "--grace", "60",
+             "--", "sh", "-c", f'exec {task} 2> "{tmp_path}/stderr.$$"']
+  launcher = subprocess.Popen(command, cwd=ROOT, env=_env(None), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+  lines, paused, workers = [], set(), []
+  try:
+    for line in launcher.stdout:
+      lines.append(line)
+      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 3$", line))
+      if len(paused) == 2:
+        break
+    workers = [int(p) for p in re.findall(r"worker \d \(pid (\d+)\)", "".join(lines))]
+    assert len(workers) == 2, "".join(lines)
+    launcher.kill()
+    killed = time.monotonic()
+    # Go on once each worker has seen its launcher gone (and sent itself
+    # SIGTERM, whose handler runs before the paused action next looks for `go`).
+    deadline = killed + 60  # bounds on waits, not the claim (see the report)
+    logs = [tmp_path / f"stderr.{pid}" for pid in workers]
+    while not all("is gone; stopping this task" in p.read_text() for p in logs):
+      assert time.monotonic() < deadline, [p.read_text()[-2000:] for p in logs]
+      time.sleep(0.05)
+    go(work)
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+      time.sleep(0.05)
+    report("workers after their launcher's SIGKILL", time.monotonic() - killed)
+  finally:
+    launcher.kill()
+    launcher.wait()
+    for pid in workers:
+      if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+  assert not any(alive(pid) for pid in workers)
+  # TF's handler, told at step 3: both workers save after the next call, together.
+  assert newest(work) == 6
+
+
+def test_the_matrix_lists_every_test_here_and_every_cell():
+  here = {name for name in globals() if name.startswith("test_")}
+  listed = {cell.test for cell in MATRIX if cell.test and "::" not in cell.test}
+  assert listed == here - {"test_the_matrix_lists_every_test_here_and_every_cell"}, (
+      sorted(here - listed))
+  import test_faults  # pylint: disable=import-outside-toplevel
+  elsewhere = {cell.test.split("::")[1] for cell in MATRIX if cell.test and "::" in cell.test}
+  assert elsewhere <= set(vars(test_faults)), sorted(elsewhere - set(vars(test_faults)))
+  for cell in MATRIX:
+    assert cell.phase in PHASES + ("(any other)",), cell
+    assert bool(cell.test) == bool(cell.exit_code), cell

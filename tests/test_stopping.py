@@ -1,0 +1,259 @@
+"""In one process: how `fit` stops (signals sent to itself), the work
+directory's lock, a work directory deleted mid-run, the waits for a cluster's
+peers, and what the step's first call tells about its data.
+
+The same faults in real subprocesses, with their exit codes, are the fault
+matrix of tests/test_faults.py.
+"""
+
+import json
+import logging
+import os
+import signal
+import socket
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+from ctl import peers
+from ctl import workdir as workdir_lib
+from test_outer_loop import build, data, runner, step
+
+
+class SendAt:
+  """An action that sends this process `signum` at step `at` (end: None)."""
+  collective = False
+
+  def __init__(self, signum, at=None):
+    self.signum = signum
+    self.every = ctl.Every(steps=at) if at else None
+    self.sent = False
+
+  def __call__(self, loop):
+    if not self.sent:
+      self.sent = True
+      os.kill(os.getpid(), self.signum)  # the handler runs before this returns
+
+
+def latest_step(workdir):
+  path = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+  return int(path.rsplit("-", 1)[1]) if path else None
+
+
+@pytest.mark.parametrize("signum,raised", [(signal.SIGTERM, SystemExit),
+                                           (signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_during_an_action_saves_at_once_and_stops(tmp_path, signum, raised):
+  previous = signal.getsignal(signum)
+  later = SendAt(signum)  # would run at the end: must not
+  with pytest.raises(raised) as stopped:
+    runner().fit(12, tmp_path, actions=[SendAt(signum, at=4), later], progress=False)
+  assert latest_step(tmp_path) == 4  # no step lost
+  assert not later.sent
+  if signum == signal.SIGTERM:
+    assert isinstance(stopped.value, ctl.Preempted) and stopped.value.code == 42
+  else:
+    assert isinstance(stopped.value, ctl.Interrupted)
+    assert "Ctrl-C: saved a checkpoint at step 4" in str(stopped.value)
+  assert signal.getsignal(signum) is previous
+  assert not (tmp_path / workdir_lib.LOCK_NAME).exists()  # released
+  resumed = runner()
+  resumed.fit(12, tmp_path, progress=False)
+  assert int(resumed.global_step.numpy()) == 12
+
+
+def test_ctrl_c_without_a_workdir_stops_and_keeps_the_runner():
+  r = runner()
+  with pytest.raises(ctl.Interrupted, match="stopped at step 4 .no workdir, nothing saved"):
+    r.fit(12, None, actions=[SendAt(signal.SIGINT, at=4)], progress=False)
+  assert int(r.global_step.numpy()) == 4
+  r.fit(8, None, progress=False)  # a notebook goes on with the same runner
+  assert int(r.global_step.numpy()) == 8
+
+
+def test_sigterm_during_the_end_abandons_it_and_the_rerun_does_it(tmp_path):
+  with pytest.raises(SystemExit) as stopped:
+    runner().fit(4, tmp_path, actions=[SendAt(signal.SIGTERM), ctl.Export("generator")],
+                 progress=False)
+  assert stopped.value.code == 42
+  assert latest_step(tmp_path) == 4
+  # The end was cut short: no export, no mark that it ran; the rerun does it.
+  assert not (tmp_path / "export" / "generator.keras").exists()
+  assert not (tmp_path / "checkpoints" / "finished_step").exists()
+  runner().fit(4, tmp_path, actions=[ctl.Export("generator")], progress=False)
+  assert (tmp_path / "export" / "generator.keras").exists()
+  assert (tmp_path / "checkpoints" / "finished_step").read_text() == "4\n"
+
+
+# The work directory.
+
+def test_the_lock_names_its_holder_and_is_released(tmp_path):
+  lock = workdir_lib.Lock(str(tmp_path))
+  holder = json.loads((tmp_path / workdir_lib.LOCK_NAME).read_text())
+  assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+  with pytest.raises(ctl.WorkdirInUse, match=rf"in use by process {os.getpid()} on "):
+    workdir_lib.Lock(str(tmp_path))
+  lock.release()
+  assert not (tmp_path / workdir_lib.LOCK_NAME).exists()
+  workdir_lib.Lock(str(tmp_path)).release()  # free again
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, caplog):
+  # What a SIGKILLed run leaves: the file, with no flock on it (the kernel
+  # dropped that with the process).
+  (tmp_path / workdir_lib.LOCK_NAME).write_text(json.dumps(
+      {"host": socket.gethostname(), "pid": 2 ** 22 + 1, "since": "then",
+       "command": "train.py"}))
+  with caplog.at_level(logging.WARNING, logger="ctl"):
+    r = runner()
+    r.fit(4, tmp_path, progress=False)
+  assert "taking over the lock left by process 4194305" in caplog.text
+  assert int(r.global_step.numpy()) == 4
+
+
+class DeleteWorkdir:
+  collective, every = False, ctl.Every(steps=4)
+
+  def __call__(self, loop):
+    if loop.step == 4:
+      tf.io.gfile.rmtree(loop.workdir)
+
+
+def test_a_workdir_deleted_mid_run_is_made_again_and_written(tmp_path, caplog):
+  workdir = tmp_path / "run"
+  with caplog.at_level(logging.WARNING, logger="ctl"):
+    runner(steps_per_loop=2).fit(
+        8, workdir, actions=[DeleteWorkdir(), ctl.Summaries(ctl.Every(steps=2))],
+        progress=False)
+  assert f"workdir {workdir} disappeared (deleted or moved), noticed at step 6" in caplog.text
+  # Saved at once (step 6), then at the end; the summaries after it are on disk.
+  assert latest_step(workdir) == 8
+  assert (workdir / workdir_lib.LOCK_NAME).exists() is False  # released at the end
+  events = tf.io.gfile.glob(str(workdir / "events" / "train" / "events.out.tfevents.*"))
+  steps = {e.step for path in events for e in tf.compat.v1.train.summary_iterator(path)
+           if e.summary.value}
+  assert steps == {6, 8}
+
+
+def test_a_killed_exports_scratch_is_removed_by_the_next_run(tmp_path, caplog):
+  scratch = tmp_path / "export" / ".generator-x1y2"
+  scratch.mkdir(parents=True)
+  (scratch / "model.keras").write_text("half written")
+  with caplog.at_level(logging.INFO, logger="ctl"):
+    runner().fit(4, tmp_path, actions=[ctl.Export("generator")], progress=False)
+  assert not scratch.exists()
+  assert sorted(os.listdir(tmp_path / "export")) == ["generator", "generator.keras"]
+
+
+def test_restore_data_false_resumes_with_another_batch_size(tmp_path):
+  runner().fit(4, tmp_path, progress=False)
+  bigger = ctl.Runner(step, build, data().unbatch().batch(16, drop_remainder=True).repeat(),
+                      steps_per_loop=2)
+  bigger.fit(6, tmp_path, actions=[ctl.Checkpoint(restore_data=False)], progress=False)
+  assert int(bigger.global_step.numpy()) == 6
+
+
+def test_evaluate_with_num_batches_reads_that_many_of_an_endless_dataset():
+  r = runner()
+  counted = r.evaluate(lambda ctx, x: {"rows": tf.cast(tf.shape(x)[0], tf.float32)},
+                       data().repeat(), num_batches=3)
+  assert counted == {"rows": 8.0}
+
+
+# The step's first call.
+
+def test_the_data_note_is_only_for_errors_about_the_data():
+  def buggy(ctx, x):
+    raise ValueError("a bug of the step's own")
+  with pytest.raises(ValueError) as error:
+    ctl.Runner(buggy, build, data().repeat()).train(1)
+  assert "data elements" not in "".join(getattr(error.value, "__notes__", []))
+  wrong = tf.data.Dataset.from_tensor_slices(np.zeros((16, 5), "float32")).batch(8).repeat()
+  with pytest.raises(Exception) as error:
+    ctl.Runner(step, build, wrong).train(1)
+  assert "data elements" in "".join(getattr(error.value, "__notes__", []))
+
+
+def test_gan_warns_of_images_outside_the_generators_range():
+  import gan  # pylint: disable=import-outside-toplevel
+
+  def raw_digits(global_batch_size):
+    images = tf.zeros((32, 28, 28, 1), tf.uint8) + 255
+    return tf.data.Dataset.from_tensor_slices(images).repeat().batch(global_batch_size)
+
+  with pytest.warns(UserWarning, match=r"values in \[255, 255\] \(uint8\).*tanh output is "
+                    r"in \[-1, 1\].*/ 127.5 - 1"):
+    gan.train("unused", dataset=raw_digits, batch_size=8, mode="build",
+              generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+              discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    gan.experiment._warn_if_out_of_range(  # pylint: disable=protected-access
+        tf.data.Dataset.from_tensor_slices(tf.zeros((8, 2))).batch(4), None)
+
+
+# Waiting for a cluster's peers.
+
+class Clock:
+
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+  def sleep(self, seconds):
+    self.now += seconds
+
+
+def test_waiting_for_peers_names_those_that_never_answer(capsys):
+  with socket.create_server(("127.0.0.1", 0)) as up:
+    here = f"127.0.0.1:{up.getsockname()[1]}"
+    gone = f"127.0.0.1:{ctl.launch.free_ports(1)[0]}"
+    others, me = peers.cluster_peers({"worker": [here, gone, "127.0.0.1:1"]}, "worker", 2)
+    assert others == [("worker 0", here), ("worker 1", gone)] and me == "127.0.0.1:1"
+    clock = Clock()
+    with pytest.raises(SystemExit) as stopped:
+      peers.wait_for_peers(others, me, 5, clock=clock, sleep=clock.sleep)
+  assert stopped.value.code == peers.STARTUP_FAILED_EXIT_CODE == 1
+  err = capsys.readouterr().err
+  assert f"gave up after waiting 5 s for the cluster's other tasks: worker 1 at {gone} " \
+         "never answered" in err
+  assert "worker 0" not in err and "CTL_STARTUP_TIMEOUT" in err
+  assert clock.now >= 5
+
+
+def test_while_waiting_this_task_listens_for_its_peers():
+  port = ctl.launch.free_ports(1)[0]
+  with socket.create_server(("127.0.0.1", 0)) as up:
+    peer = f"127.0.0.1:{up.getsockname()[1]}"
+
+    def check_me_listening(seconds):
+      with socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass  # the placeholder of this task accepts
+    peers.wait_for_peers([("worker 0", peer)], f"127.0.0.1:{port}", 5, sleep=check_me_listening)
+  with pytest.raises(OSError):  # closed again, for TF's server to bind
+    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_a_signal_ends_the_wait_for_peers(capsys):
+  def interrupt(seconds):
+    os.kill(os.getpid(), signal.SIGTERM)
+  gone = f"127.0.0.1:{ctl.launch.free_ports(1)[0]}"
+  previous = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(SystemExit) as stopped:
+    peers.wait_for_peers([("chief 0", gone)], None, 0, sleep=interrupt)
+  assert stopped.value.code == 128 + signal.SIGTERM
+  assert f"SIGTERM while waiting for the cluster's other tasks (chief 0 at {gone} not " \
+         "there yet); nothing was trained" in capsys.readouterr().err
+  assert signal.getsignal(signal.SIGTERM) is previous
+
+
+@pytest.mark.parametrize("value,env,expected", [
+    (None, {}, 600.0), (None, {"CTL_STARTUP_TIMEOUT": "30"}, 30.0),
+    (5, {"CTL_STARTUP_TIMEOUT": "30"}, 5.0), (0, {}, 0.0)])
+def test_startup_timeout_comes_from_the_argument_the_variable_or_the_default(
+    value, env, expected):
+  assert peers.startup_timeout(value, env) == expected
