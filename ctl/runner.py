@@ -159,8 +159,11 @@ class Runner:
     steps or 10 minutes and at the end, and writes TensorBoard scalars every
     100 steps to `<workdir>/events/train`; pass `ctl.Checkpoint(...)` or
     `ctl.Summaries(...)` in `actions` to change that. On SIGTERM it saves and
-    exits with code 42 (`ctl.PREEMPTED_EXIT_CODE`). A NaN or Inf result stops
-    training with a FloatingPointError before anything later is saved.
+    exits with code 42 (`ctl.PREEMPTED_EXIT_CODE`); on Ctrl-C it saves and
+    raises `ctl.Interrupted` (a second Ctrl-C quits at once); see
+    `ctl.stopping`. One run at a time may write a work directory: another
+    fails at once with `ctl.WorkdirInUse`. A NaN or Inf result stops training
+    with a FloatingPointError before anything later is saved.
 
     Args:
       num_steps: the global step to train up to (not a number of new steps),
