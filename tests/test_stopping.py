@@ -38,6 +38,16 @@ class SendAt:
       os.kill(os.getpid(), self.signum)  # the handler runs before this returns
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_as_in_a_terminal():
+  """SIGINT raises KeyboardInterrupt, as in a terminal, even when this test runs
+  in the background (a shell's background job starts with SIGINT ignored, and
+  `fit` then leaves it ignored)."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, previous)
+
+
 def latest_step(workdir):
   path = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
   return int(path.rsplit("-", 1)[1]) if path else None
