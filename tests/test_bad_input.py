@@ -1203,33 +1203,41 @@ def _nested_models():
   return {"outer": outer, "inner": inner}, {"outer": keras.optimizers.Adam(0.01)}
 
 
+def _spectral_norm():
+  # The wrapper the GAN kit's spectral_norm=True puts on each layer: a power-
+  # iteration vector beside the weights, updated in training.
+  model = keras.Sequential([keras.Input((1,)), keras.layers.SpectralNormalization(
+      keras.layers.Dense(4)), keras.layers.Dense(1)], name="critic")
+  return {"critic": model}, {"critic": keras.optimizers.Adam(0.01)}
+
+
 def _step_every_optimizer(ctx, x):
   results = {}
   for i, name in enumerate(ctx.optimizers):
     with tf.GradientTape() as tape:
-      loss = ctx.average(tf.square(ctx.models[name](x)[:, 0] - x[:, 0]))
+      y = tf.cast(ctx.models[name](x)[:, 0], tf.float32)  # float16 under mixed_float16
+      loss = ctx.average(tf.square(y - x[:, 0]))
     results[f"loss_{i}"] = ctx.minimize(loss, name, tape=tape)
   return results
 
 
-def _user_layout(build):
+def _user_layout(build, **kwargs):
   return lambda: _runner(step=_step_every_optimizer, build=build,
-                         data=_data(n=32).repeat())
+                         data=_data(n=32).repeat(), **kwargs)
 
 
-def _gan_layout(mixed_precision=None, **options):
+def _gan_layout(**options):
   def make():
     from gan import experiment  # pylint: disable=import-outside-toplevel
     import gan  # pylint: disable=import-outside-toplevel
     kind = dict(options)
     num_classes, encoder = kind.pop("num_classes", None), kind.pop("encoder", False)
-    spectral_norm = kind.pop("spectral_norm", False)
     step = experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
                                 discriminator_loss=gan.non_saturating_discriminator_loss,
                                 noise_dim=4, conditional=bool(num_classes),
                                 encoder=encoder, **kind)
     discriminator = ((lambda **kw: gan.bigan_discriminator(width=4, **kw)) if encoder else
-                     (lambda **kw: gan.dcgan_discriminator(4, spectral_norm=spectral_norm, **kw)))
+                     (lambda **kw: gan.dcgan_discriminator(4, **kw)))
     build = experiment.make_build(
         generator=lambda **kw: gan.dcgan_generator(width=4, **kw), discriminator=discriminator,
         encoder=(lambda **kw: gan.dcgan_encoder(width=4, **kw)) if encoder else None,
@@ -1238,8 +1246,7 @@ def _gan_layout(mixed_precision=None, **options):
     images = np.linspace(-1, 1, 32 * 64, dtype="float32").reshape(32, 8, 8, 1)
     data = tf.data.Dataset.from_tensor_slices(
         (images, np.arange(32, dtype="int32") % 10) if num_classes else images)
-    return ctl.Runner(step, build, data.repeat().batch(BATCH, drop_remainder=True),
-                      mixed_precision=mixed_precision)
+    return ctl.Runner(step, build, data.repeat().batch(BATCH, drop_remainder=True))
   return make
 
 
@@ -1248,12 +1255,12 @@ LAYOUTS = {
     "one-model-two-names": _user_layout(_one_model_two_names),
     "escaped-names": _user_layout(_escaped_names),
     "nested-models": _user_layout(_nested_models),
-    # The GAN kit's layouts, two runs holding all of them: an EMA copy, a
-    # class-conditional generator and discriminator, spectral norm and
-    # loss-scale optimizers (mixed_float16); the BiGAN's encoder and pair
+    "loss-scale-optimizers": _user_layout(_shared_trunk, mixed_precision="mixed_float16"),
+    "spectral-norm": _user_layout(_spectral_norm),
+    # The GAN kit's layouts, two runs holding them: an EMA copy, a class-
+    # conditional generator and discriminator; the BiGAN's encoder and pair
     # discriminator.
-    "gan-conditional-ema-spectral-norm-loss-scale": _gan_layout(
-        num_classes=10, ema_decay=0.5, spectral_norm=True, mixed_precision="mixed_float16"),
+    "gan-conditional-ema": _gan_layout(num_classes=10, ema_decay=0.5),
     "gan-bigan-ema": _gan_layout(encoder=True, ema_decay=0.5),
 }
 
