@@ -58,6 +58,7 @@ class Checkpointer:
     self.runner = runner
     self.directory = directory
     self.restore_data = restore_data
+    self._saved_step = None
     extended = runner.strategy.extended
     self.is_chief = extended.should_checkpoint
     state = variables(runner)
@@ -171,6 +172,8 @@ class Checkpointer:
     leaves the previous checkpoint the one that is restored.
     """
     step = int(self.runner.global_step.numpy())
+    if step == self._saved_step:  # e.g. a stop's save, then the end's
+      return self.latest if self.is_chief else None
     try:
       path = self._write_manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as e:
@@ -186,6 +189,7 @@ class Checkpointer:
           f"{newest or 'none (nothing was saved yet)'}; free disk space or fix the "
           "directory's permissions, then rerun the same command to resume from it."
       ) from e
+    self._saved_step = step
     if not self.is_chief:
       shutil.rmtree(self._scratch, ignore_errors=True)
       return None

@@ -129,10 +129,16 @@ def _train(loop, num_steps, actions, progress):
       history.append(results)
       loop.step, loop.results = loop.step + n, results
       bar.update(loop.step, results)
-      stopper.check(loop.step)  # first: a preempted job has little time left
-      _check_workdir(loop, checkpoint)
       if loop.step < num_steps:  # the last step's work is the end's
-        _run_due(loop, scheduled, stopper)
+        due = lambda: _run_due(loop, scheduled, stopper)  # noqa: E731
+      else:
+        due = lambda: _finish(loop, actions, stopper)  # noqa: E731
+      # A signal during the call: save first (a preempted job has little time
+      # left), then this step's work, then stop.
+      stopper.check(loop.step, then=due)
+      _check_workdir(loop, checkpoint)
+      if loop.step < num_steps:
+        due()
     _finish(loop, actions, stopper)
     stopper.check_after_end(loop.step)
   finally:

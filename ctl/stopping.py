@@ -8,17 +8,19 @@
     stopper.close()
 
 SIGTERM (what Kubernetes, Slurm and preemptible VMs send): the compiled call
-in flight ends, a checkpoint is saved and `Preempted` exits the program with
-`PREEMPTED_EXIT_CODE` (42), which schedulers restart. Ctrl-C (SIGINT): the
-same, then `Interrupted`, a KeyboardInterrupt (the `ctl` command exits with
-`INTERRUPTED_EXIT_CODE`, 130; a notebook shows it and keeps the runner); a
-second Ctrl-C quits at once, losing the steps since the last checkpoint.
+in flight ends, a checkpoint is saved, the actions due at that step run (the
+step's summaries, samples, evaluation: a further signal abandons them), and
+`Preempted` exits the program with `PREEMPTED_EXIT_CODE` (42), which
+schedulers restart. Ctrl-C (SIGINT): the same, then `Interrupted`, a
+KeyboardInterrupt (the `ctl` command exits with `INTERRUPTED_EXIT_CODE`, 130;
+a notebook shows it and keeps the runner); a second Ctrl-C quits at once.
 
-The longest wait is one compiled call (`steps_per_loop` steps) plus the
-save. An evaluation, sample grid or export in progress is abandoned at once in
-a one-process run; with several workers it is collective, so it ends first
-(an evaluation dataset must be finite: see `Runner.evaluate`). Workers agree
-on a signal that reached any of them, and all save together.
+The longest wait for the checkpoint is one compiled call (`steps_per_loop`
+steps) plus the save. An evaluation, sample grid or export in progress when
+the signal comes is abandoned at once in a one-process run (with several
+workers it is collective, so it ends first; evaluation data must be finite:
+see `Runner.evaluate`). Workers agree on a signal that reached any of them,
+and all save together.
 """
 
 import contextlib
@@ -101,18 +103,27 @@ class Stopper:
       self._catch(signal.SIGINT, lambda signum, frame: self._on_signal(signum))
       self._wakeup = _Wakeup(self._on_sigint_now)
 
-  def check(self, step):
-    """After a compiled call or an action: saves and raises if a signal came."""
-    if self._tf_handler is not None:
-      self._tf_handler.check()  # TF's handler: saves and raises Preempted itself
+  def check(self, step, then=None):
+    """After a compiled call or an action: if a signal came, saves, runs `then`
+    (the work due at this step, which a further signal abandons) and raises."""
+    preempted = self._tf_handler is not None and self._tf_handler.check()  # saved
     sigterm = self._sigterm and self._tf_handler is None
     sigterm, sigint = agree(self._strategy, [sigterm, self._sigint])
-    if not (sigterm or sigint):
+    if not (preempted or sigterm or sigint):
       return
     saved = self._checkpointer is not None
-    if saved:
+    if saved and not preempted:
       self._checkpointer.save()
-    raise Preempted(step, saved) if sigterm else Interrupted(step, saved)
+    if then is not None:
+      self._sigterm = self._sigint = False  # only a new signal abandons `then`
+      try:
+        with self.abandonable():
+          then()
+      except Abandoned:
+        pass
+    if preempted or sigterm:
+      raise Preempted(step, saved)
+    raise Interrupted(step, saved)
 
   def check_after_end(self, step):
     """After the end's actions: the end saved; exit as the signal asks."""
@@ -129,7 +140,7 @@ class Stopper:
     self._abandonable = self._one_process if self._previous else False
     try:
       if self._abandonable and (self._sigterm or self._sigint):
-        raise Abandoned()
+        raise Abandoned()  # it came just before
       yield
     finally:
       self._abandonable = False
@@ -270,17 +281,13 @@ class _TFHandler:
 
   def __init__(self, runner, checkpointer):
     global _cluster_handler_made
-    self._step = None
+    self._exited = False
 
-    def exit_fn():
-      raise Preempted(self._step)
-
-    def save_fn():
-      self._step = int(runner.global_step.numpy())
-      checkpointer.save()
+    def exit_fn():  # after its save; the Stopper then exits
+      self._exited = True
 
     config = tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn,
-                                                         save_fn=save_fn)
+                                                         save_fn=checkpointer.save)
     # The handler restores from the manager it is given: on every worker that
     # is the chief's directory, so all workers restore the same run count.
     self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
@@ -289,7 +296,10 @@ class _TFHandler:
     _cluster_handler_made = True
 
   def check(self):
+    """Whether TF's handler saved the checkpoint of a preemption now."""
+    self._exited = False
     self._handler.save_checkpoint_if_preempted()
+    return self._exited
 
   def received(self):
     received = getattr(self._handler, "_received_own_sigterm", None)

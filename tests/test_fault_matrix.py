@@ -74,7 +74,8 @@ MATRIX = [
          "the action in progress is abandoned, a checkpoint saved at once; the rerun "
          "equals an uninterrupted run", "42", "none"),
     Cell("SIGTERM", "inside a compiled call", "test_a_signal_inside_a_compiled_call",
-         "the call ends (at most steps_per_loop steps), then a checkpoint", "42", "none"),
+         "the call ends (at most steps_per_loop steps), a checkpoint is saved, that "
+         "step's actions run", "42", "none"),
     Cell("SIGTERM", "evaluation", "test_a_signal_during_evaluation_abandons_it",
          "the evaluation is abandoned after the batch in flight, a checkpoint saved", "42",
          "none"),

@@ -74,6 +74,38 @@ def test_a_signal_during_an_action_saves_at_once_and_stops(tmp_path, signum, rai
   assert int(resumed.global_step.numpy()) == 12
 
 
+class Record:
+  """Keeps the steps whose results it was given."""
+  collective = False
+
+  def __init__(self, every):
+    self.every = ctl.Every(steps=every)
+    self.steps = []
+
+  def __call__(self, loop):
+    n = len(next(iter(loop.results.values())))
+    self.steps += range(loop.step - n, loop.step)
+
+
+def test_a_signal_inside_a_call_saves_then_runs_that_steps_actions(tmp_path):
+  def signalling_step(ctx, real):  # SIGTERM to this process while step 5 runs
+    def send(value):
+      if int(value) == 5:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return value
+    sent = tf.py_function(send, [ctx.step], tf.int64)
+    sent.set_shape([])
+    return step(ctx, real + 0.0 * tf.cast(sent, tf.float32))
+
+  record = Record(every=4)
+  r = ctl.Runner(signalling_step, build, data().repeat(), steps_per_loop=4)
+  with pytest.raises(SystemExit) as stopped:
+    r.fit(12, tmp_path, actions=[record], progress=False)
+  assert stopped.value.code == 42
+  assert latest_step(tmp_path) == 8  # the call of steps 4-7 ended, then the save
+  assert record.steps == list(range(8))  # its results reached the actions: none lost
+
+
 def test_ctrl_c_without_a_workdir_stops_and_keeps_the_runner():
   r = runner()
   with pytest.raises(ctl.Interrupted, match="stopped at step 4 .no workdir, nothing saved"):
