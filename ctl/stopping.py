@@ -13,7 +13,9 @@ step's summaries, samples, evaluation: a further signal abandons them), and
 `Preempted` exits the program with `PREEMPTED_EXIT_CODE` (42), which
 schedulers restart. Ctrl-C (SIGINT): the same, then `Interrupted`, a
 KeyboardInterrupt (the `ctl` command exits with `INTERRUPTED_EXIT_CODE`, 130;
-a notebook shows it and keeps the runner); a second Ctrl-C quits at once.
+a notebook shows it and keeps the runner; a script that lets it through exits
+with 1, as CPython exits with 130 only for a plain KeyboardInterrupt); a
+second Ctrl-C quits at once.
 
 The longest wait for the checkpoint is one compiled call (`steps_per_loop`
 steps) plus the save. An evaluation, sample grid or export in progress when

@@ -63,11 +63,16 @@ def main(argv=None):
                       strategy=strategy, steps_per_loop=args.steps_per_loop,
                       eager=args.eager)
   # Rerunning the same command resumes from the newest checkpoint in --workdir.
-  runner.fit(args.steps, args.workdir, actions=[
-      # An 8x8 grid from the same noise each time.
-      ctl.Samples(gan.experiment.fixed_samples(NOISE_DIM), ctl.Every(steps=args.samples_every)),
-      ctl.Export("generator"),
-  ])
+  try:
+    runner.fit(args.steps, args.workdir, actions=[
+        # An 8x8 grid from the same noise each time.
+        ctl.Samples(gan.experiment.fixed_samples(NOISE_DIM),
+                    ctl.Every(steps=args.samples_every)),
+        ctl.Export("generator"),
+    ])
+  except ctl.Interrupted as e:  # Ctrl-C: saved; exit as a shell expects of it
+    print(e, file=sys.stderr)
+    sys.exit(ctl.INTERRUPTED_EXIT_CODE)
   print(f"wrote {args.workdir}: checkpoints, events, samples, export")
 
 

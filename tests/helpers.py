@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import types
@@ -105,6 +106,15 @@ def python(args, *, env=None, timeout=180, check=True):
   if check and proc.returncode != 0:
     raise AssertionError(f"{args} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
   return proc
+
+
+def start_python(args, *, env=None):
+  """Starts `python args...` from the repo root, with Ctrl-C's default action
+  (a shell's background job, such as CI's, starts with SIGINT ignored)."""
+  return subprocess.Popen(
+      [sys.executable] + list(args), cwd=ROOT, env=_env(env), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def ctl(*args, env=None, timeout=180, check=True):
