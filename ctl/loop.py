@@ -298,6 +298,22 @@ def _run(action, loop, stopper):
     _log.warning("%s abandoned at step %d by a signal", type(action).__name__, loop.step)
     stopper.check(loop.step)  # saves, and raises Preempted or Interrupted
     raise
+  except Exception as e:  # a full disk, a bug in a sample function, ...
+    _save_after_failure(loop, stopper, action, e)
+    raise
+
+
+def _save_after_failure(loop, stopper, action, error):
+  """An action failed: keep the steps trained since the last checkpoint."""
+  if stopper.checkpointer is None or num_workers(loop.runner.strategy) > 1:
+    return  # a save is collective: the other workers are not in this one
+  try:
+    path = stopper.checkpointer.save()
+  except Exception:  # pylint: disable=broad-except
+    return  # the action's error says more than the save's
+  error.add_note(f"ctl: {type(action).__name__} failed at step {loop.step}; the steps "
+                 f"trained are saved in {path}. Fix the cause and rerun the same "
+                 "command to resume.")
 
 
 def _check_finite(results, first_step, checkpoint):

@@ -263,6 +263,11 @@ class Runner:
       if os.path.exists(saved_path):  # a directory cannot be replaced in one step
         os.replace(saved_path, os.path.join(scratch, "previous"))
       os.replace(os.path.join(scratch, "saved_model"), saved_path)
+    except (OSError, tf.errors.OpError) as e:  # a full disk, a file-size limit, ...
+      raise OSError(
+          f"could not export model {name!r} to {directory}: {e}. An earlier export "
+          "there, if any, is unchanged; free disk space or fix the directory's "
+          "permissions, then export again.") from e
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
     if not self.strategy.extended.should_checkpoint:

@@ -81,7 +81,7 @@ class Stopper:
 
   def __init__(self, runner, checkpointer):
     self._strategy = runner.strategy
-    self._checkpointer = checkpointer
+    self.checkpointer = checkpointer
     self._runner = runner
     self._sigterm = self._sigint = False
     self._sigints = 0
@@ -113,9 +113,9 @@ class Stopper:
     sigterm, sigint = agree(self._strategy, [sigterm, self._sigint])
     if not (preempted or sigterm or sigint):
       return
-    saved = self._checkpointer is not None
+    saved = self.checkpointer is not None
     if saved and not preempted:
-      self._checkpointer.save()
+      self.checkpointer.save()
     if then is not None:
       self._sigterm = self._sigint = False  # only a new signal abandons `then`
       try:
@@ -132,9 +132,9 @@ class Stopper:
     if self._tf_handler is not None and self._tf_handler.received():
       raise Preempted(step)
     if self._sigterm:
-      raise Preempted(step, self._checkpointer is not None)
+      raise Preempted(step, self.checkpointer is not None)
     if self._sigint:
-      raise Interrupted(step, self._checkpointer is not None)
+      raise Interrupted(step, self.checkpointer is not None)
 
   @contextlib.contextmanager
   def abandonable(self):
@@ -176,7 +176,7 @@ class Stopper:
     # Runs in a thread as the signal arrives, even during a compiled call.
     self._sigint = True
     if count == 1:
-      what = ("saving a checkpoint and stopping" if self._checkpointer is not None
+      what = ("saving a checkpoint and stopping" if self.checkpointer is not None
               else "stopping")
       _write(f"ctl: Ctrl-C: {what} after the work in progress (at most one compiled "
              f"call of {self._runner.steps_per_loop} steps); press Ctrl-C again to "

@@ -16,6 +16,8 @@ call of step k (`call`), in the first batch of an evaluation at step k
 the work directory after step k. `--crash-in-save-at k` kills the process
 (SIGKILL) inside the save of the step-k checkpoint, after the checkpoint's files are
 written but before the file naming the newest checkpoint is updated.
+`--fail-export-at k` exports the generator at step k under a file-size limit,
+so the export's first file fails to be written with EFBIG.
 `--fail-save-after-step k` limits, after the step-k checkpoint, the size of
 any file the process writes, so the next checkpoint's data file fails to be
 written with EFBIG ("File too large"), as on a full disk. Writes
@@ -56,6 +58,7 @@ def parse_args():
   p.add_argument("--delete-workdir-at", type=int)
   p.add_argument("--crash-in-save-at", type=int)
   p.add_argument("--fail-save-after-step", type=int)
+  p.add_argument("--fail-export-at", type=int)
   p.add_argument("--nan-at", type=int)
   p.add_argument("--dropout", type=float, default=0.25)
   p.add_argument("--out", required=True)
@@ -200,6 +203,24 @@ def pause_in_export(workdir):
   keras.Model.export = export
 
 
+def limit_file_size_in_export():
+  """Makes every export's `.keras` file fail to be written (EFBIG), as on a
+  full disk; the limit is lifted after, so a checkpoint can still be saved."""
+  import keras
+  original = keras.Model.save
+
+  def save(self, *args, **kwargs):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail with EFBIG, do not kill
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+    try:
+      return original(self, *args, **kwargs)
+    finally:
+      resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+
+  keras.Model.save = save
+
+
 def pause_in_save(step, workdir):
   """Makes the save of `ckpt-<step>` wait, once its files are written, for `go`."""
   from tensorflow.python.checkpoint import checkpoint_management
@@ -267,6 +288,9 @@ def main():
   if pause and where == "export":
     pause_in_export(args.workdir)
     actions.append(ctl.Export("generator", ctl.Every(steps=pause)))
+  if args.fail_export_at:
+    limit_file_size_in_export()
+    actions.append(ctl.Export("generator", ctl.Every(steps=args.fail_export_at)))
   if args.fail_save_after_step:
     actions.append(LimitFileSize(args.fail_save_after_step, args.workdir))
   if args.delete_workdir_at:

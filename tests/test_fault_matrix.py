@@ -118,8 +118,9 @@ MATRIX = [
          "test_faults.py::test_failed_checkpoint_write_reports_and_keeps_the_previous",
          "an OSError naming the checkpoint and the fix; the previous checkpoint is whole",
          "1", "since the previous checkpoint"),
-    Cell("failing write", "export", None, "not handled: the export's OSError ends the run "
-         "(its scratch directory is removed); the checkpoints are whole"),
+    Cell("failing write", "export", "test_a_failing_export_saves_the_steps_and_names_the_fix",
+         "an OSError naming the export directory and the fix; a checkpoint is saved at "
+         "that step first; no scratch left; the rerun resumes there", "1", "none"),
 ]
 
 
@@ -253,6 +254,20 @@ def test_sigkill_during_an_export_leaves_no_scratch_for_good(tmp_path):
   assert exit_code == 0, log
   assert [n for n in os.listdir(work / "export") if n.startswith(".")] == []
   assert newest(work) == 12
+
+
+def test_a_failing_export_saves_the_steps_and_names_the_fix(tmp_path):
+  work = tmp_path / "work"
+  exit_code, log = finish(start(work, "--fail-export-at", "6"))  # ckpt-4 before it
+  assert exit_code == 1, log
+  assert f"OSError: could not export model 'generator' to {work / 'export'}: " in log, log
+  assert "File too large" in log, log  # the kernel's EFBIG, in the message
+  assert "ctl: Export failed at step 6; the steps trained are saved in" in log, log
+  assert newest(work) == 6
+  assert [n for n in os.listdir(work / "export") if n.startswith(".")] == []
+  exit_code, log = finish(start(work))  # the same run, the disk fixed
+  assert exit_code == 0, log
+  assert "restored" in log and newest(work) == 12, log
 
 
 def test_ctrl_c_between_calls(tmp_path):

@@ -409,3 +409,17 @@ def test_a_checkpoint_of_another_experiment_is_refused(tmp_path):
   other = ctl.Runner(step, other_build, data().repeat())
   with pytest.raises(ValueError, match="does not match this runner"):
     other.fit(4, tmp_path, progress=False)
+
+
+def test_a_failing_action_saves_the_steps_first(tmp_path):
+  def broken_samples(models):  # a researcher's bug, met at step 6
+    raise ValueError("bad samples function")
+
+  r = runner(steps_per_loop=2)
+  actions = [ctl.Checkpoint(ctl.Every(steps=4)),
+             ctl.Samples(broken_samples, ctl.Every(steps=6))]
+  with pytest.raises(ValueError, match="bad samples function") as raised:
+    r.fit(12, str(tmp_path), actions=actions, progress=False)
+  assert any("Samples failed at step 6; the steps trained are saved in" in note
+             for note in raised.value.__notes__)
+  assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-6")
