@@ -138,14 +138,31 @@ class Stopper:
 
   @contextlib.contextmanager
   def abandonable(self):
-    """Inside: a signal abandons the work at once (`Abandoned`), in one process."""
+    """Inside: a signal abandons the work at once (`Abandoned`), in one process.
+
+    A signal that lands in a callback (a weakref's, a `__del__`), where Python
+    prints an exception and drops it, lets the work finish instead; the
+    signal's flag is set, so the run stops right after it, and nothing is
+    printed but a line that says so.
+    """
     self._abandonable = self._one_process if self._previous else False
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable):
+      if isinstance(unraisable.exc_value, Abandoned):
+        _write("ctl: the signal came inside a callback: stopping after the work "
+               "in progress.")
+      else:
+        previous_hook(unraisable)
+
+    sys.unraisablehook = hook
     try:
       if self._abandonable and (self._sigterm or self._sigint):
         raise Abandoned()  # it came just before
       yield
     finally:
       self._abandonable = False
+      sys.unraisablehook = previous_hook
 
   def close(self):
     """Puts back the handlers that were there before."""

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -72,6 +73,31 @@ def test_a_signal_during_an_action_saves_at_once_and_stops(tmp_path, signum, rai
   resumed = runner()
   resumed.fit(12, tmp_path, progress=False)
   assert int(resumed.global_step.numpy()) == 12
+
+
+def test_a_signal_inside_a_callback_lets_the_action_finish_then_stops(tmp_path, capfd):
+  finished = []
+
+  class Garbage:
+    pass
+
+  def action(loop):  # the signal's handler runs inside a weakref's callback
+    def callback(_):
+      os.kill(os.getpid(), signal.SIGINT)
+      sum(range(1000))  # Python operations: the handler runs among them
+    garbage = Garbage()
+    ref = weakref.ref(garbage, callback)  # noqa: F841
+    del garbage  # the callback runs here; Python drops what it raises
+    finished.append(loop.step)
+
+  action.every, action.collective = ctl.Every(steps=4), False
+  with pytest.raises(ctl.Interrupted):
+    runner().fit(12, tmp_path, actions=[action], progress=False)
+  assert finished == [4]  # not abandoned: Python cannot raise from a callback
+  assert latest_step(tmp_path) == 4  # but stopped right after it, saved
+  err = capfd.readouterr().err
+  assert "ctl: the signal came inside a callback: stopping after the work" in err
+  assert "Exception ignored" not in err and "Traceback" not in err, err
 
 
 class Record:
