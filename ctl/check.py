@@ -34,6 +34,7 @@ import sys
 import tempfile
 import textwrap
 
+from ctl import _tf_internal
 from ctl import experiments
 
 Finding = collections.namedtuple("Finding", ["name", "ok", "message"])
@@ -273,10 +274,8 @@ def _graphs(graph, seen=None):
     return
   seen.add(id(graph))
   yield graph
-  for function in getattr(graph, "_functions", {}).values():
-    inner = getattr(function, "graph", None)
-    if inner is not None:
-      yield from _graphs(inner, seen)
+  for inner in _tf_internal.called_graphs(graph):
+    yield from _graphs(inner, seen)
 
 
 def _host_python(graphs, printed):

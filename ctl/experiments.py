@@ -29,6 +29,8 @@ import os
 import re
 import sys
 
+from ctl import _tf_internal
+
 DEFAULT_EXPERIMENT = "gan.train"
 MODES = ("train", "eval", "export", "build")
 USAGE_ERROR = 2  # what argparse exits with for a bad command line
@@ -257,7 +259,7 @@ def resolve_experiment(name):
     except ModuleNotFoundError as e:
       if not prefix.startswith(e.name or "\0"):  # a missing import inside the module
         raise
-  configurable = _registry().get_match(name)
+  configurable = _tf_internal.gin_registry().get_match(name)
   if configurable is None:
     raise ConfigError(f"--experiment {name!r} is not a gin configurable"
                       f"{_did_you_mean(name, _configurable_names())}; give its gin name "
@@ -315,22 +317,17 @@ def _import(module_name, experiment):
                       "installed).") from None
 
 
-def _registry():
-  import gin  # pylint: disable=import-outside-toplevel
-  return gin.config._REGISTRY  # pylint: disable=protected-access  (gin has no public listing)
-
-
 def _configurable_names():
   """Every registered configurable's full name and its last component."""
   names = set()
-  for selector, _ in _registry().items():
+  for selector, _ in _tf_internal.gin_registry().items():
     names.update((selector, selector.rpartition(".")[2]))
   return sorted(names)
 
 
 def _parameters_of(selector):
   try:
-    configurable = _registry().get_match(selector)
+    configurable = _tf_internal.gin_registry().get_match(selector)
   except KeyError:  # ambiguous
     return []
   if configurable is None:

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 
+from ctl import _tf_internal
 from ctl import data as data_lib
 from ctl import loop as loop_lib
 from ctl.context import StepContext
@@ -358,7 +359,7 @@ class Runner:
         not isinstance(opt, keras.optimizers.LossScaleOptimizer)):
       inner, opt = opt, keras.optimizers.LossScaleOptimizer(opt)
       if inner.built:  # built by the user on variables of their choice
-        opt.build(inner._trainable_variables)  # pylint: disable=protected-access
+        opt.build(_tf_internal.optimizer_variables(inner))
     if not opt.built:
       if name not in models:
         raise ValueError(

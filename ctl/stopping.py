@@ -38,6 +38,7 @@ import threading
 
 import tensorflow as tf
 
+from ctl import _tf_internal
 from ctl import strategies
 
 PREEMPTED_EXIT_CODE = 42
@@ -375,13 +376,10 @@ def _tf_handler_applies(strategy):
   coordination keys already set by the first; there, and in one process, ctl
   catches SIGTERM itself.
   """
-  from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
   if not (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and
           _in_cluster(strategy)):
     return False
-  if failure_handling_util.detect_platform() not in (
-      failure_handling_util.PlatformDevice.INTERNAL_CPU,
-      failure_handling_util.PlatformDevice.INTERNAL_GPU):
+  if not _tf_internal.on_internal_platform():
     return False
   return not _cluster_handler_made
 
@@ -394,8 +392,8 @@ def _in_cluster(strategy):
 class _TFHandler:
   """TF's PreemptionCheckpointHandler: workers agree on the step to save at.
 
-  Reads two private members of TF 2.21's handler (the SIGTERM flag, and the
-  watcher threads it leaves running), each with a fallback.
+  Reads two private members of TF's handler through `ctl._tf_internal`: the
+  SIGTERM flag, and the watcher threads it leaves running.
   """
 
   def __init__(self, runner, checkpointer):
@@ -421,14 +419,7 @@ class _TFHandler:
     return self._exited
 
   def received(self):
-    received = getattr(self._handler, "_received_own_sigterm", None)
-    return received is not None and received.is_set()
+    return _tf_internal.preemption_handler_received_sigterm(self._handler)
 
   def close(self):
-    # Its watcher threads otherwise live until garbage collection.
-    for stop in ("_stop_poll_termination_signal_thread",
-                 "_stop_cluster_wise_termination_watcher_thread"):
-      try:
-        getattr(self._handler, stop)()
-      except Exception:  # pylint: disable=broad-except
-        pass
+    _tf_internal.stop_preemption_handler_threads(self._handler)

@@ -16,6 +16,7 @@ import os
 
 import tensorflow as tf
 
+from ctl import _tf_internal
 from ctl import launch
 from ctl import peers
 
@@ -448,7 +449,7 @@ def _multi_worker(communication, startup_timeout, **unused):
     others, me = peers.cluster_peers(spec.as_dict(), resolver.task_type, resolver.task_id)
   options = tf.distribute.experimental.CommunicationOptions(
       implementation=COMMUNICATION[communication])
-  if others and _too_late_for_collectives():  # say so now, not after waiting for peers
+  if others and _tf_internal.too_late_for_collectives():  # say so now, not after waiting for peers
     raise RuntimeError(_MULTI_WORKER_TOO_LATE)
   timeout = peers.startup_timeout(startup_timeout)
   left = peers.wait_for_peers(others, me, timeout) if others else 0
@@ -472,19 +473,6 @@ _MULTI_WORKER_TOO_LATE = (
     "strategy 'multi_worker' must be created before TensorFlow runs any op in this "
     "process (TF configures collective ops once, at start-up). Call "
     "ctl.make_strategy('multi_worker') at the top of the program.")
-
-
-def _too_late_for_collectives():
-  """Whether TF ran an op already, so that collective ops can no longer be set up.
-
-  Reads two private members of TF's eager context (checked against TF 2.21), as
-  its own `configure_collective_ops` does before raising "must be configured at
-  program startup"; False if they are not there.
-  """
-  from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
-  ctx = context.context()
-  return (getattr(ctx, "_context_handle", None) is not None and
-          getattr(ctx, "_collective_leader", "") is None)
 
 
 def _parameter_server(startup_timeout, **unused):

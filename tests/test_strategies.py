@@ -33,7 +33,8 @@ def test_mirrored_uses_every_logical_cpu_by_default():
 @pytest.mark.parametrize("ops", ["reduce_to_one_device", "hierarchical_copy", "nccl"])
 def test_mirrored_cross_device_ops_knob(ops):
   strategy = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops=ops)
-  assert isinstance(strategy.extended._cross_device_ops, ctl.strategies.CROSS_DEVICE_OPS[ops])
+  assert isinstance(ctl._tf_internal.cross_device_ops(strategy),
+                    ctl.strategies.CROSS_DEVICE_OPS[ops])
 
 
 def test_unknown_name_lists_the_known_ones():

@@ -1,0 +1,138 @@
+"""Every use of a private TensorFlow, Keras or gin attribute, in one place.
+
+    from ctl import _tf_internal
+    if _tf_internal.too_late_for_collectives(): ...
+
+Each function here reads something that the public API does not offer, says
+what and why, and falls back to a safe answer when the attribute is gone. They
+were checked against the versions in `CHECKED`; under another version the
+first use logs, once, that the reads are unchecked there. Nothing else in the
+project reaches a private TF, Keras or gin attribute (a test scans for it).
+"""
+
+import importlib.metadata
+import logging
+
+_log = logging.getLogger("ctl")
+
+# Distribution name -> the release series these reads were checked against.
+CHECKED = {"tensorflow": ("2.21",), "keras": ("3.15",), "gin-config": ("0.5",)}
+
+_checked_once = set()
+
+
+def _note_version(distribution):
+  """Logs once per package when its installed version was not checked here."""
+  if distribution in _checked_once:
+    return
+  _checked_once.add(distribution)
+  try:
+    version = importlib.metadata.version(distribution)
+  except importlib.metadata.PackageNotFoundError:
+    return
+  if not version.startswith(tuple(f"{series}." for series in CHECKED[distribution])):
+    _log.warning("%s %s: ctl reads some of its private attributes (ctl/_tf_internal.py), "
+                 "checked against %s only; if something fails, that is the place to "
+                 "look.", distribution, version, ", ".join(CHECKED[distribution]))
+
+
+def too_late_for_collectives():
+  """Whether TF ran an op already, so that collective ops can no longer be set up.
+
+  Reads the eager context's handle and collective leader, as TF's own
+  `configure_collective_ops` does before raising "must be configured at
+  program startup"; False if they are not there.
+  """
+  _note_version("tensorflow")
+  from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+  ctx = context.context()
+  return (getattr(ctx, "_context_handle", None) is not None and
+          getattr(ctx, "_collective_leader", "") is None)
+
+
+def on_internal_platform():
+  """Whether TF's preemption handler watches SIGTERM here (not a GCE metadata server).
+
+  `PreemptionCheckpointHandler` picks its signal source by platform; only on
+  the "internal" CPU/GPU platforms (anything but GCE) is it SIGTERM.
+  """
+  _note_version("tensorflow")
+  from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
+  return failure_handling_util.detect_platform() in (
+      failure_handling_util.PlatformDevice.INTERNAL_CPU,
+      failure_handling_util.PlatformDevice.INTERNAL_GPU)
+
+
+def preemption_handler_received_sigterm(handler):
+  """Whether a `PreemptionCheckpointHandler` caught a SIGTERM to this process.
+
+  Its public methods only act on it; the flag says a signal came before the
+  handler's next save, which ctl reports. False if the flag is gone.
+  """
+  _note_version("tensorflow")
+  received = getattr(handler, "_received_own_sigterm", None)
+  return received is not None and received.is_set()
+
+
+def stop_preemption_handler_threads(handler):
+  """Stops the watcher threads a `PreemptionCheckpointHandler` leaves running.
+
+  Without this they live until garbage collection, and a later handler in the
+  same process (a second `fit`) finds the first one's threads still polling.
+  """
+  _note_version("tensorflow")
+  for stop in ("_stop_poll_termination_signal_thread",
+               "_stop_cluster_wise_termination_watcher_thread"):
+    try:
+      getattr(handler, stop)()
+    except Exception:  # pylint: disable=broad-except
+      pass
+
+
+def called_graphs(graph):
+  """The graphs of the functions `graph` calls directly (cond branches, loop bodies).
+
+  A FuncGraph keeps them in `_functions`; empty if it does not.
+  """
+  _note_version("tensorflow")
+  functions = getattr(graph, "_functions", {})
+  return [f.graph for f in functions.values() if getattr(f, "graph", None) is not None]
+
+
+def optimizer_variables(optimizer):
+  """The variables a built Keras optimizer was built on (to build a wrapper on them).
+
+  Keras 3 keeps them in `_trainable_variables` and has no public getter.
+  """
+  _note_version("keras")
+  return optimizer._trainable_variables  # pylint: disable=protected-access
+
+
+def cross_device_ops(strategy):
+  """The all-reduce implementation a MirroredStrategy uses (None if unknown)."""
+  _note_version("tensorflow")
+  return getattr(strategy.extended, "_cross_device_ops", None)
+
+
+def gin_registry():
+  """gin's registry of configurables (gin has no public listing of them).
+
+  Used to suggest the closest configurable or parameter for a misspelt one.
+  """
+  _note_version("gin-config")
+  import gin  # pylint: disable=import-outside-toplevel
+  return gin.config._REGISTRY  # pylint: disable=protected-access
+
+
+def legacy_h5_weights_writer():
+  """Keras' writer of the legacy HDF5 weights format, or None if it is gone.
+
+  Pretrained weight files (e.g. InceptionV3's, which `gan.inception_fid`
+  reads) are in that format; tests write one with random weights.
+  """
+  _note_version("keras")
+  try:
+    from keras.src.legacy.saving import legacy_h5_format  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  return legacy_h5_format.save_weights_to_hdf5_group
