@@ -297,9 +297,7 @@ def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=Fal
                actions=[ctl.Summaries(ctl.Every(steps=steps_per_loop))])
 
   def traces():
-    # `_loop` is the runner's compiled inner loop (None until built, or if eager).
-    loop = runner._loop  # pylint: disable=protected-access
-    return loop.experimental_get_tracing_count()
+    return runner.trace_count
   return Variant(fit if workdir else run, traces)
 
 

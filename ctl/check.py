@@ -127,21 +127,19 @@ def check_runner(runner, num_batches=3):
     A list of `Finding`s, one per check (see the module docstring).
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from ctl import data as data_lib  # pylint: disable=import-outside-toplevel
   if runner.strategy.num_replicas_in_sync != 1:
     raise ValueError(f"check_runner needs a runner on one device, got "
                      f"{runner.strategy.num_replicas_in_sync} replicas: XLA cannot hold "
                      "the cross-replica sum of a multi-device strategy on CPU; build "
                      "the runner with strategy='default'.")
-  if not isinstance(runner._feed, data_lib.GlobalBatches):  # pylint: disable=protected-access
+  if not runner.data_is_global_batches:
     raise ValueError("check_runner needs a runner whose data is a tf.data.Dataset of "
                      "global batches, not a dataset function.")
   if not isinstance(num_batches, int) or num_batches < 1:
     raise ValueError(f"num_batches must be a positive int, got {num_batches!r}.")
   findings = [_static_inputs(runner)]
   batches = _batches(runner, num_batches)
-  from ctl import checkpoints  # pylint: disable=import-outside-toplevel
-  saved = [(v, v.numpy()) for v in tf.nest.flatten(checkpoints.variables(runner))]
+  saved = [(v, v.numpy()) for v in tf.nest.flatten(runner.state.variables())]
   try:
     step = _CompiledStep(runner)
     error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
@@ -173,7 +171,7 @@ class _CompiledStep:
 
     def replica_step(batch, step):
       self.python_calls += 1
-      return runner._replica_step(batch, step)  # pylint: disable=protected-access
+      return runner.replica_step(batch, step)
 
     def compiled(batch, step):
       return runner.strategy.run(replica_step, args=(batch, step))
@@ -195,7 +193,7 @@ class _CompiledStep:
 
 def _static_inputs(runner):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  spec = runner._feed._dataset.element_spec  # pylint: disable=protected-access
+  spec = runner.element_spec
   unknown = [s for s in tf.nest.flatten(spec) if not s.shape.is_fully_defined()]
   if not unknown:
     return Finding(STATIC_INPUTS, True, f"every dimension of the data is known: {spec}.")
@@ -214,12 +212,11 @@ def _static_inputs(runner):
 
 def _batches(runner, count):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  feed = runner._feed  # pylint: disable=protected-access
-  iterator = feed.make_iterator()  # not the runner's: its position is checkpointed
+  iterator = runner.make_data_iterator()  # not the runner's: its position is checkpointed
   batches = []
   for _ in range(count):
     try:
-      batches.append(feed.next(iterator))
+      batches.append(runner.next_batch(iterator))
     except (tf.errors.OutOfRangeError, StopIteration):
       break
   if not batches:

@@ -23,19 +23,6 @@ import tensorflow as tf
 _log = logging.getLogger("ctl")
 
 
-def variables(runner):
-  """Every variable of a runner's training state: step, models and optimizers.
-
-  A Keras 3 model put in a tf.train.Checkpoint saves none of its own
-  variables (only those an optimizer reaches): they are listed explicitly, by
-  position, which does not depend on Keras' global layer names.
-  """
-  return dict(
-      step=runner.global_step,
-      models={name: list(m.variables) for name, m in runner.models.items()},
-      optimizers={name: list(o.variables) for name, o in runner.optimizers.items()})
-
-
 class Checkpointer:
   """Saves and restores a runner's state under `directory`.
 
@@ -61,7 +48,7 @@ class Checkpointer:
     self._saved_step = None
     extended = runner.strategy.extended
     self.is_chief = extended.should_checkpoint
-    state = variables(runner)
+    state = runner.state.variables()
     iterator = runner.data_iterator
     if iterator is not None:
       state["data"] = iterator
@@ -90,7 +77,8 @@ class Checkpointer:
     if self.is_chief:
       self._write_manager = self.manager
     else:
-      self._scratch = os.path.join(directory, f"workertemp_{extended._task_id}")  # pylint: disable=protected-access
+      self._scratch = os.path.join(directory,
+                                   f"workertemp_{runner.strategy.cluster_resolver.task_id}")
       self._write_manager = tf.train.CheckpointManager(self.checkpoint, self._scratch,
                                                        max_to_keep=1)
 
@@ -148,13 +136,13 @@ class Checkpointer:
     except tf.errors.OpError as e:
       raise self._damaged(path, e) from None
     self._check_data(path, reader)
-    differences = _differences(saved, variables(self.runner))
+    differences = _differences(saved, self.runner.state.variables())
     if differences:
       raise ValueError(
           f"checkpoint {path} does not match this runner: {'; '.join(differences)}. "
           "It was written for other models, optimizers or sizes; use a new work "
           "directory for this experiment, or build the runner as that run did.")
-    state = tf.nest.flatten(variables(self.runner))
+    state = tf.nest.flatten(self.runner.state.variables())
     before = [v.numpy() for v in state]
     try:
       status = self._restored.restore(path).expect_partial()

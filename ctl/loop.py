@@ -16,7 +16,6 @@ restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 
 import logging
 import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -25,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import actions as actions_lib
+from ctl import export as export_lib
 from ctl import stopping
 from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
@@ -248,8 +248,9 @@ def _lock(runner, workdir):
   if stopping.agree(runner.strategy, [error is not None])[0]:
     raise error or workdir_lib.WorkdirInUse(
         f"the chief could not take workdir {workdir!r}; its error says why.")
-  if lock is not None:
-    _remove_export_scratch(os.path.join(workdir, "export"))
+  if lock is not None:  # no export runs: what is there was left by one that was stopped
+    for path in export_lib.remove_scratch(os.path.join(workdir, "export")):
+      _log.info("removed %s, left by an export that was stopped", path)
   return lock
 
 
@@ -263,17 +264,6 @@ def _check_writable(directory, workdir):
     raise OSError(f"workdir {workdir!r} cannot be written ({e.strerror or e}: "
                   f"{e.filename or directory}); fix its permissions or pass another "
                   "workdir.") from e
-
-
-def _remove_export_scratch(directory):
-  """`Runner.export` writes into `.<model>-*` and renames: a leftover is a killed export's."""
-  if not os.path.isdir(directory):
-    return
-  for name in os.listdir(directory):
-    path = os.path.join(directory, name)
-    if name.startswith(".") and os.path.isdir(path):
-      _log.info("removing %s, left by an export that was stopped", path)
-      shutil.rmtree(path, ignore_errors=True)
 
 
 def _check_workdir(loop, checkpoint):

@@ -29,7 +29,6 @@ import numpy as np
 import tensorflow as tf
 
 import ctl
-from ctl.checkpoints import Checkpointer
 from gan import data as data_lib
 from gan import ema as ema_lib
 from gan import losses
@@ -309,7 +308,7 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
                ctl.Export(shown)] + ([fid] if fid and fid_every != 0 else [])
     runner.fit(num_steps, workdir, actions=actions, progress=progress)
     return runner
-  step = _restore(runner, workdir)
+  step = runner.restore(workdir)
   if mode == "eval":
     return {"step": step, **({"classifier_fid": fid.compute(runner.models)} if fid else {})}
   return runner.export(shown, export_dir or os.path.join(workdir, "export"))
@@ -343,13 +342,3 @@ def _warn_if_out_of_range(data, num_classes):
         "discriminator can tell real from fake by the range alone. Scale the images "
         "to [-1, 1] in the dataset function, e.g. tf.cast(x, tf.float32) / 127.5 - 1.",
         stacklevel=3)
-
-
-def _restore(runner, workdir):
-  """Restores the newest checkpoint of `workdir`; returns its step."""
-  checkpointer = Checkpointer(runner, os.path.join(workdir, "checkpoints"))
-  if checkpointer.latest is None:
-    raise FileNotFoundError(
-        f"no checkpoint in {checkpointer.directory}: train first (mode='train', or "
-        "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
-  return checkpointer.restore()

@@ -1338,7 +1338,7 @@ LAYOUTS = {
 
 
 def _state(runner):
-  return [np.asarray(v) for v in tf.nest.flatten(ctl.checkpoints.variables(runner))]
+  return [np.asarray(v) for v in tf.nest.flatten(runner.state.variables())]
 
 
 @pytest.mark.parametrize("layout", [

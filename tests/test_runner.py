@@ -271,7 +271,7 @@ def test_loop_lengths_do_not_retrace():
   runner.train(4)
   runner.train(3)   # one loop of 3: same traced function, n is a tensor
   runner.run_steps(1)
-  assert runner._loop.experimental_get_tracing_count() == 1
+  assert runner.trace_count == 1
   assert int(runner.global_step.numpy()) == 8
 
 
@@ -363,16 +363,17 @@ def test_run_steps_needs_a_positive_count(eager, steps):
 
 @pytest.mark.parametrize("eager", [False, True])
 def test_result_keys_must_stay_the_same(eager):
+  extra = []  # non-empty: the step returns one more key
+
   def step(ctx, x):
-    results = train_step(ctx, x)
-    if eager and int(ctx.step) == 1:
-      results["extra"] = 1.0
-    return results
+    return dict(train_step(ctx, x), **{"extra": 1.0 for _ in extra})
   runner = ctl.Runner(step, build, data(), eager=eager)
   runner.train(1)
-  if not eager:  # a new trace, with another key set
-    runner._step_fn = lambda ctx, x: dict(train_step(ctx, x), extra=1.0)
-    runner._traced_step = tf.function(runner._one_step)
-    runner._loop = tf.function(runner._loop_fn)
+  extra.append(True)
   with pytest.raises(ValueError, match=r"step results changed keys from \['loss'\] to \['extra', 'loss'\]"):
-    runner.train(1)
+    if eager:
+      runner.train(1)
+    else:  # the compiled loop never retraces; a new trace of the replica step
+      batch = runner.next_batch(runner.make_data_iterator())
+      tf.function(lambda: runner.strategy.run(
+          runner.replica_step, args=(batch, runner.global_step.read_value())))()

@@ -1,0 +1,67 @@
+"""Export: a model as a `.keras` file and a SavedModel, replaced only when complete.
+
+    keras_path, saved_path = export_model(models["generator"], "generator",
+                                          "runs/x/export", strategy)
+
+What `Runner.export` and the `ctl.Export` action call. Neither file needs ctl
+to load: `keras.saving.load_model(keras_path)`, `tf.saved_model.load(saved_path)`.
+"""
+
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+
+def export_model(model, name, directory, strategy):
+  """Writes `model` to `<directory>/<name>.keras` and `<directory>/<name>/`.
+
+  Each replaces any earlier export only once it is complete: both are written
+  into a scratch directory beside them and renamed. Every worker of `strategy`
+  takes part (saving may run collectives); off the chief, nothing is kept.
+
+  Returns:
+    The two paths.
+  """
+  is_chief = strategy.extended.should_checkpoint
+  if not is_chief:
+    directory = tempfile.mkdtemp(prefix="ctl-export-")
+  os.makedirs(directory, exist_ok=True)
+  keras_path = os.path.join(directory, f"{name}.keras")
+  saved_path = os.path.join(directory, name)
+  scratch = tempfile.mkdtemp(prefix=f".{name}-", dir=directory)
+  try:
+    model.save(os.path.join(scratch, "model.keras"))
+    model.export(os.path.join(scratch, "saved_model"), verbose=False)
+    os.replace(os.path.join(scratch, "model.keras"), keras_path)
+    if os.path.exists(saved_path):  # a directory cannot be replaced in one step
+      os.replace(saved_path, os.path.join(scratch, "previous"))
+    os.replace(os.path.join(scratch, "saved_model"), saved_path)
+  except (OSError, tf.errors.OpError) as e:  # a full disk, a file-size limit, ...
+    raise OSError(
+        f"could not export model {name!r} to {directory}: {e}. An earlier export "
+        "there, if any, is unchanged; free disk space or fix the directory's "
+        "permissions, then export again.") from e
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+  if not is_chief:
+    shutil.rmtree(directory, ignore_errors=True)
+  return keras_path, saved_path
+
+
+def remove_scratch(directory):
+  """Removes what an export stopped mid-way left in `directory`: its `.<name>-*`.
+
+  Only safe while no export runs there (the caller holds the work directory).
+  Returns the paths removed.
+  """
+  if not os.path.isdir(directory):
+    return []
+  removed = []
+  for entry in os.listdir(directory):
+    path = os.path.join(directory, entry)
+    if entry.startswith(".") and os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed

@@ -1,0 +1,148 @@
+"""The training state: named models and optimizers and a step counter, built in scope.
+
+    state = build_state(build, strategy, seed=0)
+    state.models["generator"], state.optimizers["generator"], state.global_step
+
+`build()` is the user's function of no arguments returning `(models,
+optimizers)`; it runs inside the strategy's scope so that every variable is
+replicated, and the result is checked here, before anything is compiled.
+"""
+
+import dataclasses
+
+import keras
+import tensorflow as tf
+
+from ctl import _tf_internal
+
+
+@dataclasses.dataclass
+class State:
+  """What training changes and a checkpoint holds.
+
+  Attributes:
+    models: name -> `keras.Model`.
+    optimizers: name -> `keras.optimizers.Optimizer`, each built.
+    global_step: int64 variable, the number of steps trained.
+  """
+  models: dict
+  optimizers: dict
+  global_step: tf.Variable
+
+  def variables(self):
+    """Every variable, by kind and name: what a checkpoint saves.
+
+    A Keras 3 model put in a tf.train.Checkpoint saves none of its own
+    variables (only those an optimizer reaches): they are listed explicitly, by
+    position, which does not depend on Keras' global layer names.
+    """
+    return dict(
+        step=self.global_step,
+        models={name: list(m.variables) for name, m in self.models.items()},
+        optimizers={name: list(o.variables) for name, o in self.optimizers.items()})
+
+
+def build_state(build, strategy, *, seed=0, mixed_precision=None):
+  """Calls `build()` in `strategy`'s scope and checks what it returns.
+
+  Args:
+    build: function of no arguments returning `(models, optimizers)`, two
+      dicts of Keras models and optimizers. An optimizer is built on the
+      model of the same name; one that updates something else must be built
+      in `build` (`optimizer.build(variables)`).
+    strategy: the `tf.distribute.Strategy` whose scope the variables belong to.
+    seed: `keras.utils.set_random_seed(seed)` runs just before `build`, which
+      fixes the initial weights.
+    mixed_precision: None, "mixed_float16" or "mixed_bfloat16": Keras' global
+      policy while `build` runs; float16 wraps every optimizer in a
+      `LossScaleOptimizer`.
+
+  Returns:
+    A `State`.
+  """
+  with strategy.scope():
+    models, optimizers = _call_build(build, seed, mixed_precision)
+    _refuse_shared_optimizers(optimizers)
+    for name, optimizer in list(optimizers.items()):
+      optimizers[name] = _prepare_optimizer(name, optimizer, models, mixed_precision)
+    _check_in_scope(strategy, models, optimizers)
+    # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
+    # parameter servers (see TF field notes).
+    global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+  return State(models, optimizers, global_step)
+
+
+def _call_build(build, seed, mixed_precision):
+  previous_policy = keras.mixed_precision.global_policy()
+  keras.mixed_precision.set_global_policy(mixed_precision or "float32")
+  keras.utils.set_random_seed(seed)
+  try:
+    built = build()
+  finally:  # the policy is for this runner's models, not for later ones
+    keras.mixed_precision.set_global_policy(previous_policy)
+  if not (isinstance(built, tuple) and len(built) == 2 and
+          all(isinstance(d, dict) for d in built)):
+    raise TypeError(f"build() must return (models, optimizers), two dicts, "
+                    f"got {type(built).__name__}.")
+  models, optimizers = built
+  for kind, named in (("models", models), ("optimizers", optimizers)):
+    for name in named:
+      if not isinstance(name, str) or not name:
+        raise TypeError(f"the {kind} dict has key {name!r} ({type(name).__name__}); "
+                        "name models and optimizers with strings, e.g. 'generator'.")
+  for name, model in models.items():
+    if not isinstance(model, keras.Model):
+      raise TypeError(f"models[{name!r}] is a {type(model).__name__}, not a keras.Model.")
+    if not model.built or not model.variables:
+      raise ValueError(f"model {name!r} has no variables yet; give it an input "
+                       "shape (keras.Input) or call it once inside build().")
+  return models, optimizers
+
+
+def _prepare_optimizer(name, optimizer, models, mixed_precision):
+  """Checks `optimizer`, wraps it for float16 loss scaling, and builds its slots."""
+  if not isinstance(optimizer, keras.optimizers.Optimizer):
+    raise TypeError(f"optimizers[{name!r}] is a {type(optimizer).__name__}, not a "
+                    "keras.optimizers.Optimizer.")
+  if (mixed_precision == "mixed_float16" and
+      not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
+    inner, optimizer = optimizer, keras.optimizers.LossScaleOptimizer(optimizer)
+    if inner.built:  # built by the user on variables of their choice
+      optimizer.build(_tf_internal.optimizer_variables(inner))
+  if not optimizer.built:
+    if name not in models:
+      raise ValueError(
+          f"optimizer {name!r} has no model of the same name to build its "
+          f"slots for (models: {sorted(models)}); call "
+          f"optimizer.build(variables) inside build().")
+    # Keras 3 fails under Mirrored if the slots are created lazily by the
+    # first apply_gradients inside a tf.function.
+    optimizer.build(models[name].trainable_variables)
+  return optimizer
+
+
+def _check_in_scope(strategy, models, optimizers):
+  owners = [("model", n, m.variables) for n, m in models.items()]
+  owners += [("optimizer", n, o.variables) for n, o in optimizers.items()]
+  for kind, name, variables in owners:
+    for v in variables:
+      if not strategy.extended.variable_created_in_scope(getattr(v, "value", v)):
+        raise ValueError(f"{kind} {name!r} was created outside the strategy's "
+                         "scope, so its variables are not replicated; create it "
+                         "inside build(), which the runner calls in the scope.")
+
+
+def _refuse_shared_optimizers(optimizers):
+  """One optimizer object under two names cannot update two models correctly."""
+  first = {}
+  for name, optimizer in optimizers.items():
+    other = first.setdefault(id(optimizer), name)
+    if other != name:
+      kind = type(optimizer).__name__
+      raise ValueError(
+          f"optimizers[{other!r}] and optimizers[{name!r}] are the same {kind} "
+          f"object. A Keras optimizer keeps slots only for the variables it was "
+          f"built on (those of model {other!r}) and counts one iteration per update, so "
+          f"it cannot also update model {name!r}. Give each model an optimizer "
+          f"of its own in build(): {{{other!r}: keras.optimizers.{kind}(...), "
+          f"{name!r}: keras.optimizers.{kind}(...)}}.")

@@ -1,0 +1,255 @@
+"""The compiled training step, in three layers.
+
+    train_step = TrainStep(step_fn, state, feed, strategy, seed=0)
+    results = train_step.run(10)   # {"loss": array of 10 values, ...}
+
+1. `replica_step(batch, step)`: the user's `step(ctx, batch)` on one replica,
+   given a `StepContext`; checks what it returns and records how each result
+   is reduced over replicas.
+2. `step_across_replicas()`: one step on every replica: the next batch,
+   `strategy.run`, the reduction of the results, the step counter.
+3. The in-graph loop: `num_steps` steps in one `tf.function` call, `num_steps`
+   a tensor so that another count does not retrace; each result is stacked
+   per step. Under parameter servers each scheduled call is one step instead,
+   and eagerly the steps run as plain Python.
+
+`run_on_replica` is layer 1 for any step function; `Runner.evaluate` runs
+evaluation steps through it too.
+"""
+
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from ctl.context import StepContext
+
+# Strategies whose gradient sum is a cross-replica merge_call, which XLA
+# cannot compile: under them jit_compile compiles each update on its own.
+_MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
+                          tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def run_on_replica(step_fn, batch, step, *, state, strategy, seed, global_batch_size,
+                   reductions, compile_update=None, expected_keys=None):
+  """Runs `step_fn(ctx, batch)` on this replica; returns its results as float32.
+
+  Records in `reductions` (result key -> "SUM" or "MEAN") how each result is
+  reduced over replicas (see `StepContext.reduction`).
+
+  Args:
+    step_fn: the user's `(ctx, batch) -> dict of scalars`.
+    batch: this replica's rows.
+    step: int64 scalar, the global step the context reports.
+    state: the `ctl.state.State` whose models and optimizers the step uses.
+    strategy: the strategy running the replicas.
+    seed: int64 [2] tensor for the context's per-example draws.
+    global_batch_size: examples over all replicas; None takes this replica's
+      batch size (one replica, dynamic batch).
+    reductions: dict to fill in.
+    compile_update: passed to the `StepContext` (jit_compile per update).
+    expected_keys: the result keys of an earlier trace, which must not change.
+  """
+  if global_batch_size is None:
+    global_batch_size = tf.shape(tf.nest.flatten(batch)[0])[0]
+  ctx = StepContext(
+      models=state.models, optimizers=state.optimizers, step=step, seed=seed,
+      global_batch_size=global_batch_size, num_replicas=strategy.num_replicas_in_sync,
+      replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
+      compile_update=compile_update)
+  with ctx.recording():
+    results = step_fn(ctx, batch)
+  if not isinstance(results, dict):
+    raise TypeError(f"step must return a dict of scalar values, got "
+                    f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
+  if expected_keys is not None and sorted(results) != sorted(expected_keys):
+    raise ValueError(f"step results changed keys from {sorted(expected_keys)} "
+                     f"to {sorted(results)}; return the same keys at every step.")
+  out = {}
+  for key, value in results.items():
+    if tf.executing_eagerly() and ctx.num_replicas > 1 and not tf.is_tensor(value):
+      # float(share) has lost what says it is a share: it would be averaged.
+      raise TypeError(
+          f"step result {key!r} is a {type(value).__name__} ({value!r}), not a "
+          f"tensor, on {ctx.num_replicas} replicas: the runner cannot tell a "
+          "replica's share of a global-batch average (summed over replicas) "
+          "from a per-replica value (averaged), so the logged number could be "
+          f"1/{ctx.num_replicas} of the truth. Return the tensor itself (e.g. "
+          "loss, not float(loss)), or tf.constant(...) for a constant.")
+    value = _scalar(key, value)
+    reductions[key] = ctx.reduction(value, f"step result {key!r}")
+    out[key] = tf.cast(value, tf.float32)
+  return out
+
+
+class TrainStep:
+  """The user's training step, compiled and distributed; `run(n)` runs n steps.
+
+  Args:
+    step_fn: the user's `(ctx, batch) -> dict of scalars`.
+    state: the `ctl.state.State` it trains.
+    feed: the training data's feed (`ctl.data.make_feed`).
+    strategy: the strategy the state was built under.
+    seed: int, seeds the per-example draws (`ctx.normal`, `ctx.uniform`).
+    eager: run as plain Python.
+    jit_compile: compile with XLA (per update under merge-call strategies).
+    coordinator: a `ClusterCoordinator` under parameter servers, else None.
+  """
+
+  def __init__(self, step_fn, state, feed, strategy, *, seed=0, eager=False,
+               jit_compile=False, coordinator=None):
+    self._step_fn = step_fn
+    self._state = state
+    self._feed = feed
+    self._strategy = strategy
+    self._coordinator = coordinator
+    self._eager = eager
+    self._seed = tf.constant([seed, 0], tf.int64)
+    self.reductions = {}  # result key -> ReduceOp, filled in when the step is traced
+    self.result_keys = None
+    self._ran = False  # whether a call has succeeded
+    self._compile_update = None
+    on_replica = self.replica_step
+    if jit_compile and isinstance(strategy, _MERGE_CALL_STRATEGIES):
+      self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
+    elif jit_compile and not isinstance(strategy, tf.distribute.TPUStrategy):
+      # (A TPU compiles the whole step with XLA anyway.)
+      on_replica = tf.function(self.replica_step, jit_compile=True)
+    self._on_replica = on_replica
+    self._traced_step = None
+    if eager:
+      self._loop = None
+    elif coordinator is not None:  # each scheduled call is one step on one worker
+      self._loop = tf.function(self.step_across_replicas)
+    else:
+      self._loop = tf.function(self._in_graph_loop)
+
+  @property
+  def trace_count(self):
+    """How many times the compiled loop was traced (0 when eager)."""
+    return 0 if self._loop is None else self._loop.experimental_get_tracing_count()
+
+  def replica_step(self, batch, step):
+    """Layer 1: the user's step on this replica (in replica context)."""
+    return run_on_replica(
+        self._step_fn, batch, step, state=self._state, strategy=self._strategy,
+        seed=self._seed, global_batch_size=self._feed.global_batch_size,
+        reductions=self.reductions, compile_update=self._compile_update,
+        expected_keys=self.result_keys)
+
+  def step_across_replicas(self, iterator=None):
+    """Layer 2: one step on every replica; returns the reduced results."""
+    batch = self._feed.next(iterator)
+    results = self._strategy.run(self._on_replica,
+                                 args=(batch, self._state.global_step.read_value()))
+    reduced = {k: self._strategy.reduce(self.reductions[k], v, axis=None)
+               for k, v in results.items()}
+    # Count the step only once it got its data and ran: in a graph the
+    # increment has no data dependence on either.
+    done = tf.nest.flatten(batch, expand_composites=True)
+    with tf.control_dependencies(done + list(reduced.values())):
+      self._state.global_step.assign_add(1)
+    return reduced
+
+  def _in_graph_loop(self, num_steps):
+    """Layer 3: `num_steps` steps in one call, each result stacked per step."""
+    arrays = {k: tf.TensorArray(tf.float32, size=num_steps) for k in self.result_keys}
+    for i in tf.range(num_steps):
+      results = self._traced_step()
+      arrays = {k: a.write(i, results[k]) for k, a in arrays.items()}
+    return {k: a.stack() for k, a in arrays.items()}
+
+  def run(self, num_steps):
+    """Runs `num_steps` steps in one call; returns each result's values (numpy)."""
+    try:
+      results = self._run(num_steps)
+    except tf.errors.OutOfRangeError:
+      raise ValueError(f"data ran out at step {int(self._state.global_step.numpy())}: "
+                       "the dataset holds fewer batches than the steps asked for; "
+                       "call .repeat() on it or ask for fewer steps.") from None
+    except Exception as e:  # pylint: disable=broad-except
+      if not self._ran:
+        note = _data_note(e, self._feed.element_spec)
+        if note:
+          e.add_note(note)
+      raise
+    self._ran = True
+    return results
+
+  def _run(self, num_steps):
+    if self._coordinator is not None:
+      return self._schedule(num_steps)
+    if self._eager:
+      results = []
+      for _ in range(num_steps):
+        results.append(self.step_across_replicas())
+        self.result_keys = self.result_keys or list(results[0])
+      return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
+    if self.result_keys is None:
+      # The loop stacks each result per step in a TensorArray made before the
+      # loop, so it must know the keys first: trace one step (no run) to see
+      # them. The loop then calls that traced step, so the step is traced once.
+      self._traced_step = tf.function(self.step_across_replicas)
+      self._traced_step.get_concrete_function()
+      self.result_keys = list(self.reductions)
+    out = self._loop(tf.constant(num_steps, tf.int32))
+    return {k: v.numpy() for k, v in out.items()}
+
+  def _schedule(self, num_steps):
+    """Parameter servers: `num_steps` one-step calls, spread over the workers.
+
+    Each call is scheduled on whichever worker is free, so the workers train
+    in parallel on the shared variables (asynchronous updates); the results
+    come back in the order the steps were scheduled.
+    """
+    calls = [self._coordinator.schedule(self._loop, args=(self._feed.iterator,))
+             for _ in range(num_steps)]
+    self._coordinator.join()
+    results = [call.fetch() for call in calls]
+    self.result_keys = self.result_keys or list(results[0])
+    return {k: np.array([r[k] for r in results]) for k in results[0]}
+
+
+# Words of Keras' and TF's errors about an input that does not fit a layer.
+_INPUT_MISMATCH = ("incompatible with the layer", "Input 0 of layer", "expected shape",
+                   "expected axis", "expected min_ndim", "expected ndim",
+                   "Incompatible shapes", "cannot be converted", "Cannot convert",
+                   "must be one of the following types", "expected dtype")
+
+
+def _data_note(error, element_spec):
+  """A note for an error of the step's first call, if the data is its likely cause."""
+  text = str(error)
+  # A KeyError in the step reaches here as itself or, through autograph's
+  # nested functions, as its StagingError quoting "KeyError: 'name'".
+  missing = re.search(r"KeyError: '([^']*)'", text) if not isinstance(error, KeyError) else (
+      re.match(r"'([^']*)'$", str(error)))
+  if missing and isinstance(element_spec, dict) and "no model named" not in text and (
+      "no optimizer named" not in text):
+    if missing.group(1) in element_spec:
+      return None
+    return (f"ctl: the batch is a dict with keys {sorted(element_spec)}; "
+            f"{missing.group(1)!r} is not one of them.")
+  specs = [s for s in tf.nest.flatten(element_spec) if hasattr(s, "shape")]
+  about_data = any(w in text for w in _INPUT_MISMATCH) or any(
+      str(tuple(s.shape)) in text or str(s.shape) in text or
+      (s.dtype != tf.float32 and s.dtype.name in text) for s in specs)
+  if not about_data:
+    return None
+  return (f"ctl: this came from the step's first call, on data elements "
+          f"{element_spec}: check that the data fits the models' inputs (their "
+          "keras.Input): shapes, dtypes and value ranges.")
+
+
+def _scalar(key, value):
+  try:
+    value = tf.convert_to_tensor(value)
+  except (TypeError, ValueError):
+    raise TypeError(f"step result {key!r} is a {type(value).__name__}, not a "
+                    "tensor; return numbers or scalar tensors.") from None
+  if value.shape.rank != 0:
+    raise ValueError(f"step result {key!r} has shape {value.shape}, not a scalar; "
+                     "reduce it in the step (e.g. ctx.average(...) or tf.reduce_mean).")
+  if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
+    raise TypeError(f"step result {key!r} has dtype {value.dtype.name}; return numbers.")
+  return value
