@@ -12,18 +12,12 @@ differ only in strategy, compilation and loop length.
 """
 
 import argparse
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import ctl  # noqa: E402  (first TF-touching import: make_strategy comes next)
-
-GLOBAL_BATCH = 8
-NOISE = 4
-FEATURES = 6
+import ctl  # the first TF-touching import: make_strategy comes next
+import toy_gan
+from toy_gan import FEATURES, GLOBAL_BATCH, NOISE
 
 # The configurations compared with the eager run under `default`: options of
 # `train` and the strategy. Those with the same strategy and mode share a
@@ -84,30 +78,11 @@ def parse_args():
 
 def dataset(num_batches):
   """Fixed real data: a deterministic function of the example index."""
-  import tensorflow as tf
-  n = num_batches * GLOBAL_BATCH
-  rng = np.random.default_rng(1234)
-  x = rng.normal(size=(n, FEATURES)).astype("float32") + np.linspace(-1, 1, FEATURES, dtype="float32")
-  return tf.data.Dataset.from_tensor_slices(x).batch(GLOBAL_BATCH, drop_remainder=True)
+  x = toy_gan.normal_features(num_batches * GLOBAL_BATCH, seed=1234)
+  return toy_gan.batches(x + np.linspace(-1, 1, FEATURES, dtype="float32"))
 
 
-def mlp(name, inputs, outputs, seed):
-  import keras
-  init = lambda s: keras.initializers.GlorotUniform(seed=seed + s)  # noqa: E731
-  return keras.Sequential([
-      keras.Input((inputs,)),
-      keras.layers.Dense(16, activation="tanh", kernel_initializer=init(0)),
-      keras.layers.Dense(outputs, kernel_initializer=init(1)),
-  ], name=name)
-
-
-def build_gan():
-  import keras
-  models = {"generator": mlp("generator", NOISE, FEATURES, 10),
-            "discriminator": mlp("discriminator", FEATURES, 1, 20)}
-  optimizers = {"generator": keras.optimizers.Adam(1e-2),
-                "discriminator": keras.optimizers.Adam(1e-2)}
-  return models, optimizers
+build_gan = toy_gan.mlp_gan(FEATURES, seeds=(10, 20), learning_rate=1e-2)
 
 
 def gan_step(ctx, real):
@@ -123,11 +98,11 @@ def gan_step(ctx, real):
     fake = generator(ctx.normal([NOISE]), training=True)
     real_logits = discriminator(real, training=True)[:, 0]
     fake_logits = discriminator(fake, training=True)[:, 0]
-    return ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
+    return ctx.average(toy_gan.discriminator_loss(real_logits, fake_logits))
 
   def generator_loss():
     logits = discriminator(generator(ctx.normal([NOISE]), training=True))[:, 0]
-    return ctx.average(tf.nn.softplus(-logits))
+    return ctx.average(toy_gan.generator_loss(logits))
 
   d_loss = ctx.minimize(discriminator_loss, "discriminator")
   g_loss = ctx.minimize(generator_loss, "generator")
@@ -138,9 +113,9 @@ def gan_step(ctx, real):
 
 def build_bigan():
   import keras
-  models = {"generator": mlp("generator", NOISE, FEATURES, 10),
-            "encoder": mlp("encoder", FEATURES, NOISE, 30),
-            "discriminator": mlp("discriminator", FEATURES + NOISE, 1, 20)}
+  models = {"generator": toy_gan.mlp("generator", NOISE, FEATURES, seed=10),
+            "encoder": toy_gan.mlp("encoder", FEATURES, NOISE, seed=30),
+            "discriminator": toy_gan.mlp("discriminator", FEATURES + NOISE, 1, seed=20)}
   optimizers = {name: keras.optimizers.Adam(5e-3) for name in models}
   return models, optimizers
 
@@ -164,14 +139,14 @@ def bigan_step(ctx, batches):
     def discriminator_loss(real_batch=real_batch, z=z):
       real = discriminator(tf.concat([real_batch, encoder(real_batch)], -1))[:, 0]
       fake = discriminator(tf.concat([generator(z), z], -1))[:, 0]
-      return ctx.average(tf.nn.softplus(-real) + tf.nn.softplus(fake))
+      return ctx.average(toy_gan.discriminator_loss(real, fake))
 
     d_losses.append(ctx.minimize(discriminator_loss, "discriminator"))
 
   z = ctx.normal([NOISE])
   with tf.GradientTape(persistent=True) as tape:
     real, fake = logits(z)
-    g_loss = ctx.average(tf.nn.softplus(-fake))
+    g_loss = ctx.average(toy_gan.generator_loss(fake))
     e_loss = ctx.average(tf.nn.softplus(real))
   ctx.minimize(g_loss, "generator", tape=tape)
   ctx.minimize(e_loss, "encoder", tape=tape)
@@ -189,12 +164,7 @@ def train(task, strategy, o):
                       strategy=strategy, seed=7, steps_per_loop=o["steps_per_loop"],
                       eager=o["eager"], jit_compile=o["jit"],
                       batches_per_step=batches_per_step)
-  history = runner.train(o["steps"])
-  results = {f"{task}/loss/{k}": v for k, v in history.items()}
-  for name, model in runner.models.items():
-    for i, w in enumerate(model.weights):
-      results[f"{task}/{name}/{i}"] = np.asarray(w.numpy())
-  return results
+  return toy_gan.results(runner.train(o["steps"]), runner.models, prefix=f"{task}/")
 
 
 def main():

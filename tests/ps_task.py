@@ -12,30 +12,23 @@ discriminator's loss on one fixed large batch before and after training to
 """
 
 import argparse
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ctl  # noqa: E402
-import resume_task  # noqa: E402  (the same GAN step)
+import ctl
+import toy_gan
+from toy_gan import NOISE
 
 GLOBAL_BATCH = 32
-NOISE = resume_task.NOISE
 
 
 def dataset():
-  import tensorflow as tf
   # A ring of 8 Gaussians: a GAN's losses move quickly on it.
   rng = np.random.default_rng(0)
   angles = rng.integers(0, 8, size=2048) * (2 * np.pi / 8)
   points = np.stack([np.cos(angles), np.sin(angles)], 1) * 2
   points += rng.normal(scale=0.05, size=points.shape)
-  return (tf.data.Dataset.from_tensor_slices(points.astype("float32"))
-          .shuffle(2048, seed=1).repeat().batch(GLOBAL_BATCH, drop_remainder=True))
+  return toy_gan.batches(points.astype("float32"), GLOBAL_BATCH, shuffle_seed=1, repeat=True)
 
 
 def fixed_batch():
@@ -52,23 +45,15 @@ def discriminator_loss(models, real, noise):
   import tensorflow as tf
   real_logits = models["discriminator"](real)[:, 0]
   fake_logits = models["discriminator"](models["generator"](noise))[:, 0]
-  return float(tf.reduce_mean(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits)))
+  return float(tf.reduce_mean(toy_gan.discriminator_loss(real_logits, fake_logits)))
 
 
 def weights(models):
   return np.concatenate([np.ravel(w.numpy()) for m in models.values() for w in m.weights])
 
 
-def build():
-  import keras
-  generator = keras.Sequential([keras.Input((NOISE,)),
-                                keras.layers.Dense(32, activation="relu"),
-                                keras.layers.Dense(2)], name="generator")
-  discriminator = keras.Sequential([keras.Input((2,)),
-                                    keras.layers.Dense(32, activation="relu"),
-                                    keras.layers.Dense(1)], name="discriminator")
-  models = {"generator": generator, "discriminator": discriminator}
-  return models, {name: keras.optimizers.Adam(1e-3) for name in models}
+# Unseeded: the runner's seed makes the initial weights.
+build = toy_gan.mlp_gan(2, hidden=32, activation="relu", learning_rate=1e-3)
 
 
 def main():
@@ -80,7 +65,7 @@ def main():
   p.add_argument("--out", required=True)
   args = p.parse_args()
   strategy = ctl.make_strategy("parameter_server")  # workers and ps serve here
-  runner = ctl.Runner(resume_task.make_step(None), build, dataset(), strategy=strategy,
+  runner = ctl.Runner(toy_gan.make_step(NOISE), build, dataset(), strategy=strategy,
                       seed=3, steps_per_loop=args.steps_per_loop)
   noise = np.random.default_rng(1).normal(size=(4, NOISE)).astype("float32")
 
@@ -94,7 +79,7 @@ def main():
   loss_before = discriminator_loss(runner.models, real, fixed_noise)
   weights_before = weights(runner.models)
   history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
-  results = {f"loss/{k}": v for k, v in history.items()}
+  results = toy_gan.results(history)
   results["fixed_batch_loss_before"] = np.array(loss_before)
   results["fixed_batch_loss_after"] = np.array(discriminator_loss(runner.models, real, fixed_noise))
   results["weights_moved"] = np.array(np.abs(weights(runner.models) - weights_before).max())

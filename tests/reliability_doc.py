@@ -12,11 +12,9 @@ checks that the doc holds exactly what this prints.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import test_bad_input  # noqa: E402
-import test_fault_matrix  # noqa: E402
-import test_faults  # noqa: E402
+import test_bad_input
+import test_fault_matrix
+import test_faults
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                    "reliability.md")

@@ -35,13 +35,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import ctl  # noqa: E402
-
-GLOBAL_BATCH = 8
-NOISE = 4
-FEATURES = 6
+import ctl
+import toy_gan
+from toy_gan import FEATURES, GLOBAL_BATCH, NOISE
 
 
 def parse_args():
@@ -67,11 +63,7 @@ def parse_args():
 
 
 def dataset():
-  import tensorflow as tf
-  x = np.random.default_rng(5).normal(size=(40, FEATURES)).astype("float32")
-  return (tf.data.Dataset.from_tensor_slices(x)
-          .shuffle(40, seed=3, reshuffle_each_iteration=True).repeat()
-          .batch(GLOBAL_BATCH, drop_remainder=True))
+  return toy_gan.batches(toy_gan.normal_features(40, seed=5), shuffle_seed=3, repeat=True)
 
 
 def make_build(dropout):
@@ -125,25 +117,17 @@ def pause_in_graph(step, at, workdir, where):
 
 
 def make_step(nan_at, pause_at=None, workdir=None):
+  """toy_gan's step, with the faults asked for on the command line."""
   import tensorflow as tf
 
-  def step(ctx, real):
-    generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+  def prepare(ctx, real):
     if pause_at is not None:  # inside the compiled call of step pause_at
       real += 0.0 * tf.cast(pause_in_graph(ctx.step, pause_at, workdir, "call"), tf.float32)
     if nan_at is not None:  # a bad batch at step nan_at
       real *= tf.where(ctx.step == nan_at, np.float32("nan"), 1.0)
-    with tf.GradientTape(persistent=True) as tape:
-      fake = generator(ctx.normal([NOISE]), training=True)
-      real_logits = discriminator(real, training=True)[:, 0]
-      fake_logits = discriminator(fake, training=True)[:, 0]
-      d_loss = ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
-      g_loss = ctx.average(tf.nn.softplus(-fake_logits))
-    ctx.minimize(d_loss, "discriminator", tape=tape)
-    ctx.minimize(g_loss, "generator", tape=tape)
-    return {"discriminator_loss": d_loss, "generator_loss": g_loss}
+    return real
 
-  return step
+  return toy_gan.make_step(NOISE, prepare=prepare)
 
 
 class AtStep:
@@ -300,11 +284,8 @@ def main():
   except ctl.Interrupted as e:  # as the `ctl` command does
     print(f"INTERRUPTED: {e}", flush=True)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
-  results = {f"loss/{k}": v for k, v in history.items()}
+  results = toy_gan.results(history, runner.models)
   results["first_step"] = np.array(args.steps - len(next(iter(history.values()))))
-  for name, model in runner.models.items():
-    for i, w in enumerate(model.weights):
-      results[f"{name}/{i}"] = np.asarray(w.numpy())
   if args.out_every_worker:
     index = strategy.cluster_resolver.task_id if strategy.cluster_resolver else 0
     np.savez(f"{args.out}.{index}.npz", **results)

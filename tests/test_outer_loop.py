@@ -15,6 +15,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import ctl
+import toy_gan
 from ctl.progress import Progress
 from helpers import python
 
@@ -38,29 +39,20 @@ class FakeClock:
 
 def data(n=64):
   x = np.linspace(-2, 2, n * 2, dtype="float32").reshape(n, 2)
-  return tf.data.Dataset.from_tensor_slices(x).batch(GLOBAL_BATCH, drop_remainder=True)
+  return toy_gan.batches(x, GLOBAL_BATCH)
 
 
 def build():
-  models = {"generator": keras.Sequential([keras.Input((NOISE,)), keras.layers.Dense(2)],
-                                          name="generator"),
-            "discriminator": keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)],
-                                              name="discriminator")}
+  """toy_gan's GAN of linear models on 2-D points; SGD for the discriminator."""
+  models = {"generator": toy_gan.mlp("generator", NOISE, 2, hidden=None),
+            "discriminator": toy_gan.mlp("discriminator", 2, 1, hidden=None)}
   optimizers = {"generator": keras.optimizers.Adam(1e-3),
                 "discriminator": keras.optimizers.SGD(0.05)}
   return models, optimizers
 
 
-def step(ctx, real):
-  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
-  with tf.GradientTape(persistent=True) as tape:
-    fake_logits = discriminator(generator(ctx.normal([NOISE])))[:, 0]
-    real_logits = discriminator(real)[:, 0]
-    d_loss = ctx.average(tf.nn.softplus(-real_logits) + tf.nn.softplus(fake_logits))
-    g_loss = ctx.average(tf.nn.softplus(-fake_logits))
-  ctx.minimize(d_loss, "discriminator", tape=tape)
-  ctx.minimize(g_loss, "generator", tape=tape)
-  return {"discriminator_loss": d_loss, "generator_loss": g_loss}
+# Imported by tests/test_stopping.py, with build, data and runner.
+step = toy_gan.make_step(NOISE)
 
 
 def score_step(ctx, real):
