@@ -27,10 +27,14 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_unconfigure(config):
-  # TF 2.21 can deadlock at interpreter exit, in the destructor of a tf.data
-  # iterator waiting for its pool's threads (seen here once, in a full run,
-  # after every test had passed and the summary was printed). Everything is
-  # reported by now: leave without the interpreter's clean-up.
+  # TF 2.21 can stall for minutes at interpreter exit, freeing the tf.data
+  # iterators that runners left alive: each ~RootDataset::Iterator waits for
+  # its autotune thread (Model::OptimizeLoop, in a timed wait) to notice the
+  # cancellation. Caught with gdb in 1 of 5 runs of tests/test_runner.py -n 0:
+  # 107 s between pytest_unconfigure and the exit, 11 such threads alive; the
+  # other runs took 1-8 s. Neither deleting the iterators nor gc in a plain
+  # script reproduces it. Everything is reported by now: leave without the
+  # interpreter's clean-up.
   del config
   if _exit_status is not None:
     sys.stdout.flush()
