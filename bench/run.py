@@ -294,7 +294,7 @@ def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=Fal
   def fit(steps):
     target = int(runner.global_step.numpy()) + steps
     runner.fit(target, workdir, progress=False,
-               actions=[ctl.Summaries(ctl.Every(steps=steps_per_loop))])
+               summaries=ctl.Summaries(ctl.Every(steps=steps_per_loop)))
 
   def traces():
     return runner.trace_count

@@ -19,7 +19,8 @@ _EXPORTS = {
     "Runner": "ctl.runner", "StepContext": "ctl.context",
     "make_strategy": "ctl.strategies", "choose_strategy": "ctl.strategies",
     "configure_logical_cpus": "ctl.strategies", "STRATEGY_NAMES": "ctl.strategies",
-    "Every": "ctl.actions", "Checkpoint": "ctl.actions", "Summaries": "ctl.actions",
+    "Action": "ctl.actions", "FitContext": "ctl.loop",
+    "Every": "ctl.actions", "Checkpoint": "ctl.checkpoints", "Summaries": "ctl.actions",
     "Samples": "ctl.actions", "Evaluate": "ctl.actions", "Export": "ctl.actions",
     "PREEMPTED_EXIT_CODE": "ctl.stopping", "INTERRUPTED_EXIT_CODE": "ctl.stopping",
     "Preempted": "ctl.stopping", "Interrupted": "ctl.stopping",
@@ -57,6 +58,7 @@ if not _logger.handlers:
   _logger.propagate = False
 
 __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
-           "configure_logical_cpus", "STRATEGY_NAMES", "Every", "Checkpoint",
+           "configure_logical_cpus", "STRATEGY_NAMES", "Action", "FitContext",
+           "Every", "Checkpoint",
            "Summaries", "Samples", "Evaluate", "Export", "PREEMPTED_EXIT_CODE",
            "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse"]

@@ -1,33 +1,70 @@
-"""Periodic work in the outer loop: `Every` and the actions it schedules.
+"""Work the outer loop runs between compiled calls: the `Action` contract,
+`Every`, and the built-in actions.
 
-    runner.fit(10_000, "runs/x", actions=[
-        ctl.Checkpoint(ctl.Every(steps=1000, seconds=600), keep=3),
-        ctl.Summaries(ctl.Every(steps=100)),
-        ctl.Samples(lambda models: models["generator"](z), ctl.Every(steps=500)),
-        ctl.Evaluate(eval_step, eval_data, ctl.Every(steps=2000)),
-        ctl.Export("generator"),                  # every=None: at the end only
-    ])
+    runner.fit(10_000, "runs/x",
+               checkpoint=ctl.Checkpoint(ctl.Every(steps=1000, seconds=600)),
+               summaries=ctl.Summaries(ctl.Every(steps=100)),
+               actions=[
+                   ctl.Samples(lambda models: models["generator"](z), ctl.Every(steps=500)),
+                   ctl.Evaluate(eval_step, eval_data, ctl.Every(steps=2000)),
+                   ctl.Export("generator"),          # every=None: at the end only
+               ])
 
-An action is any object with an `every` attribute (an `Every`, or None for
-"at the end only") that is called as `action(loop)` with the `ctl.loop.Loop`
-(`loop.runner`, `loop.step`, `loop.results`, `loop.workdir`, `loop.writer()`).
-Each action also runs once at the end of `fit` (the final step's scheduled
-work is that run), the checkpoint first. Actions
-whose `collective` attribute is True (checkpoint, evaluation, export) run on
-every worker, the others on the chief only.
+Every action, built in or the user's, meets one contract (`Action`): an
+`every` (an `Every`, or None for the end of training only), a `collective`
+flag (True: it runs on every worker, because it runs collective ops; False:
+on the chief only), a `check(runner, workdir)` that refuses bad set-ups
+before the first step, and a call with the `ctl.loop.FitContext` of the run.
+Each action also runs once at the end of `fit`; the final step's scheduled
+work is that run. Checkpointing is not an action: `fit` takes it as its own
+argument, because it also restores, saves first whenever anything is saved,
+and is what a signal or a failure falls back on.
 """
+
+from __future__ import annotations
 
 import logging
 import os
 import time
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 import tensorflow as tf
 
-from ctl.checkpoints import Checkpointer
 from ctl.data import check_evaluation_data
+from ctl.strategies import is_parameter_server
+
+if TYPE_CHECKING:
+  from ctl.loop import FitContext
+  from ctl.runner import Runner
 
 _log = logging.getLogger("ctl")
+
+
+class Action(Protocol):
+  """What `fit(actions=[...])` runs. Subclass it to take its defaults.
+
+      class LogNorms(ctl.Action):
+        every = ctl.Every(steps=100)
+
+        def __call__(self, context):
+          for name, model in context.runner.models.items():
+            print(context.step, name, sum(float(tf.norm(w)) for w in model.weights))
+
+  Attributes:
+    every: when it runs (an `Every`), besides once at the end; None: at the end only.
+    collective: True if calling it runs collective ops (a `strategy.run`, a
+      save), so every worker must call it; False runs it on the chief only.
+  """
+  every: Every | None = None
+  collective: bool = False
+
+  def check(self, runner: Runner, workdir: str | None) -> None:
+    """Raises, before the first step, if the action cannot run in this fit."""
+    del runner, workdir
+
+  def __call__(self, context: FitContext) -> None:
+    """Does the work at `context.step`."""
 
 
 class Every:
@@ -85,39 +122,13 @@ class Every:
     return f"Every({', '.join(args)})"
 
 
-class Checkpoint:
-  """Saves a checkpoint on a schedule; `fit` also restores, saves at the end
-  and on preemption. Files go to `<workdir>/checkpoints`.
-
-  Args:
-    every: an `Every`; by default every 1000 steps or 10 minutes.
-    keep: how many of the newest checkpoints to keep.
-    restore_data: False starts the data again from its beginning on resume
-      instead of where the checkpoint left it: needed to resume with another
-      batch size (the models and optimizers are restored either way).
-  """
-  collective = True  # TF's save is collective under multi-worker strategies
-
-  def __init__(self, every=None, keep=3, *, restore_data=True):
-    self.every = every or Every(steps=1000, seconds=600)
-    self.keep = keep
-    self.restore_data = restore_data
-    self.checkpointer = None
-
-  def restore(self, loop):
-    """Creates the checkpointer for `loop` and restores; returns the step."""
-    self.checkpointer = Checkpointer(loop.runner, os.path.join(loop.workdir, "checkpoints"),
-                                     keep=self.keep, restore_data=self.restore_data)
-    self.checkpointer.check_data_can_be_saved()
-    return self.checkpointer.restore()
-
-  def __call__(self, loop):
-    path = self.checkpointer.save()
-    if path:
-      _log.debug("saved %s", path)
+def _needs_workdir(action, workdir):
+  if workdir is None:
+    raise ValueError(f"ctl.{type(action).__name__} writes files but workdir is None; "
+                     "pass workdir=... to fit, or drop the action.")
 
 
-class Summaries:
+class Summaries(Action):
   """Writes TensorBoard scalars to `<workdir>/events/train`, on the chief.
 
   Each step result (its mean over the steps run since the last loop call),
@@ -126,30 +137,34 @@ class Summaries:
   """
   collective = False
 
-  def __init__(self, every=None):
+  def __init__(self, every: Every | None = None):
     self.every = every or Every(steps=100)
-    self._since = None  # (loop, step, time) of the previous write
+    self._since = None  # (context, step, time) of the previous write
 
-  def __call__(self, loop):
+  def check(self, runner, workdir):
+    _needs_workdir(self, workdir)
+
+  def __call__(self, context):
     now = time.perf_counter()
-    if self._since is None or self._since[0] is not loop:  # a new fit: its start
-      self._since = (loop, loop.start_step, loop.start_time)
+    if self._since is None or self._since[0] is not context:  # a new fit: its start
+      self._since = (context, context.start_step, context.start_time)
     _, since_step, since_time = self._since
-    self._since = (loop, loop.step, now)
-    with loop.writer("train").as_default(step=loop.step):
-      for key, values in loop.results.items():
+    self._since = (context, context.step, now)
+    runner = context.runner
+    with context.writer("train").as_default(step=context.step):
+      for key, values in context.results.items():
         tf.summary.scalar(key, float(np.mean(values)))
-      for name, optimizer in loop.runner.optimizers.items():
+      for name, optimizer in runner.optimizers.items():
         tf.summary.scalar(f"learning_rate/{name}",
                           float(np.asarray(optimizer.learning_rate)))
-      if loop.step > since_step and now > since_time:
-        rate = (loop.step - since_step) / (now - since_time)
+      if context.step > since_step and now > since_time:
+        rate = (context.step - since_step) / (now - since_time)
         tf.summary.scalar("steps_per_second", rate)
-        if loop.runner.examples_per_step:  # unknown for a dynamic batch size
-          tf.summary.scalar("examples_per_second", rate * loop.runner.examples_per_step)
+        if runner.examples_per_step:  # unknown for a dynamic batch size
+          tf.summary.scalar("examples_per_second", rate * runner.examples_per_step)
 
 
-class Samples:
+class Samples(Action):
   """Writes a grid of generated images: a PNG in `<workdir>/samples` and an
   image summary, on the chief.
 
@@ -162,7 +177,8 @@ class Samples:
   """
   collective = False
 
-  def __init__(self, fn, every=None, *, name="samples", value_range=(-1.0, 1.0)):
+  def __init__(self, fn: Callable[[dict], object], every: Every | None = None, *,
+               name: str = "samples", value_range: tuple[float, float] = (-1.0, 1.0)):
     if not callable(fn):
       raise TypeError(f"Samples fn must be a function of the models dict, got {fn!r}.")
     self.fn = fn
@@ -170,27 +186,31 @@ class Samples:
     self.name = name
     self.value_range = value_range
 
-  def __call__(self, loop):
-    images = np.asarray(self.fn(loop.runner.models))
+  def check(self, runner, workdir):
+    _needs_workdir(self, workdir)
+
+  def __call__(self, context):
+    images = np.asarray(self.fn(context.runner.models))
     grid = image_grid(images, self.value_range)
-    path = os.path.join(loop.workdir, "samples", f"{self.name}_{loop.step:08d}.png")
+    path = os.path.join(context.workdir, "samples", f"{self.name}_{context.step:08d}.png")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tf.io.write_file(path, tf.io.encode_png(grid))
-    with loop.writer("train").as_default(step=loop.step):
+    with context.writer("train").as_default(step=context.step):
       tf.summary.image(self.name, grid[None])
     _log.debug("wrote %s", path)
 
 
-class Evaluate:
+class Evaluate(Action):
   """Runs `runner.evaluate(step, data)`; writes the metrics to `<workdir>/events/eval`.
 
-  The latest metrics are kept in `loop.metrics`. `data` must be finite (e.g.
+  The latest metrics are kept in `context.metrics`. `data` must be finite (e.g.
   `dataset.take(100)`), or `num_batches` given: an endless dataset is refused
   here, before training.
   """
   collective = True  # runs strategy.run: every worker takes part
 
-  def __init__(self, step, data, every=None, *, global_batch_size=None, num_batches=None):
+  def __init__(self, step: Callable, data, every: Every | None = None, *,
+               global_batch_size: int | None = None, num_batches: int | None = None):
     check_evaluation_data(data, num_batches)
     self.step = step
     self.data = data
@@ -198,19 +218,25 @@ class Evaluate:
     self.global_batch_size = global_batch_size  # for a dataset function
     self.num_batches = num_batches
 
-  def __call__(self, loop):
-    metrics = loop.runner.evaluate(self.step, self.data,
-                                   global_batch_size=self.global_batch_size,
-                                   num_batches=self.num_batches)
-    loop.metrics = metrics
-    with loop.writer("eval").as_default(step=loop.step):
+  def check(self, runner, workdir):
+    if is_parameter_server(runner.strategy):
+      raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
+                       "coordinator only schedules training steps); drop it and "
+                       "evaluate the checkpoints with `ctl eval` in another process.")
+
+  def __call__(self, context):
+    metrics = context.runner.evaluate(self.step, self.data,
+                                      global_batch_size=self.global_batch_size,
+                                      num_batches=self.num_batches)
+    context.metrics = metrics
+    with context.writer("eval").as_default(step=context.step):
       for key, value in metrics.items():
         tf.summary.scalar(key, value)
-    _log.info("eval at step %d: %s", loop.step,
+    _log.info("eval at step %d: %s", context.step,
               "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
 
 
-class Export:
+class Export(Action):
   """Exports a model to `<workdir>/export/<model>` (SavedModel) and `<model>.keras`.
 
   Args:
@@ -219,12 +245,18 @@ class Export:
   """
   collective = True  # saving may run collectives under multi-worker strategies
 
-  def __init__(self, model="generator", every=None):
+  def __init__(self, model: str = "generator", every: Every | None = None):
     self.model = model
     self.every = every
 
-  def __call__(self, loop):
-    loop.runner.export(self.model, os.path.join(loop.workdir, "export"))
+  def check(self, runner, workdir):
+    _needs_workdir(self, workdir)
+    if self.model not in runner.models:
+      raise ValueError(f"ctl.Export({self.model!r}): the runner has no model of that "
+                       f"name; its models are {sorted(runner.models)}.")
+
+  def __call__(self, context):
+    context.runner.export(self.model, os.path.join(context.workdir, "export"))
 
 
 def image_grid(images, value_range=(-1.0, 1.0), columns=None):

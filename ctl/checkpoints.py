@@ -1,4 +1,7 @@
-"""Checkpoints that resume a run exactly: `Checkpointer`.
+"""Checkpoints that resume a run exactly: `Checkpoint` (how `fit` saves) and
+`Checkpointer` (the saves and restores).
+
+    runner.fit(10_000, "runs/x", checkpoint=ctl.Checkpoint(ctl.Every(steps=500), keep=5))
 
     checkpointer = Checkpointer(runner, "runs/x/checkpoints", keep=3)
     step = checkpointer.restore()      # 0 when the directory holds no checkpoint
@@ -20,7 +23,43 @@ import tempfile
 
 import tensorflow as tf
 
+from ctl.actions import Every
+
 _log = logging.getLogger("ctl")
+
+
+class Checkpoint:
+  """How `fit` checkpoints: `fit(..., checkpoint=ctl.Checkpoint(...))`.
+
+  `fit` restores the newest checkpoint of `<workdir>/checkpoints` before the
+  first step, saves on this schedule and at the end, and saves before
+  anything else when a signal, a NaN or a failing action stops the run.
+
+  Args:
+    every: an `Every`; by default every 1000 steps or 10 minutes.
+    keep: how many of the newest checkpoints to keep.
+    restore_data: False starts the data again from its beginning on resume
+      instead of where the checkpoint left it: needed to resume with another
+      batch size (the models and optimizers are restored either way).
+  """
+
+  def __init__(self, every: Every | None = None, keep: int = 3, *,
+               restore_data: bool = True):
+    if every is not None and not isinstance(every, Every):
+      raise TypeError(f"Checkpoint(every={every!r}): use ctl.Every(steps=..., "
+                      "seconds=...), or None for the default.")
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+      raise ValueError(f"Checkpoint(keep={keep!r}): keep must be an int of at least 1.")
+    self.every = every or Every(steps=1000, seconds=600)
+    self.keep = keep
+    self.restore_data = restore_data
+
+  def open(self, runner, workdir: str) -> "Checkpointer":
+    """The checkpointer of `runner` in `<workdir>/checkpoints`, checked before training."""
+    checkpointer = Checkpointer(runner, os.path.join(workdir, "checkpoints"),
+                                keep=self.keep, restore_data=self.restore_data)
+    checkpointer.check_data_can_be_saved()
+    return checkpointer
 
 
 class Checkpointer:
@@ -40,8 +79,6 @@ class Checkpointer:
   """
 
   def __init__(self, runner, directory, keep=3, restore_data=True):
-    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
-      raise ValueError(f"keep must be an int of at least 1, got {keep!r}.")
     self.runner = runner
     self.directory = directory
     self.restore_data = restore_data
@@ -157,7 +194,7 @@ class Checkpointer:
             "pipeline's structure changed since that save (a map, shuffle, batch or "
             "prefetch added, removed or moved). "
             "Build the data as that run did, or pass "
-            "ctl.Checkpoint(restore_data=False) to restore the models and "
+            "fit(checkpoint=ctl.Checkpoint(restore_data=False)) to restore the models and "
             "optimizers and start the data again from its beginning.") from None
       if isinstance(e, tf.errors.OpError):
         raise self._damaged(path, e) from None
@@ -180,7 +217,8 @@ class Checkpointer:
           f"checkpoint {path} holds the position in data batched by {saved} (global "
           f"batch size), but the data now gives batches of {self._batch_size}: that "
           "position cannot be taken up by this pipeline. Resume with batches of "
-          f"{saved}, or pass ctl.Checkpoint(restore_data=False) to restore the models "
+          f"{saved}, or pass fit(checkpoint=ctl.Checkpoint(restore_data=False)) to "
+          "restore the models "
           "and optimizers and start the data again from its beginning.")
 
   def _damaged(self, path, error):

@@ -3,8 +3,9 @@
     history = runner.fit(10_000, "runs/x")   # what `Runner.fit` calls
 
 Each pass runs one compiled call of up to `steps_per_loop` steps (shortened to
-land on the next step-based action), checks the results are finite, advances
-the progress display, and runs the actions that are due. Training resumes
+land on the next step-based save or action), checks the results are finite,
+advances the progress display, saves a checkpoint if one is due, and runs the
+actions that are due (`ctl.actions`), each given the `FitContext`. Training resumes
 from the newest checkpoint in `<workdir>/checkpoints`, so rerunning the same
 command after a crash, a kill or a preemption continues where it stopped.
 One run at a time holds the work directory (`ctl.workdir.Lock`).
@@ -24,24 +25,27 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import actions as actions_lib
+from ctl import checkpoints
 from ctl import export as export_lib
 from ctl import stopping
 from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
-from ctl.strategies import is_parameter_server
 from ctl.strategies import num_workers
 
 _log = logging.getLogger("ctl")
 
 
-class Loop:
-  """What an action sees: the runner, the step reached and the latest results.
+class FitContext:
+  """One `fit` call as its actions see it: the runner, the step reached, the
+  latest results, and where to write.
 
   Attributes:
     runner: the `ctl.Runner`.
     workdir: the work directory (None: nothing is written).
     step: the global step reached (steps done).
+    start_step, start_time: the step this `fit` started from and when
+      (`time.perf_counter()`).
     results: the last compiled call's results, each key an array of per-step values.
     metrics: the latest evaluation's metrics (dict), if any.
     is_chief: whether this worker writes summaries, samples and kept files.
@@ -49,18 +53,18 @@ class Loop:
       without a workdir).
   """
 
-  def __init__(self, runner, workdir, step):
+  def __init__(self, runner, workdir: str | None, step: int):
     self.runner = runner
     self.workdir = workdir
     self.step = self.start_step = step
     self.start_time = time.perf_counter()
-    self.results = {}
-    self.metrics = {}
+    self.results: dict[str, np.ndarray] = {}
+    self.metrics: dict[str, float] = {}
     self.is_chief = runner.strategy.extended.should_checkpoint
     self.lock = None
     self._writers = {}
 
-  def writer(self, name):
+  def writer(self, name: str):
     """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
     if name not in self._writers:
       if self.is_chief and self.workdir:
@@ -70,19 +74,20 @@ class Loop:
         self._writers[name] = tf.summary.create_noop_writer()
     return self._writers[name]
 
-  def flush(self):
+  def flush(self) -> None:
     """Writes out what the summary writers hold."""
     for writer in list(self._writers.values()):
       writer.flush()
 
-  def close(self):
+  def close(self) -> None:
     """Closes the summary writers; `writer()` makes new ones."""
     for writer in self._writers.values():
       writer.close()
     self._writers = {}
 
 
-def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
+def fit(runner, num_steps, workdir=None, *, checkpoint=True, summaries=True,
+        actions=(), progress=True):
   """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
   if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 0:
     raise ValueError(f"num_steps must be a non-negative int (the step to train up "
@@ -94,140 +99,161 @@ def fit(runner, num_steps, workdir=None, *, actions=None, progress=True):
         f"steps_per_loop ({runner.steps_per_loop}) is larger than num_steps "
         f"({num_steps}), the whole run: every compiled call is cut short. Lower "
         f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
-  actions = _complete(actions, workdir)
-  _check_exports(actions, runner)
-  if is_parameter_server(runner.strategy):
-    evaluations = [a for a in actions if isinstance(a, actions_lib.Evaluate)]
-    if evaluations:
-      raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
-                       "coordinator only schedules training steps); drop it and "
-                       "evaluate the checkpoints with `ctl eval` in another process.")
-  loop = Loop(runner, workdir, int(runner.global_step.numpy()))
-  loop.lock = _lock(runner, workdir)  # before restoring: one writer at a time
+  checkpoint = _option("checkpoint", checkpoint, checkpoints.Checkpoint, workdir)
+  summaries = _option("summaries", summaries, actions_lib.Summaries, workdir)
+  actions = ([summaries] if summaries else []) + _check_actions(actions)
+  for action in actions:
+    action.check(runner, workdir)
+  context = FitContext(runner, workdir, int(runner.global_step.numpy()))
+  context.lock = _lock(runner, workdir)  # before restoring: one writer at a time
   try:
-    return _train(loop, num_steps, actions, progress)
+    checkpointer = None
+    if checkpoint:
+      checkpointer = checkpoint.open(runner, workdir)
+      context.step = context.start_step = checkpointer.restore()
+    return _train(context, num_steps, checkpoint, checkpointer, actions, progress)
   finally:
-    if loop.lock is not None:
-      loop.lock.release()
+    if context.lock is not None:
+      context.lock.release()
 
 
-def _train(loop, num_steps, actions, progress):
-  checkpoint = next((a for a in actions if isinstance(a, actions_lib.Checkpoint)), None)
-  if checkpoint:
-    loop.step = loop.start_step = checkpoint.restore(loop)
-  if loop.step >= num_steps:
-    _log.info("already at step %d of %d: nothing to train", loop.step, num_steps)
-    if checkpoint and not _finished(loop):  # stopped after the last save
-      _finish(loop, [a for a in actions if a is not checkpoint], None)
+def _option(name, value, kind, workdir):
+  """`fit`'s checkpoint= or summaries=: True (the defaults when there is a
+  workdir), False, or a configured `kind`."""
+  if value is True:
+    return kind() if workdir is not None else None
+  if value is False or value is None:
+    return None
+  if not isinstance(value, kind):
+    raise TypeError(f"fit({name}={value!r}): pass True (the default), False, or a "
+                    f"ctl.{kind.__name__}(...).")
+  if workdir is None:
+    raise ValueError(f"fit({name}=ctl.{kind.__name__}(...)) writes files but workdir is "
+                     f"None; pass workdir=... to fit, or {name}=False.")
+  return value
+
+
+def _check_actions(actions):
+  """The user's actions, each checked against the `ctl.Action` contract."""
+  if not isinstance(actions, (list, tuple)):
+    raise TypeError(f"fit(actions={actions!r}): pass a list of actions, e.g. "
+                    "actions=[ctl.Samples(...)].")
+  actions = list(actions)
+  for action in actions:
+    if isinstance(action, (checkpoints.Checkpoint, actions_lib.Summaries)):
+      option = "checkpoint" if isinstance(action, checkpoints.Checkpoint) else "summaries"
+      raise TypeError(f"ctl.{type(action).__name__} goes in fit({option}=...), not in "
+                      f"actions: fit({option}=ctl.{type(action).__name__}(...)).")
+    missing = [name for name in ("every", "collective", "check")
+               if not hasattr(action, name)]
+    if missing or not callable(action):
+      lacks = ", ".join(missing + ["__call__(context)"] * (not callable(action)))
+      raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
+                      "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
+                      "and define __call__(self, context).")
+    if action.every is not None and not isinstance(action.every, actions_lib.Every):
+      raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
+                      "ctl.Every(steps=..., seconds=...) or None.")
+    if not isinstance(action.collective, bool):
+      raise TypeError(f"{type(action).__name__}.collective is {action.collective!r}; use "
+                      "True (runs on every worker) or False (the chief only).")
+  return actions
+
+
+def _train(context, num_steps, checkpoint, checkpointer, actions, progress):
+  if context.step >= num_steps:
+    _log.info("already at step %d of %d: nothing to train", context.step, num_steps)
+    if checkpointer and not _finished(context):  # stopped after the last save
+      _finish(context, None, actions, None)
     return {}
   scheduled = [a for a in actions if a.every is not None]
-  for action in scheduled:
-    action.every.start(loop.step)
-  bar = Progress(num_steps, loop.step, enabled=progress and loop.is_chief)
-  stopper = stopping.Stopper(loop.runner, checkpoint.checkpointer if checkpoint else None)
-  stopper.before_exit = loop.flush  # a signal's thread may end the process
+  timers = ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
+  for every in timers:
+    every.start(context.step)
+  bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
+  stopper = stopping.Stopper(context.runner, checkpointer)
+  stopper.before_exit = context.flush  # a signal's thread may end the process
   history = []
   try:
-    while loop.step < num_steps:
-      n = _call_length(loop, scheduled, num_steps)
-      results = loop.runner.run_steps(n)
-      _check_finite(results, loop.step, checkpoint)
+    while context.step < num_steps:
+      ends = [context.runner.steps_per_loop, num_steps - context.step]
+      n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
+      results = context.runner.run_steps(n)
+      _check_finite(results, context.step, checkpointer)
       history.append(results)
-      loop.step, loop.results = loop.step + n, results
-      bar.update(loop.step, results)
-      if loop.step < num_steps:  # the last step's work is the end's
-        due = lambda: _run_due(loop, scheduled, stopper)  # noqa: E731
+      context.step, context.results = context.step + n, results
+      bar.update(context.step, results)
+      if context.step < num_steps:  # the last step's work is the end's
+        due = lambda: _run_due(context, checkpoint, checkpointer, scheduled, stopper)  # noqa: E731
       else:
-        due = lambda: _finish(loop, actions, stopper)  # noqa: E731
+        due = lambda: _finish(context, checkpointer, actions, stopper)  # noqa: E731
       # A signal during the call: save first (a preempted job has little time
       # left), then this step's work, then stop.
-      stopper.check(loop.step, then=due)
-      _check_workdir(loop, checkpoint)
-      if loop.step < num_steps:
+      stopper.check(context.step, then=due)
+      _check_workdir(context, checkpointer)
+      if context.step < num_steps:
         due()
-    _finish(loop, actions, stopper)
-    stopper.check_after_end(loop.step)
+    _finish(context, checkpointer, actions, stopper)
+    stopper.check_after_end(context.step)
   finally:
     stopper.close()
     bar.close()
-    loop.close()
+    context.close()
   return {k: np.concatenate([h[k] for h in history]) for k in history[0]}
 
 
-def _finish(loop, actions, stopper):
-  """The end: every action once for the final step, the checkpoint first.
+def _finish(context, checkpointer, actions, stopper):
+  """The end: a save, then every action once for the final step.
 
   Then a mark that the end ran: a run stopped after its last checkpoint but
   before, say, its export finds no mark when rerun and runs them again.
   """
-  ordered = sorted(actions, key=lambda a: not isinstance(a, actions_lib.Checkpoint))
-  for i, action in enumerate(ordered):
-    _run(action, loop, stopper, after=ordered[i + 1:])
-  if loop.workdir and loop.is_chief:
-    write_text_atomically(_finished_path(loop), f"{loop.step}\n")
+  if checkpointer:
+    _save(checkpointer)
+  for i, action in enumerate(actions):
+    _run(action, context, stopper, after=actions[i + 1:])
+  if context.workdir and context.is_chief:
+    write_text_atomically(_finished_path(context), f"{context.step}\n")
 
 
-def _finished(loop):
+def _finished(context):
   try:
-    with open(_finished_path(loop)) as f:
-      return int(f.read()) == loop.step
+    with open(_finished_path(context)) as f:
+      return int(f.read()) == context.step
   except (OSError, ValueError):
     return False
 
 
-def _finished_path(loop):
-  return os.path.join(loop.workdir, "checkpoints", "finished_step")
+def _finished_path(context):
+  return os.path.join(context.workdir, "checkpoints", "finished_step")
 
 
-def _call_length(loop, scheduled, num_steps):
-  """Steps for the next compiled call: stop at the next step-based action."""
-  ends = [loop.runner.steps_per_loop, num_steps - loop.step]
-  ends += [a.every.steps_to_next(loop.step) for a in scheduled if a.every.steps]
-  return min(ends)
+def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
+  """Saves if the checkpoint is due, then runs the due actions in order.
 
-
-def _run_due(loop, scheduled, stopper):
-  due = stopping.agree(loop.runner.strategy, [a.every.due(loop.step) for a in scheduled])
+  Every worker must agree on what is due: a save or an evaluation is
+  collective, and a time-based schedule reads each worker's own clock.
+  """
+  timers = ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
+  flags = stopping.agree(context.runner.strategy, [e.due(context.step) for e in timers])
+  due = flags
+  if checkpoint:
+    if flags[0]:
+      _save(checkpointer)
+      checkpoint.every.fired(context.step)
+    due = flags[1:]
   due_now = [a for a, now in zip(scheduled, due) if now]
   for i, action in enumerate(due_now):
-    _run(action, loop, stopper, after=due_now[i + 1:])
-    action.every.fired(loop.step)
-  if any(due):
-    stopper.check(loop.step)  # a signal that came during the actions
+    _run(action, context, stopper, after=due_now[i + 1:])
+    action.every.fired(context.step)
+  if any(flags):
+    stopper.check(context.step)  # a signal that came during the work
 
 
-def _complete(actions, workdir):
-  """The actions to run: the defaults, or the user's with the defaults added."""
-  actions = list(actions or [])
-  for action in actions:
-    if not (hasattr(action, "every") and callable(action)):
-      raise TypeError(f"action {action!r} is not an action: give it an `every` "
-                      "(a ctl.Every, or None for the end only) and a __call__(loop).")
-    if action.every is not None and not isinstance(action.every, actions_lib.Every):
-      raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
-                      "ctl.Every(steps=..., seconds=...) or None.")
-  if workdir is None:
-    writers = (actions_lib.Checkpoint, actions_lib.Summaries, actions_lib.Samples,
-               actions_lib.Export)
-    writes = [a for a in actions if isinstance(a, writers)]
-    if writes:
-      raise ValueError(f"actions {[type(a).__name__ for a in writes]} write files "
-                       "but workdir is None; pass workdir=... to fit.")
-    return actions
-  if sum(isinstance(a, actions_lib.Checkpoint) for a in actions) > 1:
-    raise ValueError("give at most one ctl.Checkpoint action.")
-  for kind in (actions_lib.Checkpoint, actions_lib.Summaries):
-    if not any(isinstance(a, kind) for a in actions):
-      actions.insert(0, kind())
-  return actions
-
-
-def _check_exports(actions, runner):
-  """Refuses, before training, an Export of a model the runner does not have."""
-  for action in actions:
-    if isinstance(action, actions_lib.Export) and action.model not in runner.models:
-      raise ValueError(f"ctl.Export({action.model!r}): the runner has no model of that "
-                       f"name; its models are {sorted(runner.models)}.")
+def _save(checkpointer):
+  path = checkpointer.save()  # every worker: TF's save is collective
+  if path:
+    _log.debug("saved %s", path)
 
 
 def _lock(runner, workdir):
@@ -266,69 +292,69 @@ def _check_writable(directory, workdir):
                   "workdir.") from e
 
 
-def _check_workdir(loop, checkpoint):
+def _check_workdir(context, checkpointer):
   """A work directory deleted or moved mid-run is made again, and written again."""
-  if loop.lock is None or loop.lock.held():
+  if context.lock is None or context.lock.held():
     return
-  loop.lock.release()
-  loop.lock = workdir_lib.Lock(loop.workdir)
-  loop.close()  # TensorBoard writers would go on writing into deleted files
+  context.lock.release()
+  context.lock = workdir_lib.Lock(context.workdir)
+  context.close()  # TensorBoard writers would go on writing into deleted files
   saved = ""
-  if checkpoint and num_workers(loop.runner.strategy) == 1:
-    saved = f"; saved {checkpoint.checkpointer.save()}"
+  if checkpointer and num_workers(context.runner.strategy) == 1:
+    saved = f"; saved {checkpointer.save()}"
   _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
                "again and writing to it from here on%s. What was in it is not there.",
-               loop.workdir, loop.step, saved)
+               context.workdir, context.step, saved)
 
 
-def _run(action, loop, stopper, after=()):
-  """Runs `action` where it runs; a signal abandons all but a checkpoint at once,
-  and with it the actions `after` it at this step."""
-  if not (loop.is_chief or getattr(action, "collective", False)):
+def _run(action, context, stopper, after=()):
+  """Runs `action` where it runs; a signal abandons it at once, and with it
+  the actions `after` it at this step."""
+  if not (context.is_chief or action.collective):
     return
-  if stopper is None or isinstance(action, actions_lib.Checkpoint):
-    action(loop)
+  if stopper is None:
+    action(context)
     return
   name = type(action).__name__
   try:
     with stopper.abandonable(name):
-      action(loop)
+      action(context)
   except stopping.Abandoned as e:
     abandoned = e
   except Exception as e:  # a full disk, a bug in a sample function, ...
-    _save_after_failure(loop, stopper, action, e)
+    _save_after_failure(context, stopper, action, e)
     raise
   else:
     return
   # Outside the `except`: what stops the run does not chain to the Abandoned.
-  skipped = sorted({type(a).__name__ for a in after} - {"Checkpoint"})
-  _log.warning("%s abandoned at step %d by a signal%s", name, loop.step,
+  skipped = sorted({type(a).__name__ for a in after})
+  _log.warning("%s abandoned at step %d by a signal%s", name, context.step,
                f"; not run at this step: {', '.join(skipped)}" if skipped else "")
-  stopper.check(loop.step)  # saves, and raises Preempted or Interrupted
+  stopper.check(context.step)  # saves, and raises Preempted or Interrupted
   raise abandoned
 
 
-def _save_after_failure(loop, stopper, action, error):
+def _save_after_failure(context, stopper, action, error):
   """An action failed: keep the steps trained since the last checkpoint."""
-  if stopper.checkpointer is None or num_workers(loop.runner.strategy) > 1:
+  if stopper.checkpointer is None or num_workers(context.runner.strategy) > 1:
     return  # a save is collective: the other workers are not in this one
   try:
     path = stopper.checkpointer.save()
   except Exception:  # pylint: disable=broad-except
     return  # the action's error says more than the save's
-  error.add_note(f"ctl: {type(action).__name__} failed at step {loop.step}; the steps "
+  error.add_note(f"ctl: {type(action).__name__} failed at step {context.step}; the steps "
                  f"trained are saved in {path}. Fix the cause and rerun the same "
                  "command to resume.")
 
 
-def _check_finite(results, first_step, checkpoint):
+def _check_finite(results, first_step, checkpointer):
   """Raises FloatingPointError at the first step with a NaN or Inf result."""
   bad = [i for values in results.values() for i in np.flatnonzero(~np.isfinite(values))]
   if not bad:
     return
   i = min(bad)
   values = ", ".join(f"{k} {v[i]:.6g}" for k, v in results.items())
-  last = checkpoint.checkpointer.latest if checkpoint else None
+  last = checkpointer.latest if checkpointer else None
   kept = (f"the last checkpoint, {last}, is intact (nothing later was saved)" if last
           else "no checkpoint was saved")
   raise FloatingPointError(

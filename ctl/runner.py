@@ -175,14 +175,14 @@ class Runner:
     replica context (inside `strategy.run`); `ctl check` compiles it."""
     return self._train_step.replica_step(batch, step)
 
-  def fit(self, num_steps, workdir=None, *, actions=None, progress=True):
+  def fit(self, num_steps, workdir=None, *, checkpoint=True, summaries=True,
+          actions=(), progress=True):
     """Trains until the global step is `num_steps`; resumes from `workdir`.
 
     With a `workdir`, training starts from the newest checkpoint in
     `<workdir>/checkpoints` (if any) and by default checkpoints every 1000
     steps or 10 minutes and at the end, and writes TensorBoard scalars every
-    100 steps to `<workdir>/events/train`; pass `ctl.Checkpoint(...)` or
-    `ctl.Summaries(...)` in `actions` to change that. On SIGTERM it saves and
+    100 steps to `<workdir>/events/train`. On SIGTERM it saves and
     exits with code 42 (`ctl.PREEMPTED_EXIT_CODE`); on Ctrl-C it saves and
     raises `ctl.Interrupted` (a second Ctrl-C quits at once); see
     `ctl.stopping`. One run at a time may write a work directory: another
@@ -194,14 +194,20 @@ class Runner:
         so that rerunning the same call after an interruption finishes the run.
       workdir: directory for checkpoints, events, samples and exports; None
         writes nothing and does not resume.
-      actions: periodic actions (see `ctl.actions`): `ctl.Checkpoint`,
-        `ctl.Summaries`, `ctl.Samples`, `ctl.Evaluate`, `ctl.Export`, or your own.
+      checkpoint: True (the default schedule when there is a workdir), False
+        (no checkpoints: nothing to resume from), or a `ctl.Checkpoint(every,
+        keep=..., restore_data=...)`.
+      summaries: True (TensorBoard scalars every 100 steps when there is a
+        workdir), False, or a `ctl.Summaries(every)`.
+      actions: a list of actions run on their schedule and at the end (see
+        `ctl.Action`): `ctl.Samples`, `ctl.Evaluate`, `ctl.Export`, or your own.
       progress: show a progress bar (log lines when stderr is not a terminal).
 
     Returns:
       Each result key's per-step values for the steps this call ran (numpy).
     """
-    return loop_lib.fit(self, num_steps, workdir, actions=actions, progress=progress)
+    return loop_lib.fit(self, num_steps, workdir, checkpoint=checkpoint,
+                        summaries=summaries, actions=actions, progress=progress)
 
   def evaluate(self, step, data, *, global_batch_size=None, num_batches=None):
     """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.

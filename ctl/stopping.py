@@ -4,7 +4,7 @@
     results = runner.run_steps(n)
     stopper.check(step)                       # saves and raises if a signal came
     with stopper.abandonable():               # an evaluation, samples, an export
-      action(loop)
+      action(context)
     stopper.close()
 
 SIGTERM (what Kubernetes, Slurm and preemptible VMs send): the compiled call

@@ -163,7 +163,7 @@ def fixed_samples(noise_dim, *, num_classes=None, rows=8, model="generator", see
   return lambda models: models[model]([z, labels] if num_classes else z, training=False)
 
 
-class ClassifierFID:
+class ClassifierFID(ctl.Action):
   """Action: classifier FID of generated digits against the held-out MNIST digits.
 
   Computed in the feature space of the small MNIST classifier shipped with
@@ -200,12 +200,12 @@ class ClassifierFID:
     fake = evaluation.classifier_features(self.generate(models))
     return float(evaluation.frechet_distance(fake, self._reference))
 
-  def __call__(self, loop):
-    value = self.compute(loop.runner.models)
-    self.history.append((loop.step, value))
-    with loop.writer("eval").as_default(step=loop.step):
+  def __call__(self, context):
+    value = self.compute(context.runner.models)
+    self.history.append((context.step, value))
+    with context.writer("eval").as_default(step=context.step):
       tf.summary.scalar("classifier_fid", value)
-    _log.info("classifier FID at step %d: %.3f", loop.step, value)
+    _log.info("classifier FID at step %d: %.3f", context.step, value)
 
 
 MODES = ("train", "eval", "export", "build")
@@ -302,11 +302,11 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
   if mode == "build":
     return runner
   if mode == "train":
-    actions = [ctl.Checkpoint(ctl.Every(steps=checkpoint_every)),
-               ctl.Samples(fixed_samples(noise_dim, num_classes=num_classes, model=shown),
+    actions = [ctl.Samples(fixed_samples(noise_dim, num_classes=num_classes, model=shown),
                            ctl.Every(steps=samples_every)),
                ctl.Export(shown)] + ([fid] if fid and fid_every != 0 else [])
-    runner.fit(num_steps, workdir, actions=actions, progress=progress)
+    runner.fit(num_steps, workdir, checkpoint=ctl.Checkpoint(ctl.Every(steps=checkpoint_every)),
+               actions=actions, progress=progress)
     return runner
   step = runner.restore(workdir)
   if mode == "eval":

@@ -16,6 +16,7 @@ import argparse
 import numpy as np
 
 import ctl
+from ctl import cli
 import toy_gan
 from toy_gan import NOISE
 
@@ -72,13 +73,13 @@ def main():
   def samples(models):  # the coordinator calls the generator: points as 1x2 images
     return np.tanh(np.asarray(models["generator"](noise))).reshape(4, 1, 2, 1)
 
-  actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)),
-             ctl.Samples(samples, ctl.Every(steps=args.checkpoint_every)),
+  actions = [ctl.Samples(samples, ctl.Every(steps=args.checkpoint_every)),
              ctl.Export("generator")]
   real, fixed_noise = fixed_batch()
   loss_before = discriminator_loss(runner.models, real, fixed_noise)
   weights_before = weights(runner.models)
-  history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
+  history = runner.fit(args.steps, args.workdir, actions=actions, progress=False,
+                       checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)))
   results = toy_gan.results(history)
   results["fixed_batch_loss_before"] = np.array(loss_before)
   results["fixed_batch_loss_after"] = np.array(discriminator_loss(runner.models, real, fixed_noise))
@@ -91,4 +92,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  with cli.log_to_stderr():  # ctl's log lines, as the `ctl` command shows them: tests read them
+    main()

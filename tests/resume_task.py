@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 import ctl
+from ctl import cli
 import toy_gan
 from toy_gan import FEATURES, GLOBAL_BATCH, NOISE
 
@@ -130,35 +131,34 @@ def make_step(nan_at, pause_at=None, workdir=None):
   return toy_gan.make_step(NOISE, prepare=prepare)
 
 
-class AtStep:
-  """An action that does `fire(loop)` once, at global step `step`."""
-  collective = False
+class AtStep(ctl.Action):
+  """An action that does `fire(context)` once, at global step `step`."""
 
   def __init__(self, step, workdir):
     self.every = ctl.Every(steps=step)
     self.step = step
     self.workdir = workdir
 
-  def __call__(self, loop):
-    if loop.step == self.step:
-      self.fire(loop)
+  def __call__(self, context):
+    if context.step == self.step:
+      self.fire(context)
 
 
 class Pause(AtStep):
   """Prints PAUSED at one step and waits for `<workdir>/go` (on every worker)."""
   collective = True
 
-  def fire(self, loop):
-    wait_for_go(self.workdir, loop.step)
+  def fire(self, context):
+    wait_for_go(self.workdir, context.step)
 
 
 class DeleteWorkdir(AtStep):
   """Deletes the work directory (as a user's `rm -r` would) at one step."""
 
-  def fire(self, loop):
+  def fire(self, context):
     import shutil
     shutil.rmtree(self.workdir)
-    print(f"DELETED the workdir after step {loop.step}", flush=True)
+    print(f"DELETED the workdir after step {context.step}", flush=True)
 
 
 def evaluate_pausing_at(step, workdir):
@@ -226,15 +226,15 @@ class LimitFileSize(AtStep):
   root, so a read-only directory would not stop them).
   """
 
-  def fire(self, loop):
-    # Runs after the Checkpoint action (listed before it), so ckpt-k exists.
+  def fire(self, context):
+    # Runs after fit's save at this step (a save comes first), so ckpt-k exists.
     data = glob.glob(os.path.join(self.workdir, "checkpoints", f"ckpt-{self.step}.data-*"))
     limit = min(os.path.getsize(path) for path in data) // 2
     # A write past the limit raises SIGXFSZ, which kills; ignored, it fails with EFBIG.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE,
                        (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-    print(f"FILE SIZE LIMIT {limit} bytes after step {loop.step}", flush=True)
+    print(f"FILE SIZE LIMIT {limit} bytes after step {context.step}", flush=True)
 
 
 def crash_in_save(step):
@@ -262,7 +262,7 @@ def main():
   runner = ctl.Runner(make_step(args.nan_at, pause if where == "call" else None, args.workdir),
                       make_build(args.dropout), dataset(), strategy=strategy,
                       seed=7, steps_per_loop=args.steps_per_loop)
-  actions = [ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every))]
+  actions = []
   if pause and where == "action":
     actions.append(Pause(pause, args.workdir))
   if pause and where == "eval":
@@ -280,7 +280,8 @@ def main():
   if args.delete_workdir_at:
     actions.append(DeleteWorkdir(args.delete_workdir_at, args.workdir))
   try:
-    history = runner.fit(args.steps, args.workdir, actions=actions, progress=False)
+    history = runner.fit(args.steps, args.workdir, actions=actions, progress=False,
+                         checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)))
   except ctl.Interrupted as e:  # as the `ctl` command does
     print(f"INTERRUPTED: {e}", flush=True)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
@@ -294,4 +295,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  with cli.log_to_stderr():  # ctl's log lines, as the `ctl` command shows them: tests read them
+    main()

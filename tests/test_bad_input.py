@@ -455,6 +455,14 @@ def action_every_an_int(s):
   _runner().fit(2, str(s.path), actions=[ctl.Export("model", every=5)])
 
 
+def checkpoint_in_actions(s):
+  _runner().fit(2, str(s.path), actions=[ctl.Checkpoint(keep=1)])
+
+
+def checkpoint_without_workdir(s):
+  _runner().fit(2, None, checkpoint=ctl.Checkpoint(keep=1))
+
+
 def writing_actions_without_workdir(s):
   _runner().fit(2, None, actions=[ctl.Samples(lambda models: None, ctl.Every(steps=1))])
 
@@ -494,7 +502,7 @@ def resume_with_another_data_pipeline(s):
     _steps(runner, runner.fit, 4, str(s.path), progress=False)
   finally:  # the fix the message names resumes from step 2
     fixed = _runner(data=shuffled.repeat())
-    fixed.fit(4, str(s.path), actions=[ctl.Checkpoint(restore_data=False)], progress=False)
+    fixed.fit(4, str(s.path), checkpoint=ctl.Checkpoint(restore_data=False), progress=False)
     assert int(fixed.global_step.numpy()) == 4
 
 
@@ -983,19 +991,32 @@ CASES = [
          every_negative_seconds, ValueError,
          ("Every(seconds=-1): seconds must be a positive number",)),
     Case("action-that-is-a-function",
-         "TypeError from fit: action <function ...> is not an action: give it an `every` and a "
-         "__call__(loop)",
+         "TypeError from fit: action <function ...> is not an action: it lacks every, "
+         "collective, check. Subclass ctl.Action, set `every` ... and define "
+         "__call__(self, context)",
          action_that_is_a_function, TypeError,
-         ("is not an action", "give it an `every`", "__call__(loop)")),
+         ("is not an action", "it lacks every, collective, check", "Subclass ctl.Action",
+          "__call__(self, context)")),
+    Case("checkpoint-in-actions",
+         "TypeError from fit: ctl.Checkpoint goes in fit(checkpoint=...), not in actions",
+         checkpoint_in_actions, TypeError,
+         ("ctl.Checkpoint goes in fit(checkpoint=...), not in actions",
+          "fit(checkpoint=ctl.Checkpoint(...))")),
+    Case("checkpoint-without-workdir",
+         "ValueError from fit: fit(checkpoint=ctl.Checkpoint(...)) writes files but workdir "
+         "is None; pass workdir=... to fit, or checkpoint=False",
+         checkpoint_without_workdir, ValueError,
+         ("fit(checkpoint=ctl.Checkpoint(...)) writes files but workdir is None",
+          "pass workdir=... to fit, or checkpoint=False")),
     Case("action-every-an-int",
          "TypeError from fit: Export.every is 5; use ctl.Every(steps=..., seconds=...) or None",
          action_every_an_int, TypeError,
          ("Export.every is 5", "use ctl.Every(steps=..., seconds=...) or None")),
     Case("writing-actions-without-workdir",
-         "ValueError from fit: actions ['Samples'] write files but workdir is None; pass "
-         "workdir=...",
+         "ValueError from fit: ctl.Samples writes files but workdir is None; pass "
+         "workdir=... to fit, or drop the action",
          writing_actions_without_workdir, ValueError,
-         ("actions ['Samples'] write files but workdir is None", "pass workdir=... to fit")),
+         ("ctl.Samples writes files but workdir is None", "pass workdir=... to fit")),
     Case("export-an-unknown-model",
          "ValueError from export: no model named 'gen'; the models are ['model']",
          export_of_an_unknown_model, ValueError,

@@ -24,16 +24,15 @@ from ctl import workdir as workdir_lib
 from test_outer_loop import build, data, runner, step
 
 
-class SendAt:
+class SendAt(ctl.Action):
   """An action that sends this process `signum` at step `at` (end: None)."""
-  collective = False
 
   def __init__(self, signum, at=None):
     self.signum = signum
     self.every = ctl.Every(steps=at) if at else None
     self.sent = False
 
-  def __call__(self, loop):
+  def __call__(self, context):
     if not self.sent:
       self.sent = True
       os.kill(os.getpid(), self.signum)  # the handler runs before this returns
@@ -89,18 +88,20 @@ def test_a_signal_inside_a_callback_lets_the_action_finish_then_stops(tmp_path, 
   class Garbage:
     pass
 
-  def action(loop):  # the signal's handler runs inside a weakref's callback
-    def callback(_):
-      os.kill(os.getpid(), signal.SIGINT)
-      sum(range(1000))  # Python operations: the handler runs among them
-    garbage = Garbage()
-    ref = weakref.ref(garbage, callback)  # noqa: F841
-    del garbage  # the callback runs here; Python drops what it raises
-    finished.append(loop.step)
+  class Action(ctl.Action):
+    every = ctl.Every(steps=4)
 
-  action.every, action.collective = ctl.Every(steps=4), False
+    def __call__(self, context):  # the signal's handler runs inside a weakref's callback
+      def callback(_):
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # Python operations: the handler runs among them
+      garbage = Garbage()
+      ref = weakref.ref(garbage, callback)  # noqa: F841
+      del garbage  # the callback runs here; Python drops what it raises
+      finished.append(context.step)
+
   with pytest.raises(ctl.Interrupted):
-    runner().fit(12, tmp_path, actions=[action], progress=False)
+    runner().fit(12, tmp_path, actions=[Action()], progress=False)
   assert finished == [4]  # not abandoned: Python cannot raise from a callback
   assert latest_step(tmp_path) == 4  # but stopped right after it, saved
   err = capfd.readouterr().err
@@ -108,17 +109,16 @@ def test_a_signal_inside_a_callback_lets_the_action_finish_then_stops(tmp_path, 
   assert "Exception ignored" not in err and "Traceback" not in err, err
 
 
-class Record:
+class Record(ctl.Action):
   """Keeps the steps whose results it was given."""
-  collective = False
 
   def __init__(self, every):
     self.every = ctl.Every(steps=every)
     self.steps = []
 
-  def __call__(self, loop):
-    n = len(next(iter(loop.results.values())))
-    self.steps += range(loop.step - n, loop.step)
+  def __call__(self, context):
+    n = len(next(iter(context.results.values())))
+    self.steps += range(context.step - n, context.step)
 
 
 def test_a_signal_inside_a_call_saves_then_runs_that_steps_actions(tmp_path):
@@ -189,19 +189,19 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, caplog):
   assert int(r.global_step.numpy()) == 4
 
 
-class DeleteWorkdir:
-  collective, every = False, ctl.Every(steps=4)
+class DeleteWorkdir(ctl.Action):
+  every = ctl.Every(steps=4)
 
-  def __call__(self, loop):
-    if loop.step == 4:
-      tf.io.gfile.rmtree(loop.workdir)
+  def __call__(self, context):
+    if context.step == 4:
+      tf.io.gfile.rmtree(context.workdir)
 
 
 def test_a_workdir_deleted_mid_run_is_made_again_and_written(tmp_path, caplog):
   workdir = tmp_path / "run"
   with caplog.at_level(logging.WARNING, logger="ctl"):
     runner(steps_per_loop=2).fit(
-        8, workdir, actions=[DeleteWorkdir(), ctl.Summaries(ctl.Every(steps=2))],
+        8, workdir, actions=[DeleteWorkdir()], summaries=ctl.Summaries(ctl.Every(steps=2)),
         progress=False)
   assert f"workdir {workdir} disappeared (deleted or moved), noticed at step 6" in caplog.text
   # Saved at once (step 6), then at the end; the summaries after it are on disk.
@@ -227,7 +227,7 @@ def test_restore_data_false_resumes_with_another_batch_size(tmp_path):
   runner().fit(4, tmp_path, progress=False)
   bigger = ctl.Runner(step, build, data().unbatch().batch(16, drop_remainder=True).repeat(),
                       steps_per_loop=2)
-  bigger.fit(6, tmp_path, actions=[ctl.Checkpoint(restore_data=False)], progress=False)
+  bigger.fit(6, tmp_path, checkpoint=ctl.Checkpoint(restore_data=False), progress=False)
   assert int(bigger.global_step.numpy()) == 6
 
 
