@@ -1,10 +1,11 @@
-"""`ctl check`: what would fail on a TPU, found on a CPU before you pay for one.
+"""What would fail on a TPU, found on a CPU before you pay for one.
 
-    ctl check examples/configs/dcgan.gin --steps 3     # a table; exit 1 if anything fails
+    from ctl import check
+    findings = check.check_runner(runner, num_batches=3)
+    print(check.format_findings(findings))         # a table, one row per check
+    ok = all(finding.ok for finding in findings)
 
-    findings = ctl.check.check_runner(runner, num_batches=3)
-    for finding in findings:
-      print(finding.name, finding.ok, finding.message)
+    ctl check examples/configs/dcgan.gin --steps 3  # the same for an experiment
 
 A TPU runs the step as one XLA program compiled for fixed shapes, fed batches
 from the host. XLA on the CPU (`jit_compile=True`) is the nearest stand-in,
@@ -23,7 +24,6 @@ The runner's variables are put back as they were afterwards, and the
 runner's own data iterator is not touched.
 """
 
-import argparse
 import builtins
 import collections
 import contextlib
@@ -31,11 +31,11 @@ import gc
 import io
 import re
 import sys
-import tempfile
 import textwrap
 
+import tensorflow as tf
+
 from ctl import _tf_internal
-from ctl import experiments
 
 Finding = collections.namedtuple("Finding", ["name", "ok", "message"])
 Finding.__doc__ = """One check's outcome: `name`, `ok` (bool) and a `message` that says the fix."""
@@ -56,50 +56,7 @@ _CONTROL_FLOW = {"If", "StatelessIf", "While", "StatelessWhile", "Case", "Statel
 _SHOWN = 5  # offending ops named per finding
 
 
-_DESCRIPTION = """\
-Builds the experiment's runner (mode 'build', strategy 'default') and reports, on
-this CPU, what would fail on a TPU: the step is compiled with XLA as a TPU
-compiles it, taking the batch as an argument, and run on K real batches.
-
-checks:
-  static input shapes     every dimension of the data is known (drop_remainder=True)
-  XLA compiles the step   no op XLA cannot compile (the error quotes the op)
-  no retracing            one trace for all K batches
-  static shapes in step   no op whose output size depends on the data
-                          (tf.boolean_mask, tf.where(cond), tf.unique)
-  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()"""
-
-
-def add_parser(subparsers):
-  """Adds `check` to the `ctl` command's subparsers."""
-  parser = subparsers.add_parser(
-      "check", help="report what in an experiment would fail on a TPU",
-      description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-      epilog="example:\n  ctl check examples/configs/dcgan.gin --gin "
-             "'gan.train.batch_size = 16' --steps 3\n\nExit code 0 if every check "
-             "passes, 1 if one fails, 2 for a mistake in the command or config.")
-  experiments.add_config_arguments(parser)
-  parser.add_argument("--steps", type=int, default=3, metavar="K",
-                      help="batches to compile and run the step on (default 3)")
-  parser.set_defaults(run=run)
-
-
-def run(args):
-  """`ctl check`: builds the experiment's runner (mode 'build') and checks it."""
-  try:
-    if args.steps < 1:
-      raise experiments.ConfigError(f"--steps {args.steps}: give at least 1.")
-    experiment = experiments.load_experiment(args, needs=("mode", "strategy"))
-  except experiments.ConfigError as e:
-    return experiments.fail("check", e, experiments.USAGE_ERROR)
-  with tempfile.TemporaryDirectory(prefix="ctl-check-") as workdir:
-    runner = experiment(workdir, strategy="default", mode="build")
-    findings = check_runner(runner, num_batches=args.steps)
-  print(format_findings(findings))
-  return 0 if all(f.ok for f in findings) else experiments.FAILURE
-
-
-def format_findings(findings, width=100):
+def format_findings(findings: list[Finding], width: int = 100) -> str:
   """A table: one row per finding, the message wrapped under its check."""
   name_width = max(len(f.name) for f in findings)
   lines = [f"{'check':{name_width}}  result  message"]
@@ -110,7 +67,7 @@ def format_findings(findings, width=100):
   return "\n".join(lines)
 
 
-def check_runner(runner, num_batches=3):
+def check_runner(runner, num_batches: int = 3) -> list[Finding]:
   """Checks that `runner`'s step would compile and run on a TPU.
 
   Traces the runner's per-replica step inside `tf.function(jit_compile=True)`
@@ -126,7 +83,6 @@ def check_runner(runner, num_batches=3):
   Returns:
     A list of `Finding`s, one per check (see the module docstring).
   """
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if runner.strategy.num_replicas_in_sync != 1:
     raise ValueError(f"check_runner needs a runner on one device, got "
                      f"{runner.strategy.num_replicas_in_sync} replicas: XLA cannot hold "
@@ -163,7 +119,6 @@ class _CompiledStep:
   """The runner's replica step in `tf.function(jit_compile=True)`, batch as argument."""
 
   def __init__(self, runner):
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     self.runner = runner
     self.python_calls = 0  # the user's step runs as Python only while traced
     self.printed = []
@@ -181,7 +136,6 @@ class _CompiledStep:
 
   def trace(self, batch_spec):
     """Traces on `batch_spec`, recording prints; a Finding if tracing failed."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
       with _recording_prints(self.printed):
         self.concrete = self.function.get_concrete_function(
@@ -192,7 +146,6 @@ class _CompiledStep:
 
 
 def _static_inputs(runner):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   spec = runner.element_spec
   unknown = [s for s in tf.nest.flatten(spec) if not s.shape.is_fully_defined()]
   if not unknown:
@@ -211,7 +164,6 @@ def _static_inputs(runner):
 
 
 def _batches(runner, count):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   iterator = runner.make_data_iterator()  # not the runner's: its position is checkpointed
   batches = []
   for _ in range(count):
@@ -314,12 +266,10 @@ def _data_dependent_shapes(graphs):
 
 
 def _is_data(tensor):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   return tensor.dtype not in (tf.resource, tf.variant)
 
 
 def _retracing(step, batches):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   shapes = []
   for batch in batches:
     step.function.get_concrete_function(batch, step.step)
@@ -336,7 +286,6 @@ def _retracing(step, batches):
 
 
 def _xla(step, batches):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   try:
     for batch in batches:
       step.function(batch, step.step)

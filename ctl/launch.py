@@ -1,12 +1,12 @@
-"""`ctl launch`: run one command as every task of a local TensorFlow cluster.
+"""Run one command as every task of a local TensorFlow cluster (`ctl launch`).
+
+    from ctl import launch
+    code = launch.launch(["python", "train.py"], workers=2)          # 2 workers
+    code = launch.launch(["python", "coordinator.py"], workers=2, ps=1)  # + chief + 1 ps
 
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
-    ctl launch --workers 2 --ps 1 -- python coordinator.py   # chief + 2 workers + 1 ps
 
-    from ctl import launch                                    # the same from Python
-    code = launch.launch(["python", "train.py"], workers=2)
-
-Each task gets `TF_CONFIG` for a cluster on free ports of `--host` and
+Each task gets `TF_CONFIG` for a cluster on free ports of `host` and
 `CTL_LAUNCH_READY_DIR`, a directory where `ctl.make_strategy` leaves a file once
 the task's strategy exists. The launcher prefixes and streams every task's
 output, and stops every task (SIGTERM, then SIGKILL to its whole process group)
@@ -14,11 +14,11 @@ when one fails, when a task is not ready in time (a multi-worker peer that never
 starts would otherwise leave the others waiting forever), or when the launcher
 itself gets SIGTERM or SIGINT. A task that uses ctl also stops when the
 launcher is gone, even killed with SIGKILL (`watch_launcher`): it sends itself
-SIGTERM, which saves and exits 42, and exits after `--grace` seconds if that did
-not end it. POSIX only. TensorFlow is not imported here.
+SIGTERM, which saves and exits 42, and exits after `grace` seconds if that did
+not end it. POSIX only. TensorFlow is not imported here: the launcher has no
+use for it, and starts at once without it.
 """
 
-import argparse
 import json
 import os
 import queue
@@ -530,57 +530,3 @@ def _family(host):
     raise ValueError(f"host {host!r} cannot be resolved ({e.strerror}); use an "
                      "address of this machine, such as 127.0.0.1.") from None
 
-
-def add_parser(subparsers):
-  """Adds `ctl launch` to the `ctl` command."""
-  parser = subparsers.add_parser(
-      "launch", help="run a command as every task of a local TensorFlow cluster",
-      formatter_class=argparse.RawDescriptionHelpFormatter,
-      description=(
-          "Run COMMAND as every task of a TensorFlow cluster on this machine: N workers\n"
-          "for 'multi_worker', or with --ps M a parameter-server cluster (a chief, N\n"
-          f"workers and M ps). Each task gets TF_CONFIG and {READY_DIR_VARIABLE}, and its\n"
-          "output lines are prefixed with its name. When a task fails, or is not ready\n"
-          "within --startup-timeout, every task is stopped; SIGTERM and SIGINT are\n"
-          "passed on to the tasks as SIGTERM."),
-      epilog=(
-          "exit code: 0 when every task exits 0 (with --ps: the chief); 42 when\n"
-          "every task was preempted (rerun to resume); else the failed task's code\n"
-          "(1 if it was killed by a signal).\n\n"
-          "TensorFlow's gRPC servers are unauthenticated: anyone who can reach their\n"
-          "ports can run code in the tasks. Keep --host on 127.0.0.1 or a private\n"
-          "network.\n\n"
-          "example:\n  ctl launch --workers 2 -- ctl train cfg.gin --strategy "
-          "multi_worker --workdir runs/x"))
-  parser.add_argument("--workers", type=int, default=2, metavar="N",
-                      help="number of worker tasks (default: %(default)s)")
-  parser.add_argument("--ps", type=int, default=0, metavar="M",
-                      help="number of parameter servers; with any, a chief task "
-                      "(the coordinator) is added (default: %(default)s)")
-  parser.add_argument("--host", default="127.0.0.1",
-                      help="address the tasks listen on; keep it private "
-                      "(default: %(default)s)")
-  parser.add_argument("--port-base", type=int, metavar="P",
-                      help="use ports P, P+1, ... (one per task) instead of free ones")
-  parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="S",
-                      help="seconds for every task to make its strategy, or exit 0; "
-                      "0: no limit (default: %(default)g)")
-  parser.add_argument("--grace", type=float, default=30.0, metavar="S",
-                      help="seconds between SIGTERM and SIGKILL when stopping tasks "
-                      "(default: %(default)g)")
-  parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                      help="the command every task runs")
-  parser.set_defaults(run=run)
-
-
-def run(args):
-  """`ctl launch`: returns the exit code."""
-  command = args.command[1:] if args.command[:1] == ["--"] else args.command
-  try:
-    launcher = Launch(command, workers=args.workers, ps=args.ps, host=args.host,
-                      port_base=args.port_base, startup_timeout=args.startup_timeout,
-                      grace=args.grace)
-  except ValueError as e:
-    print(f"ctl launch: error: {e}", file=sys.stderr)
-    return 2
-  return launcher.run()

@@ -23,16 +23,25 @@ TensorFlow reads (`gs://` for TPUs).
 
 import json
 import os
-import sys
 import time
+
+import tensorflow as tf
 
 SPEC_FILE = "spec.json"
 _SHARD_NAME = "records-{index:05d}-of-{count:05d}.tfrecord"
 _SPEC_VERSION = 1
 _LONE = "value"  # feature name of an element that is a single tensor
 
+# Where `ctl records --dataset NAME` finds NAME: functions that packages
+# register under this entry-point group (gan registers mnist, tfds:NAME and
+# folder:PATH). Each is `source(name, split, *, data_dir, channels, with_labels,
+# image_size)` -> an unbatched tf.data.Dataset, or None for a name it does not
+# know, and has a `usage` string naming what it knows.
+SOURCES_GROUP = "ctl.record_sources"
 
-def write_records(dataset, directory, *, num_shards=8):
+
+def write_records(dataset: tf.data.Dataset, directory: str, *,
+                  num_shards: int = 8) -> list[str]:
   """Writes the unbatched elements of `dataset` as sharded TFRecord files.
 
   Every shard is written under a temporary name and renamed when all are
@@ -54,7 +63,6 @@ def write_records(dataset, directory, *, num_shards=8):
     ValueError: for a bad `num_shards`, an element structure that is not
       tensors, tuples and dicts, or an empty dataset.
   """
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
     raise ValueError(f"num_shards must be a positive int, got {num_shards!r}; "
                      "use e.g. 8, or more than the number of input pipelines.")
@@ -100,8 +108,10 @@ def write_records(dataset, directory, *, num_shards=8):
   return final
 
 
-def read_records(directory_or_pattern, global_batch_size=None, *, input_context=None,
-                 shuffle_seed=None, shuffle_buffer=10_000, repeat=False):
+def read_records(directory_or_pattern: str, global_batch_size: int | None = None, *,
+                 input_context: tf.distribute.InputContext | None = None,
+                 shuffle_seed: int | None = None, shuffle_buffer: int = 10_000,
+                 repeat: bool = False) -> tf.data.Dataset:
   """Reads what `write_records` wrote: the same elements, structure and dtypes.
 
   Files are listed in shard order and read `num_shards` at a time, one
@@ -131,8 +141,7 @@ def read_records(directory_or_pattern, global_batch_size=None, *, input_context=
     ValueError: bad batch size or input context, or batching records whose
       shapes vary.
   """
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  files, spec = _files_and_spec(tf, directory_or_pattern)
+  files, spec = _files_and_spec(directory_or_pattern)
   if global_batch_size is not None and (
       isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
       or global_batch_size < 1):
@@ -184,13 +193,8 @@ def read_records(directory_or_pattern, global_batch_size=None, *, input_context=
   return data.prefetch(tf.data.AUTOTUNE)
 
 
-def read_spec(directory):
+def read_spec(directory: str) -> dict:
   """The `spec.json` of a records directory, as a dict."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return _read_spec(tf, directory)
-
-
-def _read_spec(tf, directory):
   if not tf.io.gfile.isdir(directory):
     raise FileNotFoundError(f"records directory {directory!r} does not exist; write "
                             "it first with ctl.records.write_records or `ctl records`.")
@@ -208,9 +212,9 @@ def _read_spec(tf, directory):
   return spec
 
 
-def _files_and_spec(tf, directory_or_pattern):
+def _files_and_spec(directory_or_pattern):
   if tf.io.gfile.isdir(directory_or_pattern):
-    spec = _read_spec(tf, directory_or_pattern)
+    spec = read_spec(directory_or_pattern)
     files = [os.path.join(directory_or_pattern, f) for f in spec["files"]]
     missing = [f for f in files if not tf.io.gfile.exists(f)]
     if missing:
@@ -219,8 +223,8 @@ def _files_and_spec(tf, directory_or_pattern):
                               "the records again.")
     return files, spec
   if not any(c in os.path.basename(directory_or_pattern) for c in "*?["):
-    _read_spec(tf, directory_or_pattern)  # not a directory, nor a pattern: says so
-  spec = _read_spec(tf, os.path.dirname(directory_or_pattern) or ".")
+    read_spec(directory_or_pattern)  # not a directory, nor a pattern: says so
+  spec = read_spec(os.path.dirname(directory_or_pattern) or ".")
   files = sorted(tf.io.gfile.glob(directory_or_pattern))
   if not files:
     raise FileNotFoundError(f"no files match {directory_or_pattern!r}.")
@@ -228,7 +232,6 @@ def _files_and_spec(tf, directory_or_pattern):
 
 
 def _remove(paths):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   for path in paths:
     if tf.io.gfile.exists(path):
       tf.io.gfile.remove(path)
@@ -248,7 +251,6 @@ def _feature_names(encoded, prefix=""):
 
 def _encode_structure(spec):
   """The element spec as JSON: tensors as dtype and shape; tuples and dicts nest."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if isinstance(spec, tf.TensorSpec):
     return {"dtype": spec.dtype.name, "shape": spec.shape.as_list()
             if spec.shape.rank is not None else None}
@@ -262,92 +264,9 @@ def _encode_structure(spec):
 
 
 def _decode_structure(encoded):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if "tuple" in encoded:
     return tuple(_decode_structure(s) for s in encoded["tuple"])
   if "dict" in encoded:
     return {k: _decode_structure(v) for k, v in encoded["dict"].items()}
   return tf.TensorSpec(encoded["shape"], tf.as_dtype(encoded["dtype"]))
 
-
-def add_parser(subparsers):
-  """Adds `ctl records`: write a dataset as sharded TFRecord files."""
-  parser = subparsers.add_parser(
-      "records", help="write a dataset as sharded TFRecord files",
-      description="Writes a dataset as sharded TFRecord files plus spec.json, for "
-      "ctl.records.read_records: the embedded MNIST digits, a prepared TFDS "
-      "dataset, or a folder of images.")
-  parser.add_argument("--dataset", required=True, metavar="mnist|tfds:NAME|folder:PATH",
-                      help="mnist: the embedded digits, (uint8 image [28,28,1], int32 "
-                      "label); tfds:NAME: a TFDS dataset prepared locally (no "
-                      "download), (image, label) or image; folder:PATH: the images in "
-                      "a folder, uint8 [H,W,C]")
-  parser.add_argument("--out", required=True, help="the directory to write")
-  parser.add_argument("--shards", type=int, default=8, help="number of files (default 8)")
-  parser.add_argument("--split", default="train",
-                      help="mnist: train or test; tfds: any split of the dataset; "
-                      "folder: train or test (the held-out files)")
-  parser.add_argument("--limit", type=int, default=None,
-                      help="write only the first N examples")
-  parser.add_argument("--data-dir", default=None, help="tfds: where TFDS keeps datasets")
-  parser.add_argument("--image-size", type=int, nargs=2, default=None,
-                      metavar=("HEIGHT", "WIDTH"),
-                      help="folder: resize every image (needed to batch them later)")
-  parser.add_argument("--channels", type=int, default=3, choices=(1, 3),
-                      help="folder: 1 (grey) or 3 (RGB)")
-  parser.add_argument("--with-labels", action="store_true",
-                      help="folder: labels from first-level subfolders")
-  parser.set_defaults(run=run)
-
-
-def run(args):
-  """Runs `ctl records`; returns the exit code."""
-  try:
-    if args.shards < 1:
-      raise ValueError(f"--shards must be at least 1, got {args.shards}.")
-    if args.limit is not None and args.limit < 1:
-      raise ValueError(f"--limit must be at least 1, got {args.limit}.")
-    dataset = _source(args)
-    if args.limit is not None:
-      dataset = dataset.take(args.limit)
-    files = write_records(dataset, args.out, num_shards=args.shards)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"ctl records: error: {e}", file=sys.stderr)
-    return 2
-  spec = read_spec(args.out)
-  print(f"wrote {spec['num_examples']} examples of {args.dataset} ({args.split}) to "
-        f"{len(files)} files in {args.out}: {_describe(spec['element'])}")
-  return 0
-
-
-# Where `ctl records --dataset NAME` finds NAME: functions that packages
-# register under this entry-point group (gan registers mnist, tfds:NAME and
-# folder:PATH). Each is `source(name, split, *, data_dir, channels, with_labels,
-# image_size)` -> an unbatched tf.data.Dataset, or None for a name it does not
-# know, and has a `usage` string naming what it knows.
-SOURCES_GROUP = "ctl.record_sources"
-
-
-def _source(args):
-  """The unbatched dataset `--dataset` names, from the installed sources."""
-  from importlib import metadata  # pylint: disable=import-outside-toplevel
-  sources = [entry.load() for entry in metadata.entry_points(group=SOURCES_GROUP)]
-  for source in sources:
-    dataset = source(args.dataset, args.split, data_dir=args.data_dir,
-                     channels=args.channels, with_labels=args.with_labels,
-                     image_size=tuple(args.image_size) if args.image_size else None)
-    if dataset is not None:
-      return dataset
-  usage = " or ".join(source.usage for source in sources) or (
-      f"none: no package registers a source under the entry points {SOURCES_GROUP!r}")
-  raise ValueError(f"--dataset {args.dataset!r} is not known; use {usage}.")
-
-
-def _describe(encoded):
-  if "tuple" in encoded:
-    return "(" + ", ".join(_describe(s) for s in encoded["tuple"]) + ")"
-  if "dict" in encoded:
-    return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in encoded["dict"].items()) + "}"
-  shape = "?" if encoded["shape"] is None else "[" + ",".join(
-      "?" if d is None else str(d) for d in encoded["shape"]) + "]"
-  return f"{encoded['dtype']}{shape}"

@@ -1,0 +1,84 @@
+"""The `ctl` command: train, evaluate, export, check and launch runs from .gin files.
+
+    ctl train examples/configs/dcgan.gin --workdir runs/dcgan --strategy mirrored
+    ctl eval examples/configs/dcgan.gin --workdir runs/dcgan
+    ctl check examples/configs/dcgan.gin            # what would fail on a TPU
+    ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
+
+    from ctl import cli                             # the same from Python
+    code = cli.main(["eval", "examples/configs/dcgan.gin", "--workdir", "runs/dcgan"])
+
+The command line is its own layer over the library: each module here adds
+subcommands with `add_parser(subparsers)`, setting `run=function(args) -> exit
+code`, and imports the library module that does the work inside `run`. So
+`ctl --help` and `ctl COMMAND --help` import no TensorFlow and answer at once.
+While a command runs, the "ctl" logger's INFO lines go to stderr as `ctl: ...`
+(the library itself installs no handler).
+"""
+
+import argparse
+import contextlib
+import logging
+import sys
+
+from ctl.cli import check
+from ctl.cli import experiments
+from ctl.cli import launch
+from ctl.cli import records
+
+# The modules that add subcommands, in the order `ctl --help` lists them.
+_SUBCOMMANDS = (experiments, check, launch, records)
+
+
+def make_parser() -> argparse.ArgumentParser:
+  """The `ctl` command's parser, with every subcommand."""
+  parser = argparse.ArgumentParser(
+      prog="ctl", description="Custom training loops over several models: run an "
+      "experiment described by a .gin file on any tf.distribute strategy.")
+  subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+  for module in _SUBCOMMANDS:
+    module.add_parser(subparsers)
+  return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs `ctl ARGV...` (default: the process's arguments); returns the exit code."""
+  args = make_parser().parse_args(argv)
+  with log_to_stderr():
+    return args.run(args)
+
+
+class _StderrHandler(logging.Handler):
+  """Writes to `sys.stderr` as it is when a record comes (tests and callers swap it)."""
+
+  def emit(self, record: logging.LogRecord) -> None:
+    try:
+      sys.stderr.write(self.format(record) + "\n")
+      sys.stderr.flush()
+    except Exception:  # pylint: disable=broad-except
+      self.handleError(record)
+
+
+@contextlib.contextmanager
+def log_to_stderr():
+  """Shows the "ctl" logger's INFO lines on stderr as `ctl: message` meanwhile.
+
+  The logger is put back as it was afterwards, so `main` called in a process
+  (a test, a script) leaves its logging as it found it.
+  """
+  logger = logging.getLogger("ctl")
+  if any(isinstance(h, _StderrHandler) for h in logger.handlers):
+    yield  # a command run from inside a command
+    return
+  handler = _StderrHandler()
+  handler.setFormatter(logging.Formatter("ctl: %(message)s"))
+  level, propagate = logger.level, logger.propagate
+  logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  logger.propagate = False  # shown once, even if the application has a root handler
+  try:
+    yield
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = propagate

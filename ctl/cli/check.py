@@ -1,0 +1,53 @@
+"""`ctl check`: report what in an experiment would fail on a TPU (ctl/check.py checks).
+
+    ctl check examples/configs/dcgan.gin --steps 3     # a table; exit 1 if anything fails
+"""
+
+import argparse
+import tempfile
+
+from ctl.cli import experiments
+
+_DESCRIPTION = """\
+Builds the experiment's runner (mode 'build', strategy 'default') and reports, on
+this CPU, what would fail on a TPU: the step is compiled with XLA as a TPU
+compiles it, taking the batch as an argument, and run on K real batches.
+
+checks:
+  static input shapes     every dimension of the data is known (drop_remainder=True)
+  XLA compiles the step   no op XLA cannot compile (the error quotes the op)
+  no retracing            one trace for all K batches
+  static shapes in step   no op whose output size depends on the data
+                          (tf.boolean_mask, tf.where(cond), tf.unique)
+  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()"""
+
+
+def add_parser(subparsers) -> None:
+  """Adds `check` to the `ctl` command's subparsers."""
+  parser = subparsers.add_parser(
+      "check", help="report what in an experiment would fail on a TPU",
+      description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+      epilog="example:\n  ctl check examples/configs/dcgan.gin --gin "
+             "'gan.train.batch_size = 16' --steps 3\n\nExit code 0 if every check "
+             "passes, 1 if one fails, 2 for a mistake in the command or config.")
+  experiments.add_config_arguments(parser)
+  parser.add_argument("--steps", type=int, default=3, metavar="K",
+                      help="batches to compile and run the step on (default 3)")
+  parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  """`ctl check`: builds the experiment's runner (mode 'build') and checks it."""
+  from ctl import experiments as experiments_lib  # pylint: disable=import-outside-toplevel
+  try:
+    if args.steps < 1:
+      raise experiments_lib.ConfigError(f"--steps {args.steps}: give at least 1.")
+    experiment = experiments.load_experiment(args, needs=("mode", "strategy"))
+  except experiments_lib.ConfigError as e:
+    return experiments.fail("check", e, experiments.USAGE_ERROR)
+  from ctl import check  # pylint: disable=import-outside-toplevel
+  with tempfile.TemporaryDirectory(prefix="ctl-check-") as workdir:
+    runner = experiment(workdir, strategy="default", mode="build")
+    findings = check.check_runner(runner, num_batches=args.steps)
+  print(check.format_findings(findings))
+  return 0 if all(f.ok for f in findings) else experiments.FAILURE

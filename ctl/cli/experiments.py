@@ -1,0 +1,191 @@
+"""`ctl train`, `ctl eval` and `ctl export`: run an experiment described by a .gin file.
+
+    ctl train examples/configs/dcgan.gin --gin "gan.train.num_steps = 100"
+    ctl train examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2
+    ctl eval examples/configs/dcgan.gin --workdir runs/dcgan  # {"step": 100, "classifier_fid": 9.1}
+    ctl export examples/configs/dcgan.gin --workdir runs/dcgan --out exported/
+
+`--experiment` names the experiment function (ctl/experiments.py says what
+one is) as gin knows it, or as `module.path:function`. A mistake in the
+configuration exits with code 2 and one paragraph naming the binding and the
+closest known names, not a traceback. The library (gin, TensorFlow) is
+imported when a subcommand runs, not to build the parser.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+# The command line's default: the top layer may name the GAN kit; the library may not.
+DEFAULT_EXPERIMENT = "gan.train"
+USAGE_ERROR = 2  # what argparse exits with for a bad command line
+FAILURE = 1
+
+_TRAIN = """\
+Trains the experiment a .gin file describes, e.g. gan.train with the bindings of
+examples/configs/dcgan.gin. Checkpoints, TensorBoard events, sample grids and the
+export go to the work directory; the operative gin config is saved next to the
+checkpoints. Rerunning the same command resumes from the newest checkpoint (and
+does nothing if the run is complete)."""
+
+_EVAL = """\
+Restores the newest checkpoint in <workdir>/checkpoints, runs the experiment's
+evaluation once (for gan.train on 28x28 digits: the classifier FID of the
+generator, or of its EMA copy) and prints the metrics as one JSON object on
+stdout, e.g. {"step": 25000, "classifier_fid": 5.19}. Logs go to stderr."""
+
+_EXPORT = """\
+Restores the newest checkpoint in <workdir>/checkpoints and exports the
+experiment's model (for gan.train: the generator, or its EMA copy) as
+<name>.keras and a SavedModel <name>/, in <workdir>/export or --out; prints the
+paths. Neither needs ctl to load: keras.saving.load_model(path) or
+tf.saved_model.load(path).serve(z)."""
+
+
+def add_parser(subparsers) -> None:
+  """Adds `train`, `eval` and `export` to the `ctl` command's subparsers."""
+  for name, run, summary, description, example in (
+      ("train", run_train, "train an experiment from a .gin file (resumes)", _TRAIN,
+       "ctl train examples/configs/dcgan.gin --gin 'gan.train.num_steps = 100'\n"
+       "  ctl train examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2"),
+      ("eval", run_eval, "evaluate the newest checkpoint; print JSON metrics", _EVAL,
+       "ctl eval examples/configs/dcgan.gin --workdir runs/dcgan"),
+      ("export", run_export, "export the model of the newest checkpoint", _EXPORT,
+       "ctl export examples/configs/dcgan.gin --workdir runs/dcgan --out exported/dcgan"),
+  ):
+    parser = subparsers.add_parser(
+        name, help=summary, description=description, epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser)
+    parser.add_argument("--strategy", metavar="NAME", help="a ctl.make_strategy name "
+                        "(default, mirrored, multi_worker, tpu, auto, ...); overrides "
+                        "the config's")
+    parser.add_argument("--logical-cpus", type=int, metavar="N", help="split the CPU "
+                        "into N devices first (e.g. for --strategy mirrored)")
+    parser.add_argument("--workdir", metavar="DIR",
+                        help="the run's directory (default: runs/<config file stem>)")
+    if name == "export":
+      parser.add_argument("--out", metavar="DIR",
+                          help="where to export (default: <workdir>/export)")
+    parser.set_defaults(run=run)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+  """The options every experiment subcommand shares: the .gin file and bindings."""
+  parser.add_argument("config", metavar="CONFIG.gin", help="the experiment's .gin file")
+  parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
+                      help="an extra binding, e.g. 'gan.train.num_steps = 100' "
+                      "(repeatable; applied after the file)")
+  parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, metavar="NAME",
+                      help="the experiment function: its gin name or "
+                      f"module.path:function (default: {DEFAULT_EXPERIMENT})")
+
+
+def run_train(args: argparse.Namespace) -> int:
+  """`ctl train`: returns the exit code."""
+  def report(runner, workdir):
+    strategy = getattr(runner, "strategy", None)
+    if strategy is not None and not strategy.extended.should_checkpoint:
+      return  # another worker: the chief keeps (and reports) the outputs
+    step = f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step") else ""
+    print(f"ctl train: {step}outputs in {workdir}:")
+    for name in ("checkpoints", "events", "samples", "export"):
+      if os.path.exists(os.path.join(workdir, name)):
+        print(f"  {os.path.join(workdir, name)}")
+  return _run(args, "train", report)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+  """`ctl eval`: returns the exit code."""
+  def report(metrics, workdir):
+    del workdir
+    print(json.dumps(metrics, default=float))
+  return _run(args, "eval", report)
+
+
+def run_export(args: argparse.Namespace) -> int:
+  """`ctl export`: returns the exit code."""
+  def report(paths, workdir):
+    del workdir
+    for path in ([paths] if isinstance(paths, str) else paths):
+      print(path)
+  return _run(args, "export", report, out=args.out)
+
+
+def _run(args, mode, report, out=None):
+  """Loads the experiment, runs it in `mode` and reports; returns the exit code."""
+  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  needs = ["mode"] + ["strategy"] * bool(args.strategy) + ["export_dir"] * bool(out)
+  try:
+    experiment = load_experiment(args, needs)
+  except experiments.ConfigError as e:
+    return fail(args.command, e, USAGE_ERROR)
+  from ctl import stopping, workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  workdir = args.workdir or default_workdir(args.config)
+  kwargs = {"strategy": args.strategy} if args.strategy else {}
+  if out:
+    kwargs["export_dir"] = out
+  try:
+    result = experiment(workdir, mode=mode, **kwargs)
+  except (FileNotFoundError, workdir_lib.WorkdirInUse) as e:
+    # e.g. eval or export before any checkpoint; another run in the workdir
+    return fail(args.command, e, FAILURE)
+  except stopping.Interrupted as e:
+    print(f"ctl {args.command}: {e}", file=sys.stderr)
+    return stopping.INTERRUPTED_EXIT_CODE
+  except (TypeError, ValueError) as e:
+    binding = experiments.binding_of(e, [args.config], args.gin)
+    if binding is None:
+      raise
+    return fail(args.command, f"{experiments.first_line(e)} That value comes from "
+                f"{binding}; fix the binding.", USAGE_ERROR)
+  report(result, workdir)
+  return 0
+
+
+def fail(command: str, error, code: int) -> int:
+  """Prints `error` as `ctl <command>: error: ...` on stderr; returns `code`."""
+  print(f"ctl {command}: error: {error}", file=sys.stderr)
+  return code
+
+
+def default_workdir(config: str) -> str:
+  """`runs/<config file stem>`: where a run goes without --workdir."""
+  return os.path.join("runs", os.path.splitext(os.path.basename(config))[0])
+
+
+def load_experiment(args: argparse.Namespace, needs=("mode",)):
+  """Applies --logical-cpus, finds the experiment, parses the gin file and bindings.
+
+  Args:
+    args: parsed arguments with `config`, `gin`, `experiment` and optionally
+      `logical_cpus` and `strategy`.
+    needs: parameters the experiment function must accept.
+
+  Returns:
+    The experiment function (gin-configured).
+
+  Raises:
+    ctl.experiments.ConfigError: with a message naming the bad argument or
+      binding and the fix.
+  """
+  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  experiments.require_config_file(args.config)  # before TensorFlow: a typo fails at once
+  if getattr(args, "logical_cpus", None) is not None:
+    if args.logical_cpus < 1:
+      raise experiments.ConfigError(
+          f"--logical-cpus {args.logical_cpus}: give a positive count.")
+    from ctl import strategies  # pylint: disable=import-outside-toplevel
+    strategies.configure_logical_cpus(args.logical_cpus)  # before any TF op
+  if getattr(args, "strategy", None):
+    from ctl import strategies  # pylint: disable=import-outside-toplevel
+    if args.strategy not in strategies.NAMES:
+      raise experiments.ConfigError(
+          f"--strategy {args.strategy!r} is not a strategy name"
+          f"{experiments.did_you_mean(args.strategy, strategies.NAMES)}; use one of "
+          f"{', '.join(strategies.NAMES)}.")
+  experiment = experiments.resolve_experiment(args.experiment)
+  experiments.require_parameters(experiment, args.experiment, needs)
+  experiments.parse_gin([args.config], args.gin)
+  return experiment

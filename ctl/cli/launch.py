@@ -1,0 +1,66 @@
+"""`ctl launch`: run a command as every task of a local TensorFlow cluster (ctl/launch.py).
+
+    ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
+    ctl launch --workers 2 --ps 1 -- python coordinator.py   # chief + 2 workers + 1 ps
+"""
+
+import argparse
+import sys
+
+# TF-free, like the launcher it drives: the help names its variable.
+from ctl import launch
+
+
+def add_parser(subparsers) -> None:
+  """Adds `ctl launch` to the `ctl` command."""
+  parser = subparsers.add_parser(
+      "launch", help="run a command as every task of a local TensorFlow cluster",
+      formatter_class=argparse.RawDescriptionHelpFormatter,
+      description=(
+          "Run COMMAND as every task of a TensorFlow cluster on this machine: N workers\n"
+          "for 'multi_worker', or with --ps M a parameter-server cluster (a chief, N\n"
+          f"workers and M ps). Each task gets TF_CONFIG and {launch.READY_DIR_VARIABLE}, and its\n"
+          "output lines are prefixed with its name. When a task fails, or is not ready\n"
+          "within --startup-timeout, every task is stopped; SIGTERM and SIGINT are\n"
+          "passed on to the tasks as SIGTERM."),
+      epilog=(
+          "exit code: 0 when every task exits 0 (with --ps: the chief); 42 when\n"
+          "every task was preempted (rerun to resume); else the failed task's code\n"
+          "(1 if it was killed by a signal).\n\n"
+          "TensorFlow's gRPC servers are unauthenticated: anyone who can reach their\n"
+          "ports can run code in the tasks. Keep --host on 127.0.0.1 or a private\n"
+          "network.\n\n"
+          "example:\n  ctl launch --workers 2 -- ctl train cfg.gin --strategy "
+          "multi_worker --workdir runs/x"))
+  parser.add_argument("--workers", type=int, default=2, metavar="N",
+                      help="number of worker tasks (default: %(default)s)")
+  parser.add_argument("--ps", type=int, default=0, metavar="M",
+                      help="number of parameter servers; with any, a chief task "
+                      "(the coordinator) is added (default: %(default)s)")
+  parser.add_argument("--host", default="127.0.0.1",
+                      help="address the tasks listen on; keep it private "
+                      "(default: %(default)s)")
+  parser.add_argument("--port-base", type=int, metavar="P",
+                      help="use ports P, P+1, ... (one per task) instead of free ones")
+  parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="S",
+                      help="seconds for every task to make its strategy, or exit 0; "
+                      "0: no limit (default: %(default)g)")
+  parser.add_argument("--grace", type=float, default=30.0, metavar="S",
+                      help="seconds between SIGTERM and SIGKILL when stopping tasks "
+                      "(default: %(default)g)")
+  parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                      help="the command every task runs")
+  parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  """`ctl launch`: returns the exit code."""
+  command = args.command[1:] if args.command[:1] == ["--"] else args.command
+  try:
+    launcher = launch.Launch(command, workers=args.workers, ps=args.ps, host=args.host,
+                             port_base=args.port_base, startup_timeout=args.startup_timeout,
+                             grace=args.grace)
+  except ValueError as e:
+    print(f"ctl launch: error: {e}", file=sys.stderr)
+    return 2
+  return launcher.run()
