@@ -136,3 +136,40 @@ def legacy_h5_weights_writer():
   except ImportError:
     return None
   return legacy_h5_format.save_weights_to_hdf5_group
+
+
+def tape_is_recording(tape):
+  """Whether `tape` (a tf.GradientTape) records now; its `_recording` flag."""
+  _note_version("tensorflow")
+  return bool(getattr(tape, "_recording", False))
+
+
+def trackable_object_graph(serialized):
+  """The object graph TF writes into every checkpoint, parsed from its bytes.
+
+  The proto (`TrackableObjectGraph`) is not part of TF's public API; it says
+  which object owns which variable, so that a layer shared by two models is
+  one node seen from both.
+  """
+  _note_version("tensorflow")
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(serialized)
+  return graph
+
+
+def wrap_checkpoint_state_update(wrapper):
+  """Replaces TF's update of a directory's `checkpoint` file by `wrapper(original)`.
+
+  That update is the moment a save becomes the newest checkpoint (its files
+  are written, the pointer not yet): fault tests pause or crash there.
+  Returns a function that puts the original back.
+  """
+  _note_version("tensorflow")
+  from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=import-outside-toplevel
+  original = checkpoint_management.update_checkpoint_state_internal
+  checkpoint_management.update_checkpoint_state_internal = wrapper(original)
+
+  def restore():
+    checkpoint_management.update_checkpoint_state_internal = original
+  return restore

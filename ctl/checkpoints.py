@@ -23,6 +23,7 @@ import tempfile
 
 import tensorflow as tf
 
+from ctl import _tf_internal
 from ctl.actions import Every
 
 _log = logging.getLogger("ctl")
@@ -272,11 +273,9 @@ def _saved_layout(reader):
   Read from the object graph TensorFlow writes into every checkpoint, so a
   variable reached from two owners (a layer shared by two models, one model
   under two names) is one node seen from both. The object-graph proto is not
-  part of TF's public API; this was checked against TF 2.16-2.21.
+  part of TF's public API (see `_tf_internal.trackable_object_graph`).
   """
-  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
-  graph = trackable_object_graph_pb2.TrackableObjectGraph()
-  graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+  graph = _tf_internal.trackable_object_graph(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
   shapes = reader.get_variable_to_shape_map()
 
   def children(node):

@@ -18,6 +18,8 @@ import contextlib
 import tensorflow as tf
 import keras
 
+from ctl import _tf_internal
+
 # Named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"
 
@@ -223,7 +225,7 @@ class StepContext:
       return _graph_kind(value, self._global_values)
     if self._tape is None or not value.dtype.is_floating:
       return _LOCAL, None
-    if self._tape._recording:  # pylint: disable=protected-access
+    if _tf_internal.tape_is_recording(self._tape):
       with self._tape.stop_recording():
         grads = self._tape.gradient(value, self._shares)
     else:

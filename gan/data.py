@@ -212,7 +212,7 @@ def records_dataset(global_batch_size, *, path, seed=0, with_labels=False,
       tf.data.AUTOTUNE)
 
 
-def _held_out(relative_path, fraction):
+def is_held_out(relative_path, fraction):
   """Whether a file is held out: from a hash of its path, so adding files moves none."""
   digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
   return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < fraction
@@ -281,7 +281,7 @@ def _image_files(directory, subset, held_out_fraction, with_labels):
       if not file.lower().endswith(IMAGE_EXTENSIONS):
         continue
       relative = os.path.relpath(os.path.join(root, file), directory)
-      if _held_out(relative, held_out_fraction) != (subset == "held_out"):
+      if is_held_out(relative, held_out_fraction) != (subset == "held_out"):
         continue
       top = relative.split(os.sep)[0]
       if with_labels and top not in classes:

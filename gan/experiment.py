@@ -321,11 +321,11 @@ def _data(dataset, batch_size, num_classes):
     raise ValueError(f"num_classes={num_classes} needs a dataset of (images, labels); "
                      "pass with_labels=True to the dataset function.")
   spec = data.element_spec[0] if num_classes else data.element_spec
-  _warn_if_out_of_range(data, num_classes)
+  warn_if_out_of_range(data, num_classes)
   return data, tuple(int(d) for d in spec.shape[1:])
 
 
-def _warn_if_out_of_range(data, num_classes):
+def warn_if_out_of_range(data, num_classes):
   """Warns if the first batch's images are not in the generator's (-1, 1).
 
   Images in [0, 255] (or [0, 1]) let the discriminator tell real from fake by

@@ -107,7 +107,7 @@ SUBPROCESS_TIMEOUT = 600
 
 def python(args, *, env=None, timeout=SUBPROCESS_TIMEOUT, check=True):
   """Runs `python args...` from the repo root; returns the CompletedProcess."""
-  proc = subprocess.run([sys.executable] + list(args), cwd=ROOT, env=_env(env),
+  proc = subprocess.run([sys.executable] + list(args), cwd=ROOT, env=subprocess_env(env),
                         capture_output=True, text=True, timeout=timeout)
   if check and proc.returncode != 0:
     raise AssertionError(f"{args} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
@@ -118,7 +118,7 @@ def start_python(args, *, env=None):
   """Starts `python args...` from the repo root, with Ctrl-C's default action
   (a shell's background job, such as CI's, starts with SIGINT ignored)."""
   return subprocess.Popen(
-      [sys.executable] + list(args), cwd=ROOT, env=_env(env), stdout=subprocess.PIPE,
+      [sys.executable] + list(args), cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True,
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -144,7 +144,7 @@ def start_workers(num_workers, task, *args):
     config = {"cluster": cluster, "task": {"type": "worker", "index": i}}
     procs.append(subprocess.Popen(
         [sys.executable, task, "--strategy", "multi_worker"] + list(args),
-        cwd=ROOT, env=_env({"TF_CONFIG": json.dumps(config)}),
+        cwd=ROOT, env=subprocess_env({"TF_CONFIG": json.dumps(config)}),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
   return procs
 
@@ -182,7 +182,7 @@ def launched_task_command(workdir, out, *args):
 
 def run_launched_task(workdir, out, *args):
   """Runs `launched_task_command` to the end; the results of workers 0 and 1."""
-  proc = subprocess.run(launched_task_command(workdir, out, *args), cwd=ROOT, env=_env(None),
+  proc = subprocess.run(launched_task_command(workdir, out, *args), cwd=ROOT, env=subprocess_env(None),
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   return [dict(np.load(f"{out}.{i}.npz")) for i in range(2)]
@@ -211,7 +211,9 @@ def max_difference(results, reference):
   return max(float(np.max(np.abs(results[k] - reference[k]))) for k in reference)
 
 
-def _env(extra):
+def subprocess_env(extra):
+  """The environment of a test's subprocess: quiet TF, no TF_CONFIG, this
+  checkout first on the path, then `extra`."""
   env = dict(os.environ, **QUIET)
   env.pop("TF_CONFIG", None)
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")

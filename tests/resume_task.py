@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 import ctl
+from ctl import _tf_internal
 from ctl import cli
 import toy_gan
 from toy_gan import FEATURES, GLOBAL_BATCH, NOISE
@@ -207,15 +208,14 @@ def limit_file_size_in_export():
 
 def pause_in_save(step, workdir):
   """Makes the save of `ckpt-<step>` wait, once its files are written, for `go`."""
-  from tensorflow.python.checkpoint import checkpoint_management
-  original = checkpoint_management.update_checkpoint_state_internal
+  def wrapper(original):
+    def update(save_dir, model_checkpoint_path, *args, **kwargs):
+      if model_checkpoint_path.endswith(f"ckpt-{step}"):
+        wait_for_go(workdir, f"save {step}")
+      return original(save_dir, model_checkpoint_path, *args, **kwargs)
+    return update
 
-  def update(save_dir, model_checkpoint_path, *args, **kwargs):
-    if model_checkpoint_path.endswith(f"ckpt-{step}"):
-      wait_for_go(workdir, f"save {step}")
-    return original(save_dir, model_checkpoint_path, *args, **kwargs)
-
-  checkpoint_management.update_checkpoint_state_internal = update
+  _tf_internal.wrap_checkpoint_state_update(wrapper)
 
 
 class LimitFileSize(AtStep):
@@ -240,16 +240,15 @@ class LimitFileSize(AtStep):
 def crash_in_save(step):
   """Kills this process inside the save of `ckpt-<step>`, once its files are
   written and before the `checkpoint` file is pointed at it."""
-  from tensorflow.python.checkpoint import checkpoint_management
-  original = checkpoint_management.update_checkpoint_state_internal
+  def wrapper(original):
+    def update(save_dir, model_checkpoint_path, *args, **kwargs):
+      if model_checkpoint_path.endswith(f"ckpt-{step}"):
+        print("CRASHING", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+      return original(save_dir, model_checkpoint_path, *args, **kwargs)
+    return update
 
-  def update(save_dir, model_checkpoint_path, *args, **kwargs):
-    if model_checkpoint_path.endswith(f"ckpt-{step}"):
-      print("CRASHING", flush=True)
-      os.kill(os.getpid(), signal.SIGKILL)
-    return original(save_dir, model_checkpoint_path, *args, **kwargs)
-
-  checkpoint_management.update_checkpoint_state_internal = update
+  _tf_internal.wrap_checkpoint_state_update(wrapper)
 
 
 def main():

@@ -206,7 +206,7 @@ def test_slurm_step_trains_as_two_workers(no_shell_tools):
   base = _free_port_pair()
   procs = []
   for rank in range(2):
-    env = dict(helpers._env(slurm_env(rank, nodes="localhost", tasks_per_node="2")),
+    env = dict(helpers.subprocess_env(slurm_env(rank, nodes="localhost", tasks_per_node="2")),
                CTL_SLURM_PORT_BASE=str(base), PATH=os.environ["PATH"])
     procs.append(subprocess.Popen([sys.executable, "-c", _SLURM_TASK],
                                   cwd=helpers.ROOT, env=env, text=True,

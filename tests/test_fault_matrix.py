@@ -29,7 +29,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from helpers import RESUME_TASK, ROOT, _env, alive, free_ports
+from helpers import RESUME_TASK, ROOT, subprocess_env, alive, free_ports
 from test_faults import wait_for
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
@@ -138,7 +138,7 @@ def start(workdir, *args, env=None):
   return subprocess.Popen(
       [sys.executable, RESUME_TASK, "--workdir", str(workdir), "--out",
        os.path.join(workdir, "..", "out.npz"), "--steps", "12"] + list(args),
-      cwd=ROOT, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finish(proc, timeout=180):
@@ -396,7 +396,7 @@ def test_killing_the_launcher_stops_its_workers(tmp_path):
                    "0", "--pause-at", "3", "--checkpoint-every", "100"])
   command = [sys.executable, "-m", "ctl.cli", "launch", "--workers", "2", "--grace", "60",
              "--", "sh", "-c", f'exec {task} 2> "{tmp_path}/stderr.$$"']
-  launcher = subprocess.Popen(command, cwd=ROOT, env=_env(None), stdout=subprocess.PIPE,
+  launcher = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(None), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
   lines, paused, workers = [], set(), []
   try:

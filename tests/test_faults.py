@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from helpers import (GRACE, RESUME_TASK, ROOT, _env, alive, finish, launched_task_command,
+from helpers import (GRACE, RESUME_TASK, ROOT, subprocess_env, alive, finish, launched_task_command,
                      python, resume_reference, run_launched_task, run_workers,
                      start_workers)
 
@@ -90,7 +90,7 @@ def start(workdir, out, *args):
   return subprocess.Popen(
       [sys.executable, TASK, "--workdir", str(workdir), "--out", str(out),
        "--steps", str(STEPS)] + list(args),
-      cwd=ROOT, env=_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      cwd=ROOT, env=subprocess_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
       text=True)
 
 
@@ -266,7 +266,7 @@ def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, refer
   work, out = tmp_path / "work", tmp_path / "out"
   os.makedirs(work)
   command = launched_task_command(work, out, "--pause-at", "7")
-  proc = subprocess.Popen(command, cwd=ROOT, env=_env(None), stdout=subprocess.PIPE,
+  proc = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(None), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
   lines = []
   try:

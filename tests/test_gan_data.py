@@ -114,7 +114,7 @@ def _files(subset, root, fraction=0.3):
     for f in files:
       relative = os.path.relpath(os.path.join(dirpath, f), root)
       if f.lower().endswith(data_lib.IMAGE_EXTENSIONS) and (
-          data_lib._held_out(relative, fraction) == (subset == "held_out")):
+          data_lib.is_held_out(relative, fraction) == (subset == "held_out")):
         paths.append(relative)
   return set(paths)
 

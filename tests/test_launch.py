@@ -22,7 +22,7 @@ import ctl
 from ctl import launch
 from ctl import strategies
 import helpers
-from helpers import ROOT, _env, alive
+from helpers import ROOT, subprocess_env, alive
 
 # A task of the test cluster. argv[1]: {"<type>-<index>": plan} (JSON), where a
 # plan may hold: ready (default true), lines (stdout and stderr lines to
@@ -330,7 +330,7 @@ def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
           "'%s-%d' % (t['type'], t['index'])), 'w').close()\n"
           "time.sleep(300)\n")
   proc = subprocess.Popen([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2", "--",
-                           sys.executable, "-c", task], cwd=ROOT, env=_env(None),
+                           sys.executable, "-c", task], cwd=ROOT, env=subprocess_env(None),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
     lines = []

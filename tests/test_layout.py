@@ -1,5 +1,8 @@
-"""The layers' import direction: command line -> gan -> ctl core, never the reverse."""
+"""The layers: imports point one way (command line -> gan -> ctl core), a
+module's private names stay in it, and private TF/Keras/gin attributes are
+reached from ctl/_tf_internal.py only."""
 
+import ast
 import os
 import re
 
@@ -34,3 +37,77 @@ def test_only_ctl_cli_parses_command_lines():
             if re.match(r"\s*(import argparse\b|from argparse\b|def add_parser\b)", line):
               parsing.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
   assert not parsing, "\n".join(parsing)
+
+
+# Names a module may read from another although they start with "_": the
+# namedtuple API, and two standard-library functions meant for such use.
+_PUBLIC_UNDERSCORE = {"_fields", "_asdict", "_replace", "_make", "_exit", "_getframe"}
+_PRIVATE_TF_MODULES = ("tensorflow.python", "tensorflow.core", "keras.src")
+_TF_HOME = os.path.join("ctl", "_tf_internal.py")
+
+
+def _sources():
+  for top in ("ctl", "gan", "bench", "examples", "tests"):
+    for directory, _, files in os.walk(os.path.join(ROOT, top)):
+      for name in sorted(files):
+        if name.endswith(".py"):
+          path = os.path.join(directory, name)
+          with open(path) as f:
+            yield os.path.relpath(path, ROOT), ast.parse(f.read(), path)
+
+
+def _names_defined_in(tree):
+  """Every name a module binds: its functions, classes, attributes, variables."""
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+      names.add(node.attr)
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+      names.add(node.id)
+    elif isinstance(node, ast.arg):
+      names.add(node.arg)
+  return names
+
+
+def _private_reads(tree, own):
+  """(line, text) of each read of a private attribute this module does not define."""
+  for node in ast.walk(tree):
+    name = None
+    if isinstance(node, ast.Attribute):
+      if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+        continue
+      name = node.attr
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+          and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
+          and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+      name = node.args[1].value
+    if (name and name.startswith("_") and not name.startswith("__")
+        and name not in own and name not in _PUBLIC_UNDERSCORE and name != "_tf_internal"):
+      yield node.lineno, ast.unparse(node)
+
+
+def test_no_module_reads_another_modules_private_attributes():
+  # A name with a leading underscore belongs to the module that defines it;
+  # private TF, Keras and gin attributes are read in ctl/_tf_internal.py only.
+  reads = []
+  for path, tree in _sources():
+    if path != _TF_HOME:
+      reads += [f"{path}:{line}: {text}" for line, text in _private_reads(tree, _names_defined_in(tree))]
+  assert not reads, "\n".join(reads)
+
+
+def test_private_tensorflow_and_keras_modules_are_imported_in_one_place():
+  imports = []
+  for path, tree in _sources():
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom):
+        modules = [node.module or ""]
+      elif isinstance(node, ast.Import):
+        modules = [alias.name for alias in node.names]
+      else:
+        continue
+      imports += [f"{path}:{node.lineno}: {m}" for m in modules
+                  if m.startswith(_PRIVATE_TF_MODULES) and path != _TF_HOME]
+  assert not imports, "\n".join(imports)

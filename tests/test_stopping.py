@@ -279,7 +279,7 @@ def test_gan_warns_of_images_outside_the_generators_range():
               discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw))
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    gan.experiment._warn_if_out_of_range(  # pylint: disable=protected-access
+    gan.experiment.warn_if_out_of_range(
         tf.data.Dataset.from_tensor_slices(tf.zeros((8, 2))).batch(4), None)
 
 
