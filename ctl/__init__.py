@@ -47,15 +47,9 @@ def __dir__():
   return sorted(set(globals()) | set(_EXPORTS))
 
 
-# Show ctl's INFO lines (e.g. what strategy 'auto' chose) unless the
-# application configured logging itself.
-_logger = _logging.getLogger("ctl")
-if not _logger.handlers:
-  _handler = _logging.StreamHandler()
-  _handler.setFormatter(_logging.Formatter("ctl: %(message)s"))
-  _logger.addHandler(_handler)
-  _logger.setLevel(_logging.INFO)
-  _logger.propagate = False
+# A library leaves output to the application: ctl logs to the "ctl" logger,
+# which the `ctl` command (ctl/cli) and the examples show on stderr.
+_logging.getLogger("ctl").addHandler(_logging.NullHandler())
 
 __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
            "configure_logical_cpus", "STRATEGY_NAMES", "Action", "FitContext",

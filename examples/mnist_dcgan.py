@@ -11,6 +11,7 @@ minutes on a 2-core CPU) most samples are recognisable, if rough, digits.
 """
 
 import argparse
+import logging
 import os
 import sys
 
@@ -57,6 +58,7 @@ def main(argv=None):
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
   args = p.parse_args(argv)
+  log_to_stderr()
 
   strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
   runner = ctl.Runner(step, build, gan.mnist_dataset(args.batch_size),
@@ -74,6 +76,18 @@ def main(argv=None):
     print(e, file=sys.stderr)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
   print(f"wrote {args.workdir}: checkpoints, events, samples, export")
+
+
+def log_to_stderr():
+  """Shows ctl's log (progress when stderr is no terminal, restores, warnings) as `ctl: ...`.
+
+  ctl logs to the "ctl" logger and, being a library, installs no handler.
+  """
+  handler = logging.StreamHandler()
+  handler.setFormatter(logging.Formatter("ctl: %(message)s"))
+  logger = logging.getLogger("ctl")
+  logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
 
 
 if __name__ == "__main__":

@@ -110,12 +110,8 @@ def test_slurm_without_a_step_of_several_tasks_is_local(env):
 
 
 def test_batch_script_without_srun_warns(caplog):
-  strategies.logger.propagate = True
-  try:
-    with caplog.at_level("WARNING", logger="ctl"):
-      choose({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "2"})
-  finally:
-    strategies.logger.propagate = False
+  with caplog.at_level("WARNING", logger="ctl"):
+    choose({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "2"})
   assert "was not started by srun" in caplog.text and "srun ctl train" in caplog.text
 
 

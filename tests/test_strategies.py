@@ -139,13 +139,8 @@ def test_auto_decisions(env, gpus, tpu, expected):
 
 
 def test_auto_logs_its_choice(caplog):
-  logger = ctl.strategies.logger
-  logger.propagate = True
-  try:
-    with caplog.at_level("INFO", logger="ctl"):
-      strategy = ctl.make_strategy("auto")
-  finally:
-    logger.propagate = False
+  with caplog.at_level("INFO", logger="ctl"):
+    strategy = ctl.make_strategy("auto")
   assert strategy.num_replicas_in_sync == 1
   assert "strategy 'auto' chose 'default': no TPU, cluster or GPU found" in caplog.text
 
