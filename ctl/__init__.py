@@ -22,7 +22,7 @@ _EXPORTS = {
     "Action": "ctl.actions", "FitContext": "ctl.loop",
     "Every": "ctl.actions", "Checkpoint": "ctl.checkpoints", "Summaries": "ctl.actions",
     "Samples": "ctl.actions", "Evaluate": "ctl.actions", "Export": "ctl.actions",
-    "PREEMPTED_EXIT_CODE": "ctl.stopping", "INTERRUPTED_EXIT_CODE": "ctl.stopping",
+    "PREEMPTED_EXIT_CODE": "ctl.constants", "INTERRUPTED_EXIT_CODE": "ctl.constants",
     "Preempted": "ctl.stopping", "Interrupted": "ctl.stopping",
     "WorkdirInUse": "ctl.workdir",
 }

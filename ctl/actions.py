@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import numpy as np
 import tensorflow as tf
 
+from ctl import arguments
 from ctl.data import check_evaluation_data
 from ctl.strategies import is_parameter_server
 
@@ -84,11 +85,10 @@ class Every:
     if steps is None and seconds is None:
       raise ValueError("Every needs steps=... or seconds=... (or both); for work "
                        "that runs only at the end of training pass every=None.")
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
-                              or steps < 1):
-      raise ValueError(f"Every(steps={steps!r}): steps must be an int of at least 1.")
-    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds <= 0):
-      raise ValueError(f"Every(seconds={seconds!r}): seconds must be a positive number.")
+    if steps is not None:
+      arguments.integer("Every: steps", steps, minimum=1)
+    if seconds is not None:
+      arguments.number("Every: seconds", seconds, above=0)
     self.steps = steps
     self.seconds = seconds
     self._clock = clock

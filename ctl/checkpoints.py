@@ -24,6 +24,7 @@ import tempfile
 import tensorflow as tf
 
 from ctl import _tf_internal
+from ctl import arguments
 from ctl.actions import Every
 
 _log = logging.getLogger("ctl")
@@ -49,8 +50,7 @@ class Checkpoint:
     if every is not None and not isinstance(every, Every):
       raise TypeError(f"Checkpoint(every={every!r}): use ctl.Every(steps=..., "
                       "seconds=...), or None for the default.")
-    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
-      raise ValueError(f"Checkpoint(keep={keep!r}): keep must be an int of at least 1.")
+    arguments.integer("Checkpoint: keep", keep, minimum=1)
     self.every = every or Every(steps=1000, seconds=600)
     self.keep = keep
     self.restore_data = restore_data

@@ -17,6 +17,8 @@ import inspect
 
 import tensorflow as tf
 
+from ctl import arguments
+
 
 def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
               static_shapes=False, coordinator=None):
@@ -76,9 +78,7 @@ def check_evaluation_data(data, num_batches):
   end unless `num_batches` bounds it.
   """
   if num_batches is not None:
-    if not isinstance(num_batches, int) or isinstance(num_batches, bool) or num_batches < 1:
-      raise ValueError(f"num_batches must be an int of at least 1 (batches to "
-                       f"evaluate), got {num_batches!r}.")
+    arguments.integer("num_batches", num_batches, minimum=1, meaning="batches to evaluate")
     return
   if (isinstance(data, tf.data.Dataset) and
       int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY)):

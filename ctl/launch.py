@@ -31,14 +31,11 @@ import tempfile
 import threading
 import time
 
-# Equal to `ctl.PREEMPTED_EXIT_CODE` and `ctl.strategies.READY_DIR_VARIABLE`;
-# not imported from there because those modules import TensorFlow, which a
-# launcher has no use for (tests/test_launch.py checks they agree).
-PREEMPTED_EXIT_CODE = 42
-READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
-# Also set for every task: the launcher's PID and --grace, for `watch_launcher`.
-LAUNCHER_PID_VARIABLE = "CTL_LAUNCH_PID"
-GRACE_VARIABLE = "CTL_LAUNCH_GRACE"
+from ctl import arguments
+from ctl.constants import GRACE_VARIABLE
+from ctl.constants import LAUNCHER_PID_VARIABLE
+from ctl.constants import PREEMPTED_EXIT_CODE
+from ctl.constants import READY_DIR_VARIABLE
 
 # How long to wait for processes already sent SIGKILL, and for the output of
 # exited tasks to drain: both should take milliseconds.
@@ -196,12 +193,10 @@ class Launch:
     if not command:
       raise ValueError("no command to launch; put it after '--', as in "
                        "`ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker`.")
-    for name, value, low in (("workers", workers, 1), ("ps", ps, 0)):
-      if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}.")
-    for name, value in (("startup_timeout", startup_timeout), ("grace", grace)):
-      if value < 0:
-        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}.")
+    arguments.integer("workers", workers, minimum=1)
+    arguments.integer("ps", ps, minimum=0)
+    arguments.number("startup_timeout", startup_timeout, minimum=0, meaning="seconds")
+    arguments.number("grace", grace, minimum=0, meaning="seconds")
     count = workers + ps + (1 if ps else 0)
     if port_base is None:
       ports = free_ports(count, host)

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import actions as actions_lib
+from ctl import arguments
 from ctl import checkpoints
 from ctl import export as export_lib
 from ctl import stopping
@@ -89,10 +90,8 @@ class FitContext:
 def fit(runner, num_steps, workdir=None, *, checkpoint=True, summaries=True,
         actions=(), progress=True):
   """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
-  if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 0:
-    raise ValueError(f"num_steps must be a non-negative int (the step to train up "
-                     f"to), got {num_steps!r}.")
-  num_steps = int(num_steps)
+  num_steps = arguments.integer("num_steps", num_steps, minimum=0,
+                                meaning="the global step to train up to")
   if num_steps and runner.steps_per_loop > num_steps:
     # Not an error: the calls are cut to the run, and the numbers are right.
     warnings.warn(

@@ -26,7 +26,9 @@ import subprocess
 import sys
 import time
 
-STARTUP_TIMEOUT_VARIABLE = "CTL_STARTUP_TIMEOUT"
+from ctl import arguments
+from ctl.constants import STARTUP_TIMEOUT_VARIABLE
+
 DEFAULT_STARTUP_TIMEOUT = 600.0  # pods of one job may start minutes apart
 STARTUP_FAILED_EXIT_CODE = 1
 _POLL_SECONDS = 0.5
@@ -45,10 +47,7 @@ def startup_timeout(value=None, env=None):
                        "seconds; set it to e.g. 600 (0 waits forever).") from None
   if value is None:
     return DEFAULT_STARTUP_TIMEOUT
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-    raise ValueError(f"{where} must be a number of seconds >= 0 (0 waits forever), "
-                     f"got {value!r}.")
-  return float(value)
+  return arguments.number(where, value, minimum=0, meaning="seconds; 0 waits forever")
 
 
 def cluster_peers(cluster, task_type, task_index):

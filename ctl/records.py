@@ -27,6 +27,8 @@ import time
 
 import tensorflow as tf
 
+from ctl import arguments
+
 SPEC_FILE = "spec.json"
 _SHARD_NAME = "records-{index:05d}-of-{count:05d}.tfrecord"
 _SPEC_VERSION = 1
@@ -63,9 +65,8 @@ def write_records(dataset: tf.data.Dataset, directory: str, *,
     ValueError: for a bad `num_shards`, an element structure that is not
       tensors, tuples and dicts, or an empty dataset.
   """
-  if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-    raise ValueError(f"num_shards must be a positive int, got {num_shards!r}; "
-                     "use e.g. 8, or more than the number of input pipelines.")
+  arguments.integer("num_shards", num_shards, minimum=1,
+                    fix="use e.g. 8, or more than the number of input pipelines")
   if not isinstance(dataset, tf.data.Dataset):
     raise TypeError(f"dataset must be a tf.data.Dataset of single examples, got "
                     f"{type(dataset).__name__}.")
@@ -142,11 +143,9 @@ def read_records(directory_or_pattern: str, global_batch_size: int | None = None
       shapes vary.
   """
   files, spec = _files_and_spec(directory_or_pattern)
-  if global_batch_size is not None and (
-      isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
-      or global_batch_size < 1):
-    raise ValueError(f"global_batch_size must be a positive int or None, got "
-                     f"{global_batch_size!r}.")
+  if global_batch_size is not None:
+    arguments.integer("global_batch_size", global_batch_size, minimum=1,
+                      fix="or None for single records")
   element_spec = _decode_structure(spec["element"])
   if global_batch_size is not None and not all(
       s.shape.is_fully_defined() for s in tf.nest.flatten(element_spec)):

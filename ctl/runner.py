@@ -25,6 +25,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from ctl import arguments
 from ctl import checkpoints
 from ctl import data as data_lib
 from ctl import evaluation
@@ -77,9 +78,9 @@ class Runner:
   def __init__(self, step, build, data, *, strategy="default", seed=0,
                steps_per_loop=1, jit_compile=False, eager=False,
                mixed_precision=None, global_batch_size=None, batches_per_step=1):
-    _require_positive_int("steps_per_loop", steps_per_loop)
-    _require_positive_int("batches_per_step", batches_per_step)
-    _require_int("seed", seed)
+    arguments.integer("steps_per_loop", steps_per_loop, minimum=1)
+    arguments.integer("batches_per_step", batches_per_step, minimum=1)
+    arguments.integer("seed", seed)
     if not callable(step):
       raise TypeError(f"step must be a function (ctx, batch) -> dict, got {step!r}.")
     if not callable(build):
@@ -258,7 +259,7 @@ class Runner:
 
   def train(self, num_steps):
     """Runs `num_steps` steps; returns each result key's per-step values (numpy)."""
-    _require_positive_int("num_steps", num_steps)
+    arguments.integer("num_steps", num_steps, minimum=1)
     chunks = []
     done = 0
     while done < num_steps:
@@ -269,7 +270,7 @@ class Runner:
 
   def run_steps(self, num_steps):
     """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
-    _require_positive_int("num_steps", num_steps)
+    arguments.integer("num_steps", num_steps, minimum=1)
     return self._train_step.run(num_steps)
 
 
@@ -282,11 +283,6 @@ def _check_supported(strategy, eager):
     raise ValueError("eager=True cannot run under TPUStrategy (a TPU only runs "
                      "compiled programs); debug eagerly under 'default', then "
                      "switch the strategy.")
-
-
-def _require_int(name, value):
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-    raise TypeError(f"{name} must be an int, got {value!r}.")
 
 
 def _required_positional(fn):
@@ -309,8 +305,3 @@ def _check_order(step, build):
         "The order is Runner(step, build, data): step(ctx, batch) runs one "
         "training step, build() makes the models and optimizers.")
 
-
-def _require_positive_int(name, value):
-  _require_int(name, value)
-  if value < 1:
-    raise ValueError(f"{name} must be at least 1, got {value}.")

@@ -40,9 +40,8 @@ import tensorflow as tf
 
 from ctl import _tf_internal
 from ctl import strategies
-
-PREEMPTED_EXIT_CODE = 42
-INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # what a shell reports for Ctrl-C
+from ctl.constants import INTERRUPTED_EXIT_CODE
+from ctl.constants import PREEMPTED_EXIT_CODE
 # How long an action (evaluation, samples, export) may go on after a SIGTERM
 # before ctl saves and exits from another thread: Python cannot abandon an
 # action stuck in TensorFlow (a pipeline that never yields a batch, a hung call).

@@ -17,8 +17,10 @@ import os
 import tensorflow as tf
 
 from ctl import _tf_internal
+from ctl import arguments
 from ctl import launch
 from ctl import peers
+from ctl.constants import READY_DIR_VARIABLE
 
 logger = logging.getLogger("ctl")
 
@@ -117,14 +119,13 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   return _MADE[key]
 
 
-# Set by `ctl launch`: a directory where each task leaves a file once its
-# strategy is made (for multi-worker, once all peers have connected), so the
-# launcher can tell a slow start from a peer that will never come.
-READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
-
-
 def announce_ready(env=None):
-  """Leaves `<$CTL_LAUNCH_READY_DIR>/<task type>-<index>` if a launcher asked for it."""
+  """Leaves `<$CTL_LAUNCH_READY_DIR>/<task type>-<index>` if a launcher asked for it.
+
+  Each task leaves it once its strategy is made (for multi-worker, once all
+  peers have connected), so the launcher can tell a slow start from a peer
+  that will never come.
+  """
   env = os.environ if env is None else env
   directory = env.get(READY_DIR_VARIABLE)
   if not directory:
@@ -145,8 +146,7 @@ def configure_logical_cpus(count):
   TensorFlow fixes its devices when it runs its first op; after that only the
   same configuration can be asked for again.
   """
-  if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-    raise ValueError(f"logical_cpus must be a positive int, got {count!r}.")
+  arguments.integer("logical_cpus", count, minimum=1)
   cpu = tf.config.list_physical_devices("CPU")[0]
   try:
     tf.config.set_logical_device_configuration(

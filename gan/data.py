@@ -22,6 +22,8 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from ctl import arguments
+
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 _MNIST = {"train": "mnist_train_5k.npz", "test": "mnist_test_5k.npz"}
 
@@ -40,9 +42,7 @@ def load_mnist(split="train"):
 
 
 def _require_batch_size(global_batch_size):
-  if (isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
-      or global_batch_size < 1):
-    raise ValueError(f"global_batch_size must be a positive int, got {global_batch_size!r}.")
+  arguments.integer("global_batch_size", global_batch_size, minimum=1)
 
 
 def _epochs_of(count, global_batch_size, seed, load):

@@ -26,6 +26,7 @@ import os
 import gin
 import numpy as np
 
+from ctl import arguments
 from gan import classifier as classifier_lib
 
 VERSION = classifier_lib.VERSION
@@ -88,8 +89,7 @@ def _classifier():
 
 
 def _check_batch_size(batch_size):
-  if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+  arguments.integer("batch_size", batch_size, minimum=1)
 
 
 def _outputs(images, batch_size, name="images"):

@@ -18,10 +18,11 @@ with respect to the discriminator's weights.
 import gin
 import tensorflow as tf
 
+from ctl import arguments
+
 
 def _require_weight(name, weight):
-  if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-    raise ValueError(f"{name}: weight must be a number >= 0, got {weight!r}.")
+  arguments.number(f"{name}: weight", weight, minimum=0)
 
 
 def _squared_input_gradient_norm(discriminator, images):
@@ -65,8 +66,7 @@ def r1_penalty(ctx, discriminator, real, fake, *, weight=10.0, every=1):
   """
   del fake  # R1 looks at real data only; the argument keeps the shared signature
   _require_weight("r1_penalty", weight)
-  if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-    raise ValueError(f"r1_penalty: every must be an int >= 1 (1: every step), got {every!r}.")
+  arguments.integer("r1_penalty: every", every, minimum=1, meaning="1: every step")
   real = tf.convert_to_tensor(real)
 
   def penalty():

@@ -865,8 +865,8 @@ CASES = [
          ("optimizers['model'] is a str", "not a keras.optimizers.Optimizer")),
     # Runner arguments and execution modes.
     Case("steps-per-loop-zero",
-         "ValueError from Runner: steps_per_loop must be at least 1, got 0",
-         steps_per_loop_zero, ValueError, ("steps_per_loop must be at least 1, got 0",)),
+         "ValueError from Runner: steps_per_loop must be an int >= 1, got 0",
+         steps_per_loop_zero, ValueError, ("steps_per_loop must be an int >= 1, got 0",)),
     Case("eager-and-jit-compile",
          "ValueError from Runner: eager=True and jit_compile=True contradict each other; pick one",
          eager_and_jit_compile, ValueError,
@@ -941,11 +941,11 @@ CASES = [
           "Return the averages themselves", "[global step 0]")),
     # Step counts.
     Case("train-zero-steps",
-         "ValueError from train: num_steps must be at least 1, got 0",
-         train_zero_steps, ValueError, ("num_steps must be at least 1, got 0",)),
+         "ValueError from train: num_steps must be an int >= 1, got 0",
+         train_zero_steps, ValueError, ("num_steps must be an int >= 1, got 0",)),
     Case("train-negative-steps",
-         "ValueError from train: num_steps must be at least 1, got -3",
-         train_negative_steps, ValueError, ("num_steps must be at least 1, got -3",)),
+         "ValueError from train: num_steps must be an int >= 1, got -3",
+         train_negative_steps, ValueError, ("num_steps must be an int >= 1, got -3",)),
     Case("evaluate-endless-data",
          "ValueError from evaluate: evaluation data is endless ...; pass data.take(100) or "
          "num_batches=100",
@@ -957,19 +957,20 @@ CASES = [
          evaluate_action_with_endless_data, ValueError,
          ("evaluation data is endless", "data.take(100)", "num_batches=100")),
     Case("evaluate-zero-batches",
-         "ValueError from evaluate: num_batches must be an int of at least 1, got 0",
+         "ValueError from evaluate: num_batches must be an int >= 1 (batches to evaluate), "
+         "got 0",
          evaluate_zero_batches, ValueError,
-         ("num_batches must be an int of at least 1", "got 0")),
+         ("num_batches must be an int >= 1 (batches to evaluate), got 0",)),
     Case("fit-negative-steps",
-         "ValueError from fit: num_steps must be a non-negative int (the step to train up to), "
-         "got -1",
+         "ValueError from fit: num_steps must be an int >= 0 (the global step to train up "
+         "to), got -1",
          fit_negative_steps, ValueError,
-         ("num_steps must be a non-negative int (the step to train up to), got -1",)),
+         ("num_steps must be an int >= 0 (the global step to train up to), got -1",)),
     Case("fit-float-steps",
-         "ValueError from fit: num_steps must be a non-negative int (the step to train up to), "
-         "got 10000.0",
-         fit_float_steps, ValueError,
-         ("num_steps must be a non-negative int", "got 10000.0")),
+         "TypeError from fit: num_steps must be an int >= 0 (the global step to train up "
+         "to), got 10000.0",
+         fit_float_steps, TypeError,
+         ("num_steps must be an int >= 0", "got 10000.0")),
     Case("steps-per-loop-beyond-the-run",
          "UserWarning from fit, before step 0 (the run goes on, its calls cut to the run): "
          "steps_per_loop (100) is larger than num_steps (4) ...; lower steps_per_loop to at "
@@ -984,12 +985,12 @@ CASES = [
          every_without_a_period, ValueError,
          ("Every needs steps=... or seconds=...", "pass every=None")),
     Case("every-zero-steps",
-         "ValueError from Every: Every(steps=0): steps must be an int of at least 1",
-         every_zero_steps, ValueError, ("Every(steps=0): steps must be an int of at least 1",)),
+         "ValueError from Every: Every: steps must be an int >= 1, got 0",
+         every_zero_steps, ValueError, ("Every: steps must be an int >= 1, got 0",)),
     Case("every-negative-seconds",
-         "ValueError from Every: Every(seconds=-1): seconds must be a positive number",
+         "ValueError from Every: Every: seconds must be a number > 0, got -1",
          every_negative_seconds, ValueError,
-         ("Every(seconds=-1): seconds must be a positive number",)),
+         ("Every: seconds must be a number > 0, got -1",)),
     Case("action-that-is-a-function",
          "TypeError from fit: action <function ...> is not an action: it lacks every, "
          "collective, check. Subclass ctl.Action, set `every` ... and define "
@@ -1160,17 +1161,17 @@ CASES = [
           "Resume with batches of 8", "ctl.Checkpoint(restore_data=False)",
           "[global step 0]")),
     Case("startup-timeout-negative",
-         "ValueError from make_strategy: startup_timeout must be a number of seconds >= 0 ..., "
-         "got -1",
+         "ValueError from make_strategy: startup_timeout must be a number >= 0 (seconds; 0 "
+         "waits forever), got -1",
          startup_timeout_negative, ValueError,
-         ("startup_timeout must be a number of seconds >= 0", "got -1")),
+         ("startup_timeout must be a number >= 0 (seconds; 0 waits forever), got -1",)),
     Case("startup-timeout-variable-not-a-number",
          "ValueError from make_strategy: CTL_STARTUP_TIMEOUT='ten minutes' is not a number of "
          "seconds; set it to e.g. 600",
          startup_timeout_variable_not_a_number, ValueError,
          ("CTL_STARTUP_TIMEOUT='ten minutes' is not a number of seconds", "e.g. 600")),
     Case("gin-value-of-the-wrong-type",
-         "ctl train exits 2: ValueError: global_batch_size must be a positive int, got "
+         "ctl train exits 2: TypeError: global_batch_size must be an int >= 1, got "
          "'sixty'. That value comes from `gan.train.batch_size = 'sixty'` (--gin)",
          gin_value_of_the_wrong_type, CommandFailed,
          ("exit code 2", "got 'sixty'",

@@ -226,7 +226,7 @@ def test_bad_images_are_named_by_argument():
   good = np.zeros((4, 28, 28), np.uint8)
   with pytest.raises(ValueError, match=r"^images_b must have shape"):
     gan.classifier_fid(good, np.zeros((4, 32, 32), np.uint8))
-  with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+  with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
     gan.classifier_features(good, batch_size=0)
   with pytest.raises(ValueError, match=r"^images_a must have shape \[N, H, W\] or"):
     gan.inception_fid(np.zeros((4, 28, 28, 2)), good, __file__)  # checked before loading

@@ -193,15 +193,15 @@ def test_no_penalty_is_zero():
       gan.no_penalty(_Ctx(), linear_discriminator(), _images(1), _images(2)), [0.0] * 3)
 
 
-@pytest.mark.parametrize("call, message", [
+@pytest.mark.parametrize("call, error, message", [
     (lambda: gan.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None, every=0),
-     "every must be an int >= 1"),
+     ValueError, "r1_penalty: every must be an int >= 1"),
     (lambda: gan.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None, weight=-1.0),
-     "weight must be a number >= 0"),
+     ValueError, "r1_penalty: weight must be a number >= 0"),
     (lambda: gan.wasserstein_gradient_penalty(_Ctx(), linear_discriminator(), _images(1),
                                               _images(2), weight="10"),
-     "weight must be a number >= 0"),
+     TypeError, "wasserstein_gradient_penalty: weight must be a number >= 0"),
 ])
-def test_penalty_argument_errors(call, message):
-  with pytest.raises(ValueError, match=message):
+def test_penalty_argument_errors(call, error, message):
+  with pytest.raises(error, match=message):
     call()

@@ -291,9 +291,9 @@ def test_history_has_every_step():
 # Bad input: clear errors before training.
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"steps_per_loop": 0}, ValueError, "steps_per_loop must be at least 1, got 0"),
-    ({"steps_per_loop": 2.5}, TypeError, "steps_per_loop must be an int, got 2.5"),
-    ({"batches_per_step": 0}, ValueError, "batches_per_step must be at least 1"),
+    ({"steps_per_loop": 0}, ValueError, "steps_per_loop must be an int >= 1, got 0"),
+    ({"steps_per_loop": 2.5}, TypeError, "steps_per_loop must be an int >= 1, got 2.5"),
+    ({"batches_per_step": 0}, ValueError, "batches_per_step must be an int >= 1"),
     ({"seed": "x"}, TypeError, "seed must be an int"),
     ({"mixed_precision": "float16"}, ValueError, "mixed_precision 'float16' is not known"),
     ({"eager": True, "jit_compile": True}, ValueError, "eager=True and jit_compile=True contradict"),
@@ -357,7 +357,7 @@ def test_data_running_out_says_so(eager):
 @pytest.mark.parametrize("steps", [0, -1])
 def test_run_steps_needs_a_positive_count(eager, steps):
   runner = ctl.Runner(train_step, build, data(), eager=eager)
-  with pytest.raises(ValueError, match=f"num_steps must be at least 1, got {steps}"):
+  with pytest.raises(ValueError, match=f"num_steps must be an int >= 1, got {steps}"):
     runner.run_steps(steps)
 
 

@@ -69,9 +69,10 @@ def test_unknown_knob_values_are_refused():
     ctl.make_strategy("multi_worker", communication="mpi")
 
 
-@pytest.mark.parametrize("count", [0, -1, 1.5, True, "2"])
-def test_logical_cpus_must_be_a_positive_int(count):
-  with pytest.raises(ValueError, match="logical_cpus must be a positive int"):
+@pytest.mark.parametrize("count, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
+                                          (True, TypeError), ("2", TypeError)])
+def test_logical_cpus_must_be_a_positive_int(count, error):
+  with pytest.raises(error, match="logical_cpus must be an int >= 1"):
     ctl.configure_logical_cpus(count)
 
 

@@ -1,0 +1,47 @@
+"""Argument checks shared by ctl and gan, with one message style.
+
+    num_shards = arguments.integer("num_shards", num_shards, minimum=1,
+                                   fix="use e.g. 8, more than the input pipelines")
+
+Each check returns the value and raises early, naming the argument, the
+value and, where one is given, the fix: `<name> must be <what>, got
+<value!r>.` TypeError when the value has the wrong type, ValueError when it is
+out of range. TensorFlow-free, for the launcher and the command line.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+
+def integer(name: str, value, *, minimum: int | None = None, meaning: str = "",
+            fix: str = "") -> int:
+  """`value` as an int; raises unless it is an int (not a bool) >= `minimum`."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise TypeError(_message(name, _what("an int", minimum, meaning), value, fix))
+  if minimum is not None and value < minimum:
+    raise ValueError(_message(name, _what("an int", minimum, meaning), value, fix))
+  return int(value)
+
+
+def number(name: str, value, *, minimum: float | None = None, above: float | None = None,
+           meaning: str = "", fix: str = "") -> float:
+  """`value` as a float; raises unless it is a real number (not a bool) >=
+  `minimum` (or > `above`)."""
+  what = _what("a number", minimum, meaning) if above is None else (
+      f"a number > {above}" + (f" ({meaning})" if meaning else ""))
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise TypeError(_message(name, what, value, fix))
+  if (minimum is not None and value < minimum) or (above is not None and value <= above):
+    raise ValueError(_message(name, what, value, fix))
+  return float(value)
+
+
+def _what(kind, minimum, meaning):
+  bound = f" >= {minimum}" if minimum is not None else ""
+  return f"{kind}{bound}" + (f" ({meaning})" if meaning else "")
+
+
+def _message(name, what, value, fix):
+  fix = fix.rstrip(".")
+  return f"{name} must be {what}, got {value!r}." + (f" {fix[0].upper()}{fix[1:]}." if fix else "")

@@ -1,0 +1,18 @@
+"""Exit codes and environment variables shared by the library, the launcher
+and the command line. TensorFlow-free, so the launcher and `ctl --help` can
+import it without importing TensorFlow."""
+
+# Exit code of a run stopped by SIGTERM after saving: TF's restart code, which
+# schedulers that restart on failure take as "rerun me" (ctl.Preempted).
+PREEMPTED_EXIT_CODE = 42
+# What a shell reports for a program ended by Ctrl-C: 128 + SIGINT.
+INTERRUPTED_EXIT_CODE = 130
+
+# Set by `ctl launch` for every task: a directory where each task marks itself
+# ready, so a task can tell a slow peer from a dead one.
+READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
+# Also set by `ctl launch`: its PID and --grace, so a task ends with its launcher.
+LAUNCHER_PID_VARIABLE = "CTL_LAUNCH_PID"
+GRACE_VARIABLE = "CTL_LAUNCH_GRACE"
+# Seconds a worker waits for its peers to start (0: forever).
+STARTUP_TIMEOUT_VARIABLE = "CTL_STARTUP_TIMEOUT"
