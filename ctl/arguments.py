@@ -14,7 +14,7 @@ from __future__ import annotations
 import numbers
 
 
-def integer(name: str, value, *, minimum: int | None = None, meaning: str = "",
+def integer(name: str, value: object, *, minimum: int | None = None, meaning: str = "",
             fix: str = "") -> int:
   """`value` as an int; raises unless it is an int (not a bool) >= `minimum`."""
   if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -24,8 +24,8 @@ def integer(name: str, value, *, minimum: int | None = None, meaning: str = "",
   return int(value)
 
 
-def number(name: str, value, *, minimum: float | None = None, above: float | None = None,
-           meaning: str = "", fix: str = "") -> float:
+def number(name: str, value: object, *, minimum: float | None = None,
+           above: float | None = None, meaning: str = "", fix: str = "") -> float:
   """`value` as a float; raises unless it is a real number (not a bool) >=
   `minimum` (or > `above`)."""
   what = _what("a number", minimum, meaning) if above is None else (

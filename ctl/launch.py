@@ -19,6 +19,8 @@ not end it. POSIX only. TensorFlow is not imported here: the launcher has no
 use for it, and starts at once without it.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import queue
@@ -30,6 +32,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import TextIO
 
 from ctl import arguments
 from ctl.constants import GRACE_VARIABLE
@@ -44,7 +50,8 @@ _DRAIN_SECONDS = 5
 _POLL_SECONDS = 0.05
 
 
-def cluster_spec(workers, ps=0, host="127.0.0.1", ports=None):
+def cluster_spec(workers: int, ps: int = 0, host: str = "127.0.0.1",
+                 ports: Sequence[int] | None = None) -> dict[str, list[str]]:
   """The `cluster` part of TF_CONFIG for a local cluster.
 
   Args:
@@ -73,23 +80,23 @@ def cluster_spec(workers, ps=0, host="127.0.0.1", ports=None):
   return cluster
 
 
-def tasks(cluster):
+def tasks(cluster: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
   """`(task type, index)` of every task of `cluster`: chief, workers, then ps."""
   return [(job, index) for job in ("chief", "worker", "ps")
           for index in range(len(cluster.get(job, ())))]
 
 
-def tf_config(cluster, task_type, index):
+def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> str:
   """The TF_CONFIG value (JSON text) of one task of `cluster`."""
   return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
-def task_name(task_type, index):
+def task_name(task_type: str, index: int) -> str:
   """How output and messages name a task: `chief`, `worker 0`, `ps 1`."""
   return "chief" if task_type == "chief" else f"{task_type} {index}"
 
 
-def free_ports(count, host="127.0.0.1"):
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
   """`count` different ports of `host` that are free now.
 
   The sockets are held open together so the kernel hands out different ports;
@@ -109,7 +116,7 @@ def free_ports(count, host="127.0.0.1"):
       s.close()
 
 
-def check_ports(ports, host="127.0.0.1"):
+def check_ports(ports: Sequence[int], host: str = "127.0.0.1") -> None:
   """Raises ValueError naming the first of `ports` that `host` cannot listen on."""
   family = _family(host)
   for port in ports:
@@ -128,7 +135,7 @@ def check_ports(ports, host="127.0.0.1"):
             "--port-base to use free ports.") from None
 
 
-def describe_exit(code):
+def describe_exit(code: int | None) -> str:
   """`code 3`, or `code -9 (killed by SIGKILL)` for a task a signal ended."""
   if code is not None and code < 0:
     try:
@@ -142,19 +149,19 @@ def describe_exit(code):
 class Task:
   """One process of the cluster and what is known about it."""
 
-  def __init__(self, task_type, index):
+  def __init__(self, task_type: str, index: int):
     self.type = task_type
     self.index = index
     self.name = task_name(task_type, index)
-    self.process = None
-    self.code = None  # exit code, set by the thread that waits for the process
+    self.process: subprocess.Popen[bytes] | None = None
+    self.code: int | None = None  # exit code, set by the thread that waits for the process
     self.ready = False
 
   @property
-  def running(self):
+  def running(self) -> bool:
     return self.process is not None and self.code is None
 
-  def __str__(self):
+  def __str__(self) -> str:
     pid = f" (pid {self.process.pid})" if self.process else ""
     return self.name + pid
 
@@ -169,8 +176,11 @@ class Launch:
   else 1.
   """
 
-  def __init__(self, command, *, workers=2, ps=0, host="127.0.0.1", port_base=None,
-               startup_timeout=120.0, grace=30.0, env=None, stdout=None, stderr=None):
+  def __init__(self, command: Sequence[str], *, workers: int = 2, ps: int = 0,
+               host: str = "127.0.0.1", port_base: int | None = None,
+               startup_timeout: float = 120.0, grace: float = 30.0,
+               env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
+               stderr: TextIO | None = None):
     """Checks the arguments and picks the ports.
 
     Args:
@@ -219,7 +229,7 @@ class Launch:
     self._hurry = False  # a second signal came: stop without a grace period
     self._ready_dir = None
 
-  def run(self):
+  def run(self) -> int:
     """Starts every task and supervises them; returns the launcher's exit code."""
     self._ready_dir = tempfile.mkdtemp(prefix="ctl-launch-")
     handlers = self._catch_signals()
@@ -418,7 +428,7 @@ class Launch:
     _write(self.stderr, self._lock, f"ctl launch: {message}\n")
 
 
-def launch(command, **kwargs):
+def launch(command: Sequence[str], **kwargs: Any) -> int:
   """Runs `command` as every task of a local cluster; returns the exit code.
 
   Keyword arguments are those of `Launch`.
@@ -429,7 +439,8 @@ def launch(command, **kwargs):
 _watching = []  # the thread of `watch_launcher`, once started
 
 
-def watch_launcher(env=None, *, poll_seconds=1.0):
+def watch_launcher(env: Mapping[str, str] | None = None, *,
+                   poll_seconds: float = 1.0) -> None:
   """In a task of `ctl launch`: stop when the launcher is gone.
 
   A launcher killed with SIGKILL cannot stop its tasks, which run in sessions

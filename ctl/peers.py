@@ -18,6 +18,8 @@ The time limit is `make_strategy(startup_timeout=...)`, else the environment
 variable `CTL_STARTUP_TIMEOUT` (seconds; 0 waits forever), else 600 s.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import signal
@@ -25,6 +27,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
 
 from ctl import arguments
 from ctl.constants import STARTUP_TIMEOUT_VARIABLE
@@ -34,7 +40,8 @@ STARTUP_FAILED_EXIT_CODE = 1
 _POLL_SECONDS = 0.5
 
 
-def startup_timeout(value=None, env=None):
+def startup_timeout(value: float | None = None,
+                    env: Mapping[str, str] | None = None) -> float:
   """The start-up time limit in seconds: `value`, the variable, or the default."""
   env = os.environ if env is None else env
   where = "startup_timeout"
@@ -50,14 +57,17 @@ def startup_timeout(value=None, env=None):
   return arguments.number(where, value, minimum=0, meaning="seconds; 0 waits forever")
 
 
-def cluster_peers(cluster, task_type, task_index):
+def cluster_peers(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int
+                  ) -> tuple[list[tuple[str, str]], str | None]:
   """([(name, address)] of the other tasks of `cluster`, this task's address)."""
   others = [(f"{job} {i}", address) for job, addresses in cluster.items()
             for i, address in enumerate(addresses) if (job, i) != (task_type, task_index)]
   return others, cluster.get(task_type, [None] * (task_index + 1))[task_index]
 
 
-def wait_for_peers(peers, address, timeout, *, clock=time.monotonic, sleep=time.sleep):
+def wait_for_peers(peers: Sequence[tuple[str, str]], address: str | None, timeout: float, *,
+                   clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> float:
   """Returns once every peer accepts a connection; seconds left of `timeout`.
 
   Meanwhile this task listens on its own `address` (its TF server is not up
@@ -90,7 +100,7 @@ def wait_for_peers(peers, address, timeout, *, clock=time.monotonic, sleep=time.
 
 
 @contextlib.contextmanager
-def watchdog(seconds, message):
+def watchdog(seconds: float | None, message: str) -> Iterator[None]:
   """Kills this process after `seconds` (with `message`) unless the block ends.
 
   For a call that holds the interpreter lock (no thread of ours can run): a

@@ -12,6 +12,9 @@ every 30 seconds (and at the end) instead.
 import logging
 import sys
 import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import TextIO
 
 import numpy as np
 
@@ -30,8 +33,9 @@ class Progress:
     clock: a function returning seconds.
   """
 
-  def __init__(self, total, initial, *, enabled=True, stream=None, log_seconds=30.0,
-               clock=time.monotonic):
+  def __init__(self, total: int, initial: int, *, enabled: bool = True,
+               stream: TextIO | None = None, log_seconds: float = 30.0,
+               clock: Callable[[], float] = time.monotonic):
     stream = stream or sys.stderr
     self.total = total
     self._initial = initial
@@ -47,7 +51,7 @@ class Progress:
       self._bar = tqdm(total=total, initial=initial, unit="step", file=stream,
                        dynamic_ncols=True, smoothing=0.1)
 
-  def update(self, step, results):
+  def update(self, step: int, results: Mapping[str, np.ndarray]) -> None:
     """Records that training reached `step`; `results` are the last call's."""
     latest = {k: float(np.asarray(v)[-1]) for k, v in results.items()}
     advanced, self._step = step - self._step, step
@@ -62,7 +66,7 @@ class Progress:
       self._last_log = now
       _log.info("%s", self.line(step, latest, now))
 
-  def line(self, step, latest, now):
+  def line(self, step: int, latest: Mapping[str, float], now: float) -> str:
     """One log line: step, results, steps per second and time left."""
     elapsed = now - self._start
     rate = (step - self._initial) / elapsed if elapsed > 0 else 0.0
@@ -71,7 +75,7 @@ class Progress:
     return (f"step {step}/{self.total} ({100.0 * step / self.total:.0f}%)  {values}  "
             f"{rate:.2f} steps/s  ETA {_duration(left)}")
 
-  def close(self):
+  def close(self) -> None:
     if self._bar is not None:
       self._bar.close()
 

@@ -43,7 +43,7 @@ class Lock:
     WorkdirInUse: another live process holds it; the message names the holder.
   """
 
-  def __init__(self, workdir):
+  def __init__(self, workdir: str):
     self.workdir = workdir
     self.path = os.path.join(workdir, LOCK_NAME)
     os.makedirs(workdir, exist_ok=True)
@@ -76,12 +76,12 @@ class Lock:
     os.pwrite(fd, json.dumps(_me()).encode() + b"\n", 0)
     os.fsync(fd)
 
-  def held(self):
+  def held(self) -> bool:
     """Whether the lock file is still the one this lock holds (the work
     directory was not deleted or moved)."""
     return self._fd is not None and _same_file(self._fd, self.path)
 
-  def release(self):
+  def release(self) -> None:
     """Removes the lock file (if it is still this one) and unlocks."""
     if self._fd is None:
       return

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 from ctl.cli import check
 from ctl.cli import experiments
@@ -60,7 +61,7 @@ class _StderrHandler(logging.Handler):
 
 
 @contextlib.contextmanager
-def log_to_stderr():
+def log_to_stderr() -> Iterator[None]:
   """Shows the "ctl" logger's INFO lines on stderr as `ctl: message` meanwhile.
 
   The logger is put back as it was afterwards, so `main` called in a process

@@ -6,12 +6,13 @@
 
 import argparse
 import sys
+from typing import Any
 
 # TF-free, like the launcher it drives: the help names its variable.
 from ctl import launch
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Any) -> None:
   """Adds `ctl launch` to the `ctl` command."""
   parser = subparsers.add_parser(
       "launch", help="run a command as every task of a local TensorFlow cluster",

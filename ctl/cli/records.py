@@ -9,9 +9,10 @@ folder:PATH); ctl/records.py says what a source is.
 
 import argparse
 import sys
+from typing import Any
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Any) -> None:
   """Adds `ctl records`: write a dataset as sharded TFRecord files."""
   parser = subparsers.add_parser(
       "records", help="write a dataset as sharded TFRecord files",
