@@ -13,7 +13,16 @@ carries what a step needs to give the same numbers under any replica count:
       return {"discriminator_loss": loss}       # logged as the global-batch value
 """
 
+from __future__ import annotations
+
 import contextlib
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import TypeAlias
 
 import tensorflow as tf
 import keras
@@ -54,8 +63,11 @@ class StepContext:
     replica_id: int32 scalar tensor, this replica's index over all workers.
   """
 
-  def __init__(self, *, models, optimizers, step, seed, global_batch_size,
-               num_replicas, replica_id, compile_update=None):
+  def __init__(self, *, models: Mapping[str, keras.Model],
+               optimizers: Mapping[str, keras.optimizers.Optimizer], step: tf.Tensor,
+               seed: tf.Tensor, global_batch_size: int | tf.Tensor, num_replicas: int,
+               replica_id: int | tf.Tensor,
+               compile_update: Callable[[Callable], Callable] | None = None):
     self.models = _Named("model", models)
     self.optimizers = _Named("optimizer", optimizers)
     self.step = step
@@ -71,7 +83,8 @@ class StepContext:
     self._tape = None
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
-  def average(self, per_example_loss, sample_weight=None):
+  def average(self, per_example_loss: tf.Tensor,
+              sample_weight: tf.Tensor | float | None = None) -> tf.Tensor:
     """Sum of `per_example_loss` over this replica divided by the *global* batch.
 
     Summing this over replicas gives the global-batch mean, which is what the
@@ -83,11 +96,13 @@ class StepContext:
         global_batch_size=self.global_batch_size)
     return self._mark_global(value)
 
-  def average_regularization(self, losses):
+  def average_regularization(self, losses: Iterable[tf.Tensor]) -> tf.Tensor:
     """Weight penalties (e.g. `model.losses`) scaled so that replicas sum to one copy."""
     return self._mark_global(tf.nn.scale_regularization_loss(tf.add_n(list(losses))))
 
-  def minimize(self, loss, optimizer, *, tape=None, variables=None):
+  def minimize(self, loss: tf.Tensor | Callable[[], tf.Tensor], optimizer: str, *,
+               tape: tf.GradientTape | None = None,
+               variables: Iterable[tf.Variable] | None = None) -> tf.Tensor:
     """Applies one update of `optimizer` that lowers `loss`.
 
     Two forms, as Keras 2's `Optimizer.minimize` had:
@@ -137,7 +152,8 @@ class StepContext:
     opt.apply_gradients(zip(grads, variables))
     return self._mark_global(value)
 
-  def normal(self, shape, stddev=1.0, dtype=tf.float32):
+  def normal(self, shape: int | Sequence[int], stddev: float = 1.0,
+             dtype: tf.DType = tf.float32) -> tf.Tensor:
     """Standard-normal draws of `shape` per example: `[per_replica_batch, *shape]`.
 
     Row `i` is the draw for global example `replica_id * per_replica + i` at
@@ -145,12 +161,13 @@ class StepContext:
     """
     return tf.cast(self._draw(_standard_normal, shape) * stddev, dtype)
 
-  def uniform(self, shape, minval=0.0, maxval=1.0, dtype=tf.float32):
+  def uniform(self, shape: int | Sequence[int], minval: float = 0.0, maxval: float = 1.0,
+              dtype: tf.DType = tf.float32) -> tf.Tensor:
     """Uniform draws in [minval, maxval) per example, like `normal`."""
     u = self._draw(_uniform_bits, shape)
     return tf.cast(minval + (maxval - minval) * u, dtype)
 
-  def seed(self):
+  def seed(self) -> tf.Tensor:
     """A fresh stateless seed (shape [2]) for this step, equal on every replica.
 
     For draws that are not per example; pass it to any `tf.random.stateless_*`.
@@ -160,7 +177,7 @@ class StepContext:
     return fold_in(fold_in(self._seed, self.step, alg=_ALGORITHM), self._draws,
                    alg=_ALGORITHM)
 
-  def reduction(self, value, name):
+  def reduction(self, value: Any, name: str) -> tf.distribute.ReduceOp:
     """How the runner reduces result `name` over replicas: SUM or MEAN.
 
     SUM for a share of a global-batch mean: a value from `average`,
@@ -189,7 +206,7 @@ class StepContext:
     return tf.distribute.ReduceOp.SUM if kind == _GLOBAL else tf.distribute.ReduceOp.MEAN
 
   @contextlib.contextmanager
-  def recording(self):
+  def recording(self) -> Iterator[None]:
     """Around the eager step: records what follows from the shares (see `reduction`)."""
     if not tf.executing_eagerly():
       yield
@@ -285,6 +302,10 @@ class StepContext:
     if self._compile_update is None:
       return compute()
     return self._compile_update(compute)()
+
+
+StepFn: TypeAlias = Callable[[StepContext, Any], dict[str, tf.Tensor]]
+"""A per-replica step, `step(ctx, batch) -> {name: scalar}`: what the runner runs."""
 
 
 class _Named(dict):

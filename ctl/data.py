@@ -13,15 +13,32 @@ the strategy, and the plain iterator can be checkpointed (a distributed iterator
 cannot be in TF 2.21). TPUs and dataset functions use TF's distributed datasets.
 """
 
+from __future__ import annotations
+
 import inspect
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import TypeAlias
 
 import tensorflow as tf
 
 from ctl import arguments
 
+if TYPE_CHECKING:
+  from ctl.strategies import ClusterCoordinator
 
-def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
-              static_shapes=False, coordinator=None):
+DatasetFn: TypeAlias = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+"""`dataset_fn(input_context)`: one input pipeline's dataset of per-replica batches."""
+Data: TypeAlias = tf.data.Dataset | DatasetFn
+"""Training or evaluation data: a dataset of global batches, or a `DatasetFn`."""
+
+
+def make_feed(data: Data, strategy: tf.distribute.Strategy, *,
+              global_batch_size: int | None = None, batches_per_step: int = 1,
+              static_shapes: bool = False,
+              coordinator: ClusterCoordinator | None = None) -> Feed:
   """Returns the feed for `data` under `strategy`.
 
   Args:
@@ -70,7 +87,7 @@ def make_feed(data, strategy, *, global_batch_size=None, batches_per_step=1,
   return feed
 
 
-def check_evaluation_data(data, num_batches):
+def check_evaluation_data(data: Data, num_batches: int | None) -> None:
   """Refuses, before any work, an evaluation that could never end.
 
   Every `gan` dataset repeats forever, so a forgotten `.take(n)` is the easy
@@ -95,7 +112,7 @@ def _as_int_hint(value):
     return 256
 
 
-def check_global_batch_size(global_batch_size, num_replicas):
+def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
   """Raises unless `global_batch_size` splits evenly across `num_replicas`."""
   if global_batch_size < num_replicas:
     raise ValueError(f"global batch size ({global_batch_size}) is smaller than the "
@@ -116,10 +133,11 @@ def _uses_distributed_datasets(strategy):
 class GlobalBatches:
   """A dataset of global batches, sliced per replica inside the step function."""
 
-  def __init__(self, dataset, strategy, *, batches_per_step=1, static_shapes=False):
+  def __init__(self, dataset: tf.data.Dataset, strategy: tf.distribute.Strategy, *,
+               batches_per_step: int = 1, static_shapes: bool = False):
     self.strategy = strategy
     self.batches_per_step = batches_per_step
-    self.global_batch_size = _batch_size(dataset.element_spec)
+    self.global_batch_size: int | None = _batch_size(dataset.element_spec)
     num_replicas = strategy.num_replicas_in_sync
     if self.global_batch_size is None and (num_replicas > 1 or static_shapes):
       why = (f"splitting it across {num_replicas} replicas" if num_replicas > 1
@@ -148,11 +166,11 @@ class GlobalBatches:
       self._split = lambda batch: batch
     self.iterator = self.make_iterator()
 
-  def make_iterator(self):
+  def make_iterator(self) -> Iterator[Any]:
     """A new iterator from the start of the data."""
     return iter(self._dataset)
 
-  def next(self, iterator=None):
+  def next(self, iterator: Iterator[Any] | None = None) -> Any:
     """The next step's input: one per-replica batch, or a tuple of them."""
     iterator = self.iterator if iterator is None else iterator
     return _step_input(lambda: self._split(_next(iterator)), self.batches_per_step)
@@ -174,7 +192,8 @@ class GlobalBatches:
 class DistributedBatches:
   """Per-replica batches from a dataset function, one input pipeline per worker."""
 
-  def __init__(self, dataset_fn, strategy, *, global_batch_size, batches_per_step=1):
+  def __init__(self, dataset_fn: DatasetFn, strategy: tf.distribute.Strategy, *,
+               global_batch_size: int, batches_per_step: int = 1):
     check_global_batch_size(global_batch_size, strategy.num_replicas_in_sync)
     self.strategy = strategy
     self.batches_per_step = batches_per_step
@@ -198,11 +217,11 @@ class DistributedBatches:
     self.element_spec = self._dataset.element_spec
     self.iterator = self.make_iterator()
 
-  def make_iterator(self):
+  def make_iterator(self) -> Iterator[Any]:
     """A new iterator from the start of the data."""
     return iter(self._dataset)
 
-  def next(self, iterator=None):
+  def next(self, iterator: Iterator[Any] | None = None) -> Any:
     iterator = self.iterator if iterator is None else iterator
     return _step_input(lambda: _next(iterator), self.batches_per_step)
 
@@ -217,8 +236,9 @@ class PerWorkerBatches:
   workers read the same sequence, out of step with each other.
   """
 
-  def __init__(self, data, strategy, coordinator, *, global_batch_size,
-               batches_per_step=1):
+  def __init__(self, data: Data, strategy: tf.distribute.Strategy,
+               coordinator: ClusterCoordinator, *, global_batch_size: int | None,
+               batches_per_step: int = 1):
     if strategy.num_replicas_in_sync != 1:
       raise ValueError(f"parameter-server workers with "
                        f"{strategy.num_replicas_in_sync} replicas each are not "
@@ -236,10 +256,13 @@ class PerWorkerBatches:
     self.iterator = iter(coordinator.create_per_worker_dataset(dataset))
     self.element_spec = getattr(data, "element_spec", None)
 
-  def next(self, iterator):
+  def next(self, iterator: Iterator[Any]) -> Any:
     """The next step's input, inside a function scheduled on a worker."""
     return _step_input(lambda: next(iterator), self.batches_per_step)
 
+
+Feed: TypeAlias = GlobalBatches | DistributedBatches | PerWorkerBatches
+"""How a runner reads its data: what `make_feed` returns."""
 
 # Batches a worker may skip at its start (see PerWorkerBatches).
 _MAX_OFFSET = 64

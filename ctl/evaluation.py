@@ -7,10 +7,18 @@ What `Runner.evaluate` does. Each (step, data) pair is compiled once and kept
 (a few of them), so that periodic evaluation on the same data does not retrace.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
 
 from ctl import data as data_lib
 from ctl import steps as steps_lib
+
+if TYPE_CHECKING:
+  from ctl.context import StepFn
+  from ctl.state import State
 
 # Compiled evaluations kept (each holds a traced function and an input feed).
 _EVALUATIONS_KEPT = 4
@@ -26,14 +34,17 @@ class Evaluator:
     eager: run as plain Python.
   """
 
-  def __init__(self, state, strategy, *, seed=0, eager=False):
+  def __init__(self, state: State, strategy: tf.distribute.Strategy, *, seed: int = 0,
+               eager: bool = False):
     self._state = state
     self._strategy = strategy
     self._seed = tf.constant([seed, 0], tf.int64)
     self._eager = eager
     self._compiled = {}  # (eval step, data, global batch size) -> (feed, function)
 
-  def evaluate(self, step, data, *, global_batch_size=None, num_batches=None):
+  def evaluate(self, step: StepFn, data: data_lib.Data, *,
+               global_batch_size: int | None = None,
+               num_batches: int | None = None) -> dict[str, float]:
     """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.
 
     See `Runner.evaluate`.

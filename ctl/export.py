@@ -7,14 +7,21 @@ What `Runner.export` and the `ctl.Export` action call. Neither file needs ctl
 to load: `keras.saving.load_model(keras_path)`, `tf.saved_model.load(saved_path)`.
 """
 
+from __future__ import annotations
+
 import os
 import shutil
 import tempfile
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+if TYPE_CHECKING:
+  import keras
 
-def export_model(model, name, directory, strategy):
+
+def export_model(model: keras.Model, name: str, directory: str,
+                 strategy: tf.distribute.Strategy) -> tuple[str, str]:
   """Writes `model` to `<directory>/<name>.keras` and `<directory>/<name>/`.
 
   Each replaces any earlier export only once it is complete: both are written
@@ -50,7 +57,7 @@ def export_model(model, name, directory, strategy):
   return keras_path, saved_path
 
 
-def remove_scratch(directory):
+def remove_scratch(directory: str) -> list[str]:
   """Removes what an export stopped mid-way left in `directory`: its `.<name>-*`.
 
   Only safe while no export runs there (the caller holds the work directory).

@@ -19,8 +19,14 @@ the parts that do the work: the state (`ctl.state`), the compiled step
 outer loop (`ctl.loop`).
 """
 
+from __future__ import annotations
+
 import inspect
 import os
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +41,14 @@ from ctl import state as state_lib
 from ctl import steps
 from ctl.strategies import is_parameter_server
 from ctl.strategies import make_strategy
+
+if TYPE_CHECKING:
+  import keras
+
+  from ctl.actions import Action
+  from ctl.actions import Summaries
+  from ctl.context import StepFn
+  from ctl.state import BuildFn
 
 
 class Runner:
@@ -75,9 +89,11 @@ class Runner:
     batches_per_step: batches each step takes (e.g. one per critic update).
   """
 
-  def __init__(self, step, build, data, *, strategy="default", seed=0,
-               steps_per_loop=1, jit_compile=False, eager=False,
-               mixed_precision=None, global_batch_size=None, batches_per_step=1):
+  def __init__(self, step: StepFn, build: BuildFn, data: data_lib.Data, *,
+               strategy: tf.distribute.Strategy | str = "default", seed: int = 0,
+               steps_per_loop: int = 1, jit_compile: bool = False, eager: bool = False,
+               mixed_precision: str | None = None, global_batch_size: int | None = None,
+               batches_per_step: int = 1):
     arguments.integer("steps_per_loop", steps_per_loop, minimum=1)
     arguments.integer("batches_per_step", batches_per_step, minimum=1)
     arguments.integer("seed", seed)
@@ -95,7 +111,7 @@ class Runner:
     if isinstance(strategy, str):
       strategy = make_strategy(strategy)
     _check_supported(strategy, eager)
-    self.strategy = strategy
+    self.strategy: tf.distribute.Strategy = strategy
     self.steps_per_loop = steps_per_loop
     self.eager = eager
     self.seed = int(seed)
@@ -118,66 +134,68 @@ class Runner:
                                            eager=eager)
 
   @property
-  def models(self):
+  def models(self) -> dict[str, keras.Model]:
     """name -> `keras.Model`, as `build` returned them."""
     return self.state.models
 
   @property
-  def optimizers(self):
+  def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
     """name -> `keras.optimizers.Optimizer` (float16 ones wrapped for loss scaling)."""
     return self.state.optimizers
 
   @property
-  def global_step(self):
+  def global_step(self) -> tf.Variable:
     """int64 variable: the steps trained."""
     return self.state.global_step
 
   @property
-  def global_batch_size(self):
+  def global_batch_size(self) -> int | None:
     return self._feed.global_batch_size
 
   @property
-  def examples_per_step(self):
+  def examples_per_step(self) -> int | None:
     """Examples one step consumes over all replicas (None if unknown)."""
     size = self._feed.global_batch_size
     return None if size is None else size * self._feed.batches_per_step
 
   @property
-  def element_spec(self):
+  def element_spec(self) -> Any:
     """The structure and shapes of one global batch of the training data."""
     return self._feed.element_spec
 
   @property
-  def data_is_global_batches(self):
+  def data_is_global_batches(self) -> bool:
     """Whether the training data is a `tf.data.Dataset` of global batches."""
     return isinstance(self._feed, data_lib.GlobalBatches)
 
   @property
-  def data_iterator(self):
+  def data_iterator(self) -> Iterator[Any] | None:
     """The training data's iterator if a checkpoint can hold it, else None."""
     return self._feed.iterator if self._feed.checkpointable else None
 
-  def make_data_iterator(self):
+  def make_data_iterator(self) -> Iterator[Any]:
     """A new iterator over the training data from its start (not the one training reads)."""
     return self._feed.make_iterator()
 
-  def next_batch(self, iterator):
+  def next_batch(self, iterator: Iterator[Any]) -> Any:
     """The next global batch of `iterator`, as `step` receives it (per replica)."""
     return self._feed.next(iterator)
 
   @property
-  def trace_count(self):
+  def trace_count(self) -> int:
     """How many times the compiled training loop was traced (0 when eager)."""
     return self._train_step.trace_count
 
-  def replica_step(self, batch, step):
+  def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
     """The training step on one replica, as the runner calls it: `step(ctx, batch)`
     with a `StepContext`, its results checked and reduced per key. Call it in
     replica context (inside `strategy.run`); `ctl check` compiles it."""
     return self._train_step.replica_step(batch, step)
 
-  def fit(self, num_steps, workdir=None, *, checkpoint=True, summaries=True,
-          actions=(), progress=True):
+  def fit(self, num_steps: int, workdir: str | None = None, *,
+          checkpoint: bool | checkpoints.Checkpoint = True,
+          summaries: bool | Summaries = True, actions: Sequence[Action] = (),
+          progress: bool = True) -> steps.Results:
     """Trains until the global step is `num_steps`; resumes from `workdir`.
 
     With a `workdir`, training starts from the newest checkpoint in
@@ -210,7 +228,9 @@ class Runner:
     return loop_lib.fit(self, num_steps, workdir, checkpoint=checkpoint,
                         summaries=summaries, actions=actions, progress=progress)
 
-  def evaluate(self, step, data, *, global_batch_size=None, num_batches=None):
+  def evaluate(self, step: StepFn, data: data_lib.Data, *,
+               global_batch_size: int | None = None,
+               num_batches: int | None = None) -> dict[str, float]:
     """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.
 
     `step` returns a dict of scalars, reduced over replicas like a training
@@ -231,7 +251,7 @@ class Runner:
     return self._evaluator.evaluate(step, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 
-  def export(self, name, directory):
+  def export(self, name: str, directory: str) -> tuple[str, str]:
     """Writes model `name` to `<directory>/<name>.keras` and a SavedModel in
     `<directory>/<name>/`; returns the two paths.
 
@@ -244,7 +264,7 @@ class Runner:
                        f"{sorted(self.models)}.")
     return export_lib.export_model(self.models[name], name, directory, self.strategy)
 
-  def restore(self, workdir):
+  def restore(self, workdir: str) -> int:
     """Restores the newest checkpoint of `<workdir>/checkpoints`; returns its step.
 
     Raises FileNotFoundError if there is none. `fit` restores by itself; this
@@ -257,7 +277,7 @@ class Runner:
           "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
     return checkpointer.restore()
 
-  def train(self, num_steps):
+  def train(self, num_steps: int) -> steps.Results:
     """Runs `num_steps` steps; returns each result key's per-step values (numpy)."""
     arguments.integer("num_steps", num_steps, minimum=1)
     chunks = []
@@ -268,7 +288,7 @@ class Runner:
       done += n
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
-  def run_steps(self, num_steps):
+  def run_steps(self, num_steps: int) -> steps.Results:
     """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
     arguments.integer("num_steps", num_steps, minimum=1)
     return self._train_step.run(num_steps)

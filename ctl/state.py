@@ -9,11 +9,18 @@ replicated, and the result is checked here, before anything is compiled.
 """
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
+from typing import TypeAlias
 
 import keras
 import tensorflow as tf
 
 from ctl import _tf_internal
+
+BuildFn: TypeAlias = Callable[
+    [], tuple[dict[str, keras.Model], dict[str, keras.optimizers.Optimizer]]]
+"""The user's `build()`: no arguments, returns `(models, optimizers)` by name."""
 
 
 @dataclasses.dataclass
@@ -25,11 +32,11 @@ class State:
     optimizers: name -> `keras.optimizers.Optimizer`, each built.
     global_step: int64 variable, the number of steps trained.
   """
-  models: dict
-  optimizers: dict
+  models: dict[str, keras.Model]
+  optimizers: dict[str, keras.optimizers.Optimizer]
   global_step: tf.Variable
 
-  def variables(self):
+  def variables(self) -> dict[str, Any]:
     """Every variable, by kind and name: what a checkpoint saves.
 
     A Keras 3 model put in a tf.train.Checkpoint saves none of its own
@@ -42,7 +49,8 @@ class State:
         optimizers={name: list(o.variables) for name, o in self.optimizers.items()})
 
 
-def build_state(build, strategy, *, seed=0, mixed_precision=None):
+def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int = 0,
+                mixed_precision: str | None = None) -> State:
   """Calls `build()` in `strategy`'s scope and checks what it returns.
 
   Args:

@@ -17,12 +17,29 @@
 evaluation steps through it too.
 """
 
+from __future__ import annotations
+
 import re
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import tensorflow as tf
 
 from ctl.context import StepContext
+
+if TYPE_CHECKING:
+  from ctl.context import StepFn
+  from ctl.data import Feed
+  from ctl.state import State
+  from ctl.strategies import ClusterCoordinator
+
+Results: TypeAlias = dict[str, np.ndarray]
+"""What training returns: each result key's values, one per step (numpy)."""
 
 # Strategies whose gradient sum is a cross-replica merge_call, which XLA
 # cannot compile: under them jit_compile compiles each update on its own.
@@ -30,8 +47,12 @@ _MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
                           tf.distribute.MultiWorkerMirroredStrategy)
 
 
-def run_on_replica(step_fn, batch, step, *, state, strategy, seed, global_batch_size,
-                   reductions, compile_update=None, expected_keys=None):
+def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State,
+                   strategy: tf.distribute.Strategy, seed: tf.Tensor,
+                   global_batch_size: int | None,
+                   reductions: dict[str, tf.distribute.ReduceOp],
+                   compile_update: Callable[[Callable], Callable] | None = None,
+                   expected_keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
   """Runs `step_fn(ctx, batch)` on this replica; returns its results as float32.
 
   Records in `reductions` (result key -> "SUM" or "MEAN") how each result is
@@ -96,8 +117,9 @@ class TrainStep:
     coordinator: a `ClusterCoordinator` under parameter servers, else None.
   """
 
-  def __init__(self, step_fn, state, feed, strategy, *, seed=0, eager=False,
-               jit_compile=False, coordinator=None):
+  def __init__(self, step_fn: StepFn, state: State, feed: Feed,
+               strategy: tf.distribute.Strategy, *, seed: int = 0, eager: bool = False,
+               jit_compile: bool = False, coordinator: ClusterCoordinator | None = None):
     self._step_fn = step_fn
     self._state = state
     self._feed = feed
@@ -105,8 +127,9 @@ class TrainStep:
     self._coordinator = coordinator
     self._eager = eager
     self._seed = tf.constant([seed, 0], tf.int64)
-    self.reductions = {}  # result key -> ReduceOp, filled in when the step is traced
-    self.result_keys = None
+    # result key -> ReduceOp, filled in when the step is traced
+    self.reductions: dict[str, tf.distribute.ReduceOp] = {}
+    self.result_keys: list[str] | None = None
     self._ran = False  # whether a call has succeeded
     self._compile_update = None
     on_replica = self.replica_step
@@ -125,11 +148,11 @@ class TrainStep:
       self._loop = tf.function(self._in_graph_loop)
 
   @property
-  def trace_count(self):
+  def trace_count(self) -> int:
     """How many times the compiled loop was traced (0 when eager)."""
     return 0 if self._loop is None else self._loop.experimental_get_tracing_count()
 
-  def replica_step(self, batch, step):
+  def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
     """Layer 1: the user's step on this replica (in replica context)."""
     return run_on_replica(
         self._step_fn, batch, step, state=self._state, strategy=self._strategy,
@@ -137,7 +160,8 @@ class TrainStep:
         reductions=self.reductions, compile_update=self._compile_update,
         expected_keys=self.result_keys)
 
-  def step_across_replicas(self, iterator=None):
+  def step_across_replicas(self, iterator: Iterator[Any] | None = None
+                           ) -> dict[str, tf.Tensor]:
     """Layer 2: one step on every replica; returns the reduced results."""
     batch = self._feed.next(iterator)
     results = self._strategy.run(self._on_replica,
@@ -159,7 +183,7 @@ class TrainStep:
       arrays = {k: a.write(i, results[k]) for k, a in arrays.items()}
     return {k: a.stack() for k, a in arrays.items()}
 
-  def run(self, num_steps):
+  def run(self, num_steps: int) -> Results:
     """Runs `num_steps` steps in one call; returns each result's values (numpy)."""
     try:
       results = self._run(num_steps)

@@ -29,12 +29,18 @@ ends the process. Workers agree on a signal that reached any of them, and
 all save together.
 """
 
+from __future__ import annotations
+
 import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -42,6 +48,11 @@ from ctl import _tf_internal
 from ctl import strategies
 from ctl.constants import INTERRUPTED_EXIT_CODE
 from ctl.constants import PREEMPTED_EXIT_CODE
+
+if TYPE_CHECKING:
+  from ctl.checkpoints import Checkpointer
+  from ctl.runner import Runner
+
 # How long an action (evaluation, samples, export) may go on after a SIGTERM
 # before ctl saves and exits from another thread: Python cannot abandon an
 # action stuck in TensorFlow (a pipeline that never yields a batch, a hung call).
@@ -52,13 +63,13 @@ _log = logging.getLogger("ctl")
 class Preempted(SystemExit):
   """Raised after the checkpoint that follows a SIGTERM; exits the program with 42."""
 
-  def __init__(self, step, saved=True):
+  def __init__(self, step: int, saved: bool = True):
     super().__init__(PREEMPTED_EXIT_CODE)
     self.step = step
     self.saved = saved
     _log.warning("%s", self)
 
-  def __str__(self):
+  def __str__(self) -> str:
     saved = "saved a checkpoint" if self.saved else "stopped (no workdir, nothing saved)"
     return (f"SIGTERM: {saved} at step {self.step}; exiting with code "
             f"{PREEMPTED_EXIT_CODE}. Rerun the same command to resume.")
@@ -67,7 +78,7 @@ class Preempted(SystemExit):
 class Interrupted(KeyboardInterrupt):
   """Raised after the checkpoint that follows a Ctrl-C (SIGINT)."""
 
-  def __init__(self, step, saved=True):
+  def __init__(self, step: int, saved: bool = True):
     saved = (f"saved a checkpoint at step {step}; rerun the same command to resume"
              if saved else f"stopped at step {step} (no workdir, nothing saved)")
     super().__init__(f"Ctrl-C: {saved}.")
@@ -87,7 +98,7 @@ class Stopper:
       SIGTERM then keeps its default action, ending the process at once).
   """
 
-  def __init__(self, runner, checkpointer):
+  def __init__(self, runner: Runner, checkpointer: Checkpointer | None):
     self._strategy = runner.strategy
     self.checkpointer = checkpointer
     self._runner = runner
@@ -99,7 +110,8 @@ class Stopper:
     self._left = threading.Event()  # set outside an abandonable action
     self._left.set()
     self._saving = threading.Lock()  # the main thread's save, or a signal thread's
-    self.before_exit = None  # called before a signal thread ends the process
+    # called before a signal thread ends the process
+    self.before_exit: Callable[[], None] | None = None
     self._previous = {}
     self._tf_handler = None
     self._wakeup = None
@@ -120,7 +132,7 @@ class Stopper:
     if self._previous:
       self._wakeup = _Wakeup(self._on_signal_now)
 
-  def check(self, step, then=None):
+  def check(self, step: int, then: Callable[[], object] | None = None) -> None:
     """After a compiled call or an action: if a signal came, saves, runs `then`
     (the work due at this step, which a further signal abandons) and raises."""
     preempted = self._tf_handler is not None and self._tf_handler.check()  # saved
@@ -143,7 +155,7 @@ class Stopper:
       raise Preempted(step, saved)
     raise Interrupted(step, saved)
 
-  def check_after_end(self, step):
+  def check_after_end(self, step: int) -> None:
     """After the end's actions: the end saved; exit as the signal asks."""
     if self._tf_handler is not None and self._tf_handler.received():
       raise Preempted(step)
@@ -153,7 +165,7 @@ class Stopper:
       raise Interrupted(step, self.checkpointer is not None)
 
   @contextlib.contextmanager
-  def abandonable(self, what="action"):
+  def abandonable(self, what: str = "action") -> Iterator[None]:
     """Inside: a signal abandons the work at once (`Abandoned`), in one process.
 
     `what` names the work in the line a signal prints.
@@ -186,7 +198,7 @@ class Stopper:
       self._left.set()
       sys.unraisablehook = previous_hook
 
-  def close(self):
+  def close(self) -> None:
     """Puts back the handlers that were there before."""
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
@@ -301,7 +313,7 @@ class Stopper:
     _write(f"ctl: {name}: {when}{again}.")
 
 
-def agree(strategy, flags):
+def agree(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> list[bool]:
   """Under multi-worker strategies, each flag is True if it is on any worker.
 
   Time-based schedules and signals differ between workers, but collective

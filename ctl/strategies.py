@@ -10,9 +10,15 @@ collective ops can only be configured before TensorFlow runs its first op, and
     runner = ctl.Runner(step, build, data, strategy=strategy)
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import TypeAlias
 
 import tensorflow as tf
 
@@ -26,6 +32,9 @@ logger = logging.getLogger("ctl")
 
 NAMES = ("auto", "default", "one_device", "mirrored", "central_storage",
          "multi_worker", "parameter_server", "tpu")
+
+ClusterCoordinator: TypeAlias = tf.distribute.experimental.coordinator.ClusterCoordinator
+"""What schedules the steps of a `parameter_server` run on its workers."""
 
 # Knobs TF offers for all-reduce between the devices of one machine.
 CROSS_DEVICE_OPS = {
@@ -42,9 +51,11 @@ COMMUNICATION = {
 }
 
 
-def make_strategy(name="auto", *, logical_cpus=None, devices=None,
-                  cross_device_ops=None, communication="auto", tpu=None,
-                  startup_timeout=None):
+def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
+                  devices: str | Sequence[str] | None = None,
+                  cross_device_ops: str | None = None, communication: str = "auto",
+                  tpu: str | None = None,
+                  startup_timeout: float | None = None) -> tf.distribute.Strategy:
   """Returns the `tf.distribute.Strategy` called `name`.
 
   Args:
@@ -119,7 +130,7 @@ def make_strategy(name="auto", *, logical_cpus=None, devices=None,
   return _MADE[key]
 
 
-def announce_ready(env=None):
+def announce_ready(env: Mapping[str, str] | None = None) -> None:
   """Leaves `<$CTL_LAUNCH_READY_DIR>/<task type>-<index>` if a launcher asked for it.
 
   Each task leaves it once its strategy is made (for multi-worker, once all
@@ -140,7 +151,7 @@ def announce_ready(env=None):
 _MADE = {}  # arguments -> the strategy made with them
 
 
-def configure_logical_cpus(count):
+def configure_logical_cpus(count: int) -> None:
   """Splits the first CPU into `count` logical devices (idempotent).
 
   TensorFlow fixes its devices when it runs its first op; after that only the
@@ -161,7 +172,8 @@ def configure_logical_cpus(count):
           "program, before creating any dataset, tensor or model.") from None
 
 
-def choose_strategy(env=None, num_gpus=None, tpu_devices=None):
+def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None = None,
+                    tpu_devices: bool | None = None) -> tuple[str, str]:
   """Decides what `auto` means on this machine.
 
   Only cheap local signals are read: probing for a TPU over the network can
@@ -287,7 +299,7 @@ def _int(text):
     return 0
 
 
-def slurm_step_tasks(env=None):
+def slurm_step_tasks(env: Mapping[str, str] | None = None) -> int:
   """The number of tasks of this Slurm job step (0 outside `srun`).
 
   `srun` sets `SLURM_STEP_NUM_TASKS` for each task it starts; a batch script
@@ -326,7 +338,8 @@ class _SlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver)
     return {"GPU": self._visible_gpus} if self._visible_gpus else {}
 
 
-def slurm_cluster_resolver(num_gpus=None, env=None):
+def slurm_cluster_resolver(num_gpus: int | None = None, env: Mapping[str, str] | None = None
+                           ) -> tf.distribute.cluster_resolver.SlurmClusterResolver:
   """The cluster of this Slurm job step, as `multi_worker` builds it.
 
   TF's `SlurmClusterResolver` reads `SLURM_PROCID` (this task's rank),
@@ -369,7 +382,7 @@ def slurm_cluster_resolver(num_gpus=None, env=None):
                                auto_set_gpu=False)
 
 
-def num_workers(strategy):
+def num_workers(strategy: tf.distribute.Strategy) -> int:
   """Processes that run the replicas of `strategy` in sync (1 but for multi-worker)."""
   if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
     return 1
@@ -378,12 +391,12 @@ def num_workers(strategy):
   return max(1, len(jobs.get("chief", [])) + len(jobs.get("worker", [])))
 
 
-def is_parameter_server(strategy):
+def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
   """Whether `strategy` trains through parameter servers (one coordinator process)."""
   return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
-def parse_tf_config(env=None):
+def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
   """Returns TF_CONFIG as a dict ({} when unset), with a clear error if malformed."""
   env = os.environ if env is None else env
   text = env.get("TF_CONFIG", "")
@@ -492,7 +505,7 @@ def _parameter_server(startup_timeout, **unused):
   return tf.distribute.experimental.ParameterServerStrategy(resolver)
 
 
-def serve(resolver):
+def serve(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> None:
   """Runs this worker's or parameter server's TF server until the process is killed.
 
   In parameter-server training only the coordinator (the `chief` task) runs
