@@ -1,5 +1,5 @@
 """Work the outer loop runs between compiled calls: the `Action` contract,
-`Every`, and the built-in actions.
+the `FitContext` an action is given, and the built-in actions.
 
     runner.fit(10_000, "runs/x",
                checkpoint=ctl.Checkpoint(ctl.Every(steps=1000, seconds=600)),
@@ -14,7 +14,7 @@ Every action, built in or the user's, meets one contract (`Action`): an
 `every` (an `Every`, or None for the end of training only), a `collective`
 flag (True: it runs on every worker, because it runs collective ops; False:
 on the chief only), a `check(runner, workdir)` that refuses bad set-ups
-before the first step, and a call with the `ctl.loop.FitContext` of the run.
+before the first step, and a call with the run's `FitContext` (below).
 Each action also runs once at the end of `fit`; the final step's scheduled
 work is that run. Checkpointing is not an action: `fit` takes it as its own
 argument, because it also restores, saves first whenever anything is saved,
@@ -26,31 +26,79 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import tensorflow as tf
 
-from ctl import arguments
+import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl.data import check_evaluation_data
+from ctl.schedule import Every
 from ctl.strategies import is_parameter_server
 
-if TYPE_CHECKING:
-  from ctl.loop import FitContext
-  from ctl.runner import Runner
-
 _log = logging.getLogger("ctl")
+
+
+class FitContext:
+  """One `fit` call as its actions see it: the runner, the step reached, the
+  latest results, and where to write.
+
+  Attributes:
+    runner: the `ctl.Runner`.
+    workdir: the work directory (None: nothing is written).
+    step: the global step reached (steps done).
+    start_step, start_time: the step this `fit` started from and when
+      (`time.perf_counter()`).
+    results: the last compiled call's results, each key an array of per-step values.
+    metrics: the latest evaluation's metrics (dict), if any.
+    is_chief: whether this worker writes summaries, samples and kept files.
+    lock: the work directory's `ctl.workdir.Lock` (None off the chief or
+      without a workdir).
+  """
+
+  def __init__(self, runner: ctl.Runner, workdir: str | None, step: int):
+    self.runner = runner
+    self.workdir = workdir
+    self.step = self.start_step = step
+    self.start_time = time.perf_counter()
+    self.results: dict[str, np.ndarray] = {}
+    self.metrics: dict[str, float] = {}
+    self.is_chief = runner.strategy.extended.should_checkpoint
+    self.lock = None
+    self._writers = {}
+
+  def writer(self, name: str):
+    """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
+    if name not in self._writers:
+      if self.is_chief and self.workdir:
+        self._writers[name] = tf.summary.create_file_writer(
+            os.path.join(self.workdir, "events", name))
+      else:
+        self._writers[name] = tf.summary.create_noop_writer()
+    return self._writers[name]
+
+  def flush(self) -> None:
+    """Writes out what the summary writers hold."""
+    for writer in list(self._writers.values()):
+      writer.flush()
+
+  def close(self) -> None:
+    """Closes the summary writers; `writer()` makes new ones."""
+    for writer in self._writers.values():
+      writer.close()
+    self._writers = {}
 
 
 class Action(Protocol):
   """What `fit(actions=[...])` runs. Subclass it to take its defaults.
 
       class LogNorms(ctl.Action):
-        every = ctl.Every(steps=100)
+        def __init__(self, every):
+          self.every = every          # an Every keeps its own count: one per action
 
         def __call__(self, context):
           for name, model in context.runner.models.items():
-            print(context.step, name, sum(float(tf.norm(w)) for w in model.weights))
+            print(context.step, name, float(tf.linalg.global_norm(model.weights)))
 
   Attributes:
     every: when it runs (an `Every`), besides once at the end; None: at the end only.
@@ -60,66 +108,12 @@ class Action(Protocol):
   every: Every | None = None
   collective: bool = False
 
-  def check(self, runner: Runner, workdir: str | None) -> None:
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     """Raises, before the first step, if the action cannot run in this fit."""
     del runner, workdir
 
   def __call__(self, context: FitContext) -> None:
     """Does the work at `context.step`."""
-
-
-class Every:
-  """Says when periodic work is due: every `steps` steps and/or `seconds` seconds.
-
-  With both, whichever comes first. Step-based work lands on exact multiples of
-  `steps` (the loop shortens a compiled call to reach them).
-
-  Args:
-    steps: fire when the global step reaches a multiple of this.
-    seconds: fire when this many seconds passed since the last firing (or
-      since `start`).
-    clock: a function returning seconds; injectable for tests.
-  """
-
-  def __init__(self, steps=None, seconds=None, *, clock=time.monotonic):
-    if steps is None and seconds is None:
-      raise ValueError("Every needs steps=... or seconds=... (or both); for work "
-                       "that runs only at the end of training pass every=None.")
-    if steps is not None:
-      arguments.integer("Every: steps", steps, minimum=1)
-    if seconds is not None:
-      arguments.number("Every: seconds", seconds, above=0)
-    self.steps = steps
-    self.seconds = seconds
-    self._clock = clock
-    self._last_step = 0
-    self._last_time = None
-
-  def start(self, step):
-    """Starts counting from `step` (the loop calls this when it starts)."""
-    self._last_step = step
-    self._last_time = self._clock()
-
-  def due(self, step):
-    """True if the work is due at `step`."""
-    if self._last_time is None:
-      self.start(0)
-    if self.steps and step // self.steps > self._last_step // self.steps:
-      return True
-    return bool(self.seconds) and self._clock() - self._last_time >= self.seconds
-
-  def fired(self, step):
-    """Records that the work ran at `step`."""
-    self._last_step = step
-    self._last_time = self._clock()
-
-  def steps_to_next(self, step):
-    """Steps from `step` to the next multiple of `steps` (None without `steps`)."""
-    return self.steps - step % self.steps if self.steps else None
-
-  def __repr__(self):
-    args = [f"steps={self.steps}"] * bool(self.steps) + [f"seconds={self.seconds}"] * bool(self.seconds)
-    return f"Every({', '.join(args)})"
 
 
 def _needs_workdir(action, workdir):

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from ctl import _tf_internal
 from ctl import arguments
-from ctl.actions import Every
+from ctl.schedule import Every
 
 _log = logging.getLogger("ctl")
 

@@ -18,11 +18,9 @@ restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 import logging
 import os
 import tempfile
-import time
 import warnings
 
 import numpy as np
-import tensorflow as tf
 
 from ctl import actions as actions_lib
 from ctl import arguments
@@ -32,59 +30,10 @@ from ctl import stopping
 from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
+from ctl.schedule import Every
 from ctl.strategies import num_workers
 
 _log = logging.getLogger("ctl")
-
-
-class FitContext:
-  """One `fit` call as its actions see it: the runner, the step reached, the
-  latest results, and where to write.
-
-  Attributes:
-    runner: the `ctl.Runner`.
-    workdir: the work directory (None: nothing is written).
-    step: the global step reached (steps done).
-    start_step, start_time: the step this `fit` started from and when
-      (`time.perf_counter()`).
-    results: the last compiled call's results, each key an array of per-step values.
-    metrics: the latest evaluation's metrics (dict), if any.
-    is_chief: whether this worker writes summaries, samples and kept files.
-    lock: the work directory's `ctl.workdir.Lock` (None off the chief or
-      without a workdir).
-  """
-
-  def __init__(self, runner, workdir: str | None, step: int):
-    self.runner = runner
-    self.workdir = workdir
-    self.step = self.start_step = step
-    self.start_time = time.perf_counter()
-    self.results: dict[str, np.ndarray] = {}
-    self.metrics: dict[str, float] = {}
-    self.is_chief = runner.strategy.extended.should_checkpoint
-    self.lock = None
-    self._writers = {}
-
-  def writer(self, name: str):
-    """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
-    if name not in self._writers:
-      if self.is_chief and self.workdir:
-        self._writers[name] = tf.summary.create_file_writer(
-            os.path.join(self.workdir, "events", name))
-      else:
-        self._writers[name] = tf.summary.create_noop_writer()
-    return self._writers[name]
-
-  def flush(self) -> None:
-    """Writes out what the summary writers hold."""
-    for writer in list(self._writers.values()):
-      writer.flush()
-
-  def close(self) -> None:
-    """Closes the summary writers; `writer()` makes new ones."""
-    for writer in self._writers.values():
-      writer.close()
-    self._writers = {}
 
 
 def fit(runner, num_steps, workdir=None, *, checkpoint=True, summaries=True,
@@ -103,7 +52,7 @@ def fit(runner, num_steps, workdir=None, *, checkpoint=True, summaries=True,
   actions = ([summaries] if summaries else []) + _check_actions(actions)
   for action in actions:
     action.check(runner, workdir)
-  context = FitContext(runner, workdir, int(runner.global_step.numpy()))
+  context = actions_lib.FitContext(runner, workdir, int(runner.global_step.numpy()))
   context.lock = _lock(runner, workdir)  # before restoring: one writer at a time
   try:
     checkpointer = None
@@ -150,7 +99,7 @@ def _check_actions(actions):
       raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
                       "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
                       "and define __call__(self, context).")
-    if action.every is not None and not isinstance(action.every, actions_lib.Every):
+    if action.every is not None and not isinstance(action.every, Every):
       raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
                       "ctl.Every(steps=..., seconds=...) or None.")
     if not isinstance(action.collective, bool):

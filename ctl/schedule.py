@@ -1,0 +1,65 @@
+"""When periodic work is due: `Every`.
+
+    every = ctl.Every(steps=1000, seconds=600)   # whichever comes first
+
+`fit` asks each action's `Every` after every compiled call, and shortens a
+call so that step-based work lands on exact multiples of `steps`.
+"""
+
+import time
+
+from ctl import arguments
+
+
+class Every:
+  """Says when periodic work is due: every `steps` steps and/or `seconds` seconds.
+
+  With both, whichever comes first. Step-based work lands on exact multiples of
+  `steps` (the loop shortens a compiled call to reach them).
+
+  Args:
+    steps: fire when the global step reaches a multiple of this.
+    seconds: fire when this many seconds passed since the last firing (or
+      since `start`).
+    clock: a function returning seconds; injectable for tests.
+  """
+
+  def __init__(self, steps=None, seconds=None, *, clock=time.monotonic):
+    if steps is None and seconds is None:
+      raise ValueError("Every needs steps=... or seconds=... (or both); for work "
+                       "that runs only at the end of training pass every=None.")
+    if steps is not None:
+      arguments.integer("Every: steps", steps, minimum=1)
+    if seconds is not None:
+      arguments.number("Every: seconds", seconds, above=0)
+    self.steps = steps
+    self.seconds = seconds
+    self._clock = clock
+    self._last_step = 0
+    self._last_time = None
+
+  def start(self, step):
+    """Starts counting from `step` (the loop calls this when it starts)."""
+    self._last_step = step
+    self._last_time = self._clock()
+
+  def due(self, step):
+    """True if the work is due at `step`."""
+    if self._last_time is None:
+      self.start(0)
+    if self.steps and step // self.steps > self._last_step // self.steps:
+      return True
+    return bool(self.seconds) and self._clock() - self._last_time >= self.seconds
+
+  def fired(self, step):
+    """Records that the work ran at `step`."""
+    self._last_step = step
+    self._last_time = self._clock()
+
+  def steps_to_next(self, step):
+    """Steps from `step` to the next multiple of `steps` (None without `steps`)."""
+    return self.steps - step % self.steps if self.steps else None
+
+  def __repr__(self):
+    args = [f"steps={self.steps}"] * bool(self.steps) + [f"seconds={self.seconds}"] * bool(self.seconds)
+    return f"Every({', '.join(args)})"
