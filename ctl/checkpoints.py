@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 
+import gin
 import tensorflow as tf
 
 from ctl import _tf_internal
@@ -361,10 +362,6 @@ def _op_message(error):
 
 
 def _save_operative_config(directory):
-  try:
-    import gin  # pylint: disable=import-outside-toplevel
-  except ImportError:  # gin is a dependency; be lenient for vendored copies
-    return
   write_text_atomically(os.path.join(directory, "operative_config.gin"),
                         gin.operative_config_str())
 
