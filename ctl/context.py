@@ -80,7 +80,9 @@ class StepContext:
     self._compile_update = compile_update
     self._global_values = set()  # refs of shares of a global-batch mean
     self._shares = []  # the same tensors, for the eager check
-    self._tape = None
+    self._tape = None  # eagerly: records what follows from the shares
+    self._sources = None  # eagerly: records what follows from per-replica values
+    self._source_tensors = []  # the tensors it watches (the batch, the noise)
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
   def average(self, per_example_loss: tf.Tensor,
@@ -184,11 +186,14 @@ class StepContext:
     `average_regularization` or `minimize`, or a sum of such values, or one
     times a constant. MEAN for a value that does not depend on a share (a
     per-replica mean). A compiled step is told apart by following the graph
-    back; an eager one by the gradient of `value` with respect to the shares
-    (a value made of shares by sums and constant factors equals the sum of
-    share x gradient; anything else does not). The eager check has two blind
-    spots: `tf.stop_gradient` hides a share (return the value before it), and
-    a share times a per-replica value passes as a share.
+    back; an eager one by gradients, to the same verdict: a value made of
+    shares by sums and constant factors equals the sum of share x gradient
+    with respect to each share, and each of those gradients (the factor)
+    depends on nothing that differs between replicas (the batch, the
+    variables, the noise drawn). The eager check has a blind spot:
+    `tf.stop_gradient` hides a share (return the value before it); and a
+    factor computed from them by an op without a gradient (an argmax, a
+    comparison) counts as a constant there.
 
     Raises:
       ValueError: `value` is computed from shares in another way (e.g. a
@@ -206,15 +211,23 @@ class StepContext:
     return tf.distribute.ReduceOp.SUM if kind == _GLOBAL else tf.distribute.ReduceOp.MEAN
 
   @contextlib.contextmanager
-  def recording(self) -> Iterator[None]:
-    """Around the eager step: records what follows from the shares (see `reduction`)."""
+  def recording(self, batch: Any = None) -> Iterator[None]:
+    """Around the eager step and its reductions: records what follows from the
+    shares and from the per-replica sources (see `reduction`)."""
     if not tf.executing_eagerly():
       yield
       return
-    # Only ops fed by watched shares are recorded, so this costs little.
-    with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-      self._tape = tape
-      yield
+    # The outer tape watches what differs between replicas (the batch, the
+    # variables read, the noise drawn), the inner one the shares: enough to
+    # tell a share times a constant from a share times a per-replica value.
+    with tf.GradientTape(persistent=True) as sources:
+      self._sources = sources
+      for tensor in tf.nest.flatten(batch):
+        if tf.is_tensor(tensor) and tensor.dtype.is_floating:
+          self._watch_source(tensor)
+      with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        self._tape = tape
+        yield
 
   def _draw(self, sampler, shape):
     # Every replica draws the whole global batch from the same seed and keeps
@@ -223,8 +236,14 @@ class StepContext:
     shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
     full = sampler([self.global_batch_size] + shape, self.seed())
     start = tf.cast(self.replica_id, tf.int32) * self.per_replica_batch_size
-    return tf.slice(full, [start] + [0] * len(shape),
-                    [self.per_replica_batch_size] + shape)
+    rows = tf.slice(full, [start] + [0] * len(shape), [self.per_replica_batch_size] + shape)
+    if self._sources is not None:
+      self._watch_source(rows)
+    return rows
+
+  def _watch_source(self, tensor):
+    self._sources.watch(tensor)
+    self._source_tensors.append(tensor)
 
   def _mark_global(self, value):
     value = tf.convert_to_tensor(value)
@@ -249,11 +268,27 @@ class StepContext:
       grads = self._tape.gradient(value, self._shares)
     if all(g is None for g in grads):
       return _LOCAL, None
+    factors = [g for g in grads if g is not None]
     linear = tf.add_n([tf.cast(g, tf.float32) * tf.cast(share, tf.float32)
                        for g, share in zip(grads, self._shares) if g is not None])
-    if abs(float(linear) - float(value)) <= 1e-5 * (1.0 + abs(float(value))):
-      return _GLOBAL, None
-    return _MIXED, "an operation other than sums and constant factors"
+    if abs(float(linear) - float(value)) > 1e-5 * (1.0 + abs(float(value))):
+      return _MIXED, "an operation other than sums and constant factors"
+    # Linear in the shares; each share's factor must also be a constant, not
+    # a value that differs between replicas.
+    if self._depends_on_sources(factors):
+      return _MIXED, "a product with a per-replica value"
+    return _GLOBAL, None
+
+  def _depends_on_sources(self, tensors):
+    sources = list(self._sources.watched_variables()) + self._source_tensors
+    if not sources:
+      return False
+    with self._sources.stop_recording():
+      try:
+        grads = self._sources.gradient(tensors, sources)
+      except LookupError:  # an op on the path has no gradient: a path all the same
+        return True
+    return any(g is not None for g in grads)
 
   def _optimizer(self, name):
     if name not in self.optimizers:

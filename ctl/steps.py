@@ -78,8 +78,13 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
       global_batch_size=global_batch_size, num_replicas=strategy.num_replicas_in_sync,
       replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
       compile_update=compile_update)
-  with ctx.recording():
+  with ctx.recording(batch):  # eagerly, the reductions below need its tapes
     results = step_fn(ctx, batch)
+    return _reduce_results(ctx, results, reductions, expected_keys)
+
+
+def _reduce_results(ctx, results, reductions, expected_keys):
+  """The step's results as float32 scalars; records how each is reduced."""
   if not isinstance(results, dict):
     raise TypeError(f"step must return a dict of scalar values, got "
                     f"{type(results).__name__}; e.g. return {{'loss': loss}}.")

@@ -99,11 +99,28 @@ def test_results_mixing_shares_are_refused(make, op, eager, mirrored):
     run(lambda ctx, x: {"v": make(ctx, x)}, mirrored, eager=eager)
 
 
-def test_share_times_a_per_replica_value_is_refused_when_compiled(mirrored):
-  # Each replica would scale its share differently. (Eagerly this passes as a
-  # share: a documented blind spot of the eager check.)
-  with pytest.raises(ValueError, match="through a Mul op"):
-    run(lambda ctx, x: {"v": ctx.average(x[:, 0]) * tf.reduce_mean(x)}, mirrored)
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize("factor", [
+    lambda ctx, x: tf.reduce_mean(x),                                   # of the batch
+    lambda ctx, x: tf.reduce_mean(ctx.models["model"](x)),             # of a model
+    lambda ctx, x: tf.reduce_mean(ctx.normal([1])),                    # of the noise
+], ids=["batch", "model", "noise"])
+def test_share_times_a_per_replica_value_is_refused_eagerly_and_compiled(factor, eager, mirrored):
+  # Each replica would scale its share differently: the same verdict either way.
+  where = "a product with a per-replica value" if eager else "a Mul op"
+  with pytest.raises(ValueError, match=f"through {where}"):
+    run(lambda ctx, x: {"v": ctx.average(x[:, 0]) * factor(ctx, x)}, mirrored, eager=eager)
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_shares_times_constants_are_shares_eagerly_and_compiled(eager, mirrored):
+  half = tf.constant(0.5)
+
+  def step(ctx, x):
+    return {"v": 2.0 * ctx.average(x[:, 0]) - ctx.average(tf.square(x[:, 0])) * half}
+
+  one_device = run(step)["v"]
+  assert run(step, mirrored, eager=eager)["v"] == pytest.approx(one_device)
 
 
 @pytest.mark.parametrize("eager", [False, True])
