@@ -28,11 +28,6 @@ def test_global_batch_must_split_evenly(size, replicas, message):
     data_lib.check_global_batch_size(size, replicas)
 
 
-def test_odd_batch_is_refused_before_training(mirrored):
-  with pytest.raises(ValueError, match=r"global batch size \(7\) is not divisible by the 2"):
-    data_lib.make_feed(batches(batch=7, drop_remainder=True), mirrored)
-
-
 def test_dynamic_batch_is_refused_on_several_replicas(mirrored):
   with pytest.raises(ValueError, match=r"no static batch size .* splitting it across 2 "
                      r"replicas needs; batch it with drop_remainder=True"):
@@ -48,30 +43,6 @@ def test_dynamic_batch_is_accepted_on_one_replica():
   feed = data_lib.make_feed(batches(), tf.distribute.get_strategy())
   assert feed.global_batch_size is None
   assert feed.next().shape == (8, 3)
-
-
-def test_unbatched_data_is_refused():
-  x = tf.data.Dataset.from_tensor_slices(np.zeros(4, "float32"))
-  with pytest.raises(ValueError, match=r"data elements must be batches.*call dataset.batch"):
-    data_lib.make_feed(x, tf.distribute.get_strategy())
-
-
-def test_mismatched_batch_sizes_are_refused():
-  x = tf.data.Dataset.zip((batches(batch=8, drop_remainder=True),
-                           batches(batch=4, drop_remainder=True)))
-  with pytest.raises(ValueError, match="different batch sizes"):
-    data_lib.make_feed(x, tf.distribute.get_strategy())
-
-
-def test_data_of_another_type_is_refused():
-  with pytest.raises(TypeError, match="data must be a tf.data.Dataset of global batches or a function"):
-    data_lib.make_feed(np.zeros((8, 3)), tf.distribute.get_strategy())
-
-
-def test_given_global_batch_size_must_match_the_data():
-  with pytest.raises(ValueError, match=r"global_batch_size \(16\) differs from the batch size of data \(8\)"):
-    data_lib.make_feed(batches(drop_remainder=True), tf.distribute.get_strategy(),
-                       global_batch_size=16)
 
 
 def test_replicas_get_consecutive_rows_in_order(mirrored):
@@ -119,8 +90,3 @@ def test_dataset_function_batches_must_be_per_replica_and_static(batch, remainde
                      r"get_per_replica_batch_size\(global_batch_size\) with drop_remainder=True"):
     data_lib.make_feed(lambda context: batches(batch=batch, drop_remainder=remainder),
                        mirrored, global_batch_size=8)
-
-
-def test_global_batch_size_with_dynamic_data_says_so():
-  with pytest.raises(ValueError, match="data has no static batch size"):
-    data_lib.make_feed(batches(), tf.distribute.get_strategy(), global_batch_size=8)

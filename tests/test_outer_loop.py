@@ -364,20 +364,6 @@ def test_summaries_and_evaluate_take_dynamic_batches_and_dataset_functions(tmp_p
       ctl.Evaluate(score_step, dataset_fn, ctl.Every(steps=2), global_batch_size=8)])
 
 
-def test_a_checkpoint_of_another_experiment_is_refused(tmp_path):
-  runner().fit(2, tmp_path, progress=False)
-
-  def other_build():
-    models, optimizers = build()
-    models["encoder"] = keras.Sequential([keras.Input((2,)), keras.layers.Dense(NOISE)])
-    optimizers["encoder"] = keras.optimizers.Adam()
-    return models, optimizers
-
-  other = ctl.Runner(step, other_build, data().repeat())
-  with pytest.raises(ValueError, match="does not match this runner"):
-    other.fit(4, tmp_path, progress=False)
-
-
 def test_a_failing_action_saves_the_steps_first(tmp_path):
   def broken_samples(models):  # a researcher's bug, met at step 6
     raise ValueError("bad samples function")
