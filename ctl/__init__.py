@@ -12,6 +12,7 @@
 
 import importlib as _importlib
 import logging as _logging
+import typing as _typing
 
 # The public names and the module of each. They load on first use, so that
 # `import ctl` (and the `ctl` command's --help) does not import TensorFlow.
@@ -29,7 +30,7 @@ _EXPORTS = {
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _typing.Any:
   if name in _EXPORTS:
     value = getattr(_importlib.import_module(_EXPORTS[name]), _RENAMED.get(name, name))
   else:  # a submodule, e.g. ctl.checkpoints
@@ -43,7 +44,7 @@ def __getattr__(name):
   return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
   return sorted(set(globals()) | set(_EXPORTS))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +35,12 @@ import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl.data import check_evaluation_data
 from ctl.schedule import Every
 from ctl.strategies import is_parameter_server
+
+if TYPE_CHECKING:
+  import numpy.typing as npt
+
+  from ctl.context import StepFn
+  from ctl.data import Data
 
 _log = logging.getLogger("ctl")
 
@@ -63,11 +69,11 @@ class FitContext:
     self.start_time = time.perf_counter()
     self.results: dict[str, np.ndarray] = {}
     self.metrics: dict[str, float] = {}
-    self.is_chief = runner.strategy.extended.should_checkpoint
-    self.lock = None
+    self.is_chief: bool = runner.strategy.extended.should_checkpoint
+    self.lock: ctl.workdir.Lock | None = None
     self._writers = {}
 
-  def writer(self, name: str):
+  def writer(self, name: str) -> tf.summary.SummaryWriter:
     """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
     if name not in self._writers:
       if self.is_chief and self.workdir:
@@ -135,10 +141,10 @@ class Summaries(Action):
     self.every = every or Every(steps=100)
     self._since = None  # (context, step, time) of the previous write
 
-  def check(self, runner, workdir):
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
 
-  def __call__(self, context):
+  def __call__(self, context: FitContext) -> None:
     now = time.perf_counter()
     if self._since is None or self._since[0] is not context:  # a new fit: its start
       self._since = (context, context.start_step, context.start_time)
@@ -180,10 +186,10 @@ class Samples(Action):
     self.name = name
     self.value_range = value_range
 
-  def check(self, runner, workdir):
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
 
-  def __call__(self, context):
+  def __call__(self, context: FitContext) -> None:
     images = np.asarray(self.fn(context.runner.models))
     grid = image_grid(images, self.value_range)
     path = os.path.join(context.workdir, "samples", f"{self.name}_{context.step:08d}.png")
@@ -203,7 +209,7 @@ class Evaluate(Action):
   """
   collective = True  # runs strategy.run: every worker takes part
 
-  def __init__(self, step: Callable, data, every: Every | None = None, *,
+  def __init__(self, step: StepFn, data: Data, every: Every | None = None, *,
                global_batch_size: int | None = None, num_batches: int | None = None):
     check_evaluation_data(data, num_batches)
     self.step = step
@@ -212,13 +218,13 @@ class Evaluate(Action):
     self.global_batch_size = global_batch_size  # for a dataset function
     self.num_batches = num_batches
 
-  def check(self, runner, workdir):
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     if is_parameter_server(runner.strategy):
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
                        "coordinator only schedules training steps); drop it and "
                        "evaluate the checkpoints with `ctl eval` in another process.")
 
-  def __call__(self, context):
+  def __call__(self, context: FitContext) -> None:
     metrics = context.runner.evaluate(self.step, self.data,
                                       global_batch_size=self.global_batch_size,
                                       num_batches=self.num_batches)
@@ -243,17 +249,18 @@ class Export(Action):
     self.model = model
     self.every = every
 
-  def check(self, runner, workdir):
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
     if self.model not in runner.models:
       raise ValueError(f"ctl.Export({self.model!r}): the runner has no model of that "
                        f"name; its models are {sorted(runner.models)}.")
 
-  def __call__(self, context):
+  def __call__(self, context: FitContext) -> None:
     context.runner.export(self.model, os.path.join(context.workdir, "export"))
 
 
-def image_grid(images, value_range=(-1.0, 1.0), columns=None):
+def image_grid(images: npt.ArrayLike, value_range: tuple[float, float] = (-1.0, 1.0),
+               columns: int | None = None) -> np.ndarray:
   """Tiles `[n, h, w, c]` images into one `[rows*h, columns*w, c]` uint8 image."""
   images = np.asarray(images, dtype=np.float32)
   if images.ndim != 4 or images.shape[-1] not in (1, 3):

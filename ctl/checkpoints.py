@@ -15,11 +15,14 @@ position in the data. The per-example noise of `ctx.normal`/`ctx.uniform` is
 a function of (seed, step), so the step counter is its whole state.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import re
 import shutil
 import tempfile
+from typing import TYPE_CHECKING
 
 import gin
 import tensorflow as tf
@@ -27,6 +30,9 @@ import tensorflow as tf
 from ctl import _tf_internal
 from ctl import arguments
 from ctl.schedule import Every
+
+if TYPE_CHECKING:
+  from ctl.runner import Runner
 
 _log = logging.getLogger("ctl")
 
@@ -56,7 +62,7 @@ class Checkpoint:
     self.keep = keep
     self.restore_data = restore_data
 
-  def open(self, runner, workdir: str) -> "Checkpointer":
+  def open(self, runner: Runner, workdir: str) -> Checkpointer:
     """The checkpointer of `runner` in `<workdir>/checkpoints`, checked before training."""
     checkpointer = Checkpointer(runner, os.path.join(workdir, "checkpoints"),
                                 keep=self.keep, restore_data=self.restore_data)
@@ -80,7 +86,8 @@ class Checkpointer:
       is saved either way.
   """
 
-  def __init__(self, runner, directory, keep=3, restore_data=True):
+  def __init__(self, runner: Runner, directory: str, keep: int = 3,
+               restore_data: bool = True):
     self.runner = runner
     self.directory = directory
     self.restore_data = restore_data
@@ -122,11 +129,11 @@ class Checkpointer:
                                                        max_to_keep=1)
 
   @property
-  def latest(self):
+  def latest(self) -> str | None:
     """Path prefix of the newest checkpoint, or None."""
     return self.manager.latest_checkpoint
 
-  def check_data_can_be_saved(self):
+  def check_data_can_be_saved(self) -> None:
     """Refuses, before any step, a data position that no save could write.
 
     TF cannot save the state of a pipeline that holds a stateful op (a
@@ -156,7 +163,7 @@ class Checkpointer:
     finally:
       shutil.rmtree(probe, ignore_errors=True)
 
-  def restore(self):
+  def restore(self) -> int:
     """Restores the newest checkpoint if there is one; returns the global step."""
     path = self.latest
     step = int(self.runner.global_step.numpy())
@@ -231,7 +238,7 @@ class Checkpointer:
         f"previous checkpoint ({older[-1] if older else 'none'}) is restored, or use "
         "a new work directory.")
 
-  def save(self):
+  def save(self) -> str | None:
     """Writes `ckpt-<global step>`; returns its path (on the chief).
 
     TF writes the data and index files first and then atomically replaces the
@@ -366,7 +373,7 @@ def _save_operative_config(directory):
                         gin.operative_config_str())
 
 
-def write_text_atomically(path, text):
+def write_text_atomically(path: str, text: str) -> None:
   """Writes `text` to `path` through a temporary file and a rename."""
   directory = os.path.dirname(path) or "."
   os.makedirs(directory, exist_ok=True)

@@ -15,10 +15,14 @@ with `PREEMPTED_EXIT_CODE` (42, TF's restart code), which schedulers that
 restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,11 +37,17 @@ from ctl.progress import Progress
 from ctl.schedule import Every
 from ctl.strategies import num_workers
 
+if TYPE_CHECKING:
+  from ctl.runner import Runner
+  from ctl.steps import Results
+
 _log = logging.getLogger("ctl")
 
 
-def fit(runner, num_steps, workdir=None, *, checkpoint=True, summaries=True,
-        actions=(), progress=True):
+def fit(runner: Runner, num_steps: int, workdir: str | None = None, *,
+        checkpoint: bool | checkpoints.Checkpoint = True,
+        summaries: bool | actions_lib.Summaries = True,
+        actions: Sequence[actions_lib.Action] = (), progress: bool = True) -> Results:
   """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
   num_steps = arguments.integer("num_steps", num_steps, minimum=0,
                                 meaning="the global step to train up to")

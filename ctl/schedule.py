@@ -7,6 +7,7 @@ call so that step-based work lands on exact multiples of `steps`.
 """
 
 import time
+from collections.abc import Callable
 
 from ctl import arguments
 
@@ -24,7 +25,8 @@ class Every:
     clock: a function returning seconds; injectable for tests.
   """
 
-  def __init__(self, steps=None, seconds=None, *, clock=time.monotonic):
+  def __init__(self, steps: int | None = None, seconds: float | None = None, *,
+               clock: Callable[[], float] = time.monotonic):
     if steps is None and seconds is None:
       raise ValueError("Every needs steps=... or seconds=... (or both); for work "
                        "that runs only at the end of training pass every=None.")
@@ -38,12 +40,12 @@ class Every:
     self._last_step = 0
     self._last_time = None
 
-  def start(self, step):
+  def start(self, step: int) -> None:
     """Starts counting from `step` (the loop calls this when it starts)."""
     self._last_step = step
     self._last_time = self._clock()
 
-  def due(self, step):
+  def due(self, step: int) -> bool:
     """True if the work is due at `step`."""
     if self._last_time is None:
       self.start(0)
@@ -51,15 +53,15 @@ class Every:
       return True
     return bool(self.seconds) and self._clock() - self._last_time >= self.seconds
 
-  def fired(self, step):
+  def fired(self, step: int) -> None:
     """Records that the work ran at `step`."""
     self._last_step = step
     self._last_time = self._clock()
 
-  def steps_to_next(self, step):
+  def steps_to_next(self, step: int) -> int | None:
     """Steps from `step` to the next multiple of `steps` (None without `steps`)."""
     return self.steps - step % self.steps if self.steps else None
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     args = [f"steps={self.steps}"] * bool(self.steps) + [f"seconds={self.seconds}"] * bool(self.seconds)
     return f"Every({', '.join(args)})"
