@@ -111,3 +111,57 @@ def test_private_tensorflow_and_keras_modules_are_imported_in_one_place():
       imports += [f"{path}:{node.lineno}: {m}" for m in modules
                   if m.startswith(_PRIVATE_TF_MODULES) and path != _TF_HOME]
   assert not imports, "\n".join(imports)
+
+
+# annotated with the experiment redesign
+_NOT_YET_ANNOTATED = {os.path.join("ctl", "experiments.py"), os.path.join("ctl", "check.py"),
+                      os.path.join("ctl", "cli", "experiments.py"),
+                      os.path.join("ctl", "cli", "check.py")}
+
+
+def _is_public(name):
+  return not name.startswith("_") or (name.startswith("__") and name.endswith("__"))
+
+
+def _public_functions(tree):
+  """(qualified name, node, is_method) of each public function and method of a module."""
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_public(node.name):
+      yield node.name, node, False
+    elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+      for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_public(item.name):
+          static = any(isinstance(d, ast.Name) and d.id == "staticmethod"
+                       for d in item.decorator_list)
+          yield f"{node.name}.{item.name}", item, not static
+
+
+def _unannotated(function, is_method):
+  """The parameters (and "return") of `function` that have no annotation."""
+  arguments = function.args
+  parameters = arguments.posonlyargs + arguments.args
+  if is_method:
+    parameters = parameters[1:]  # self or cls
+  missing = [p.arg for p in parameters + arguments.kwonlyargs if p.annotation is None]
+  if function.returns is None and function.name != "__init__":
+    missing.append("return")
+  return missing
+
+
+def test_public_functions_of_ctl_are_annotated():
+  # Public: a function, or a method of a class, without a leading "_" (or a
+  # dunder), in a module without one. *args and **kwargs may go unannotated.
+  unannotated = []
+  for directory, _, files in os.walk(os.path.join(ROOT, "ctl")):
+    for file_name in sorted(files):
+      path = os.path.relpath(os.path.join(directory, file_name), ROOT)
+      if (not file_name.endswith(".py") or path in _NOT_YET_ANNOTATED
+          or not _is_public(file_name[:-len(".py")])):
+        continue
+      with open(os.path.join(ROOT, path)) as f:
+        tree = ast.parse(f.read(), path)
+      for name, function, is_method in _public_functions(tree):
+        missing = _unannotated(function, is_method)
+        if missing:
+          unannotated.append(f"{path}:{function.lineno}: {name}: {', '.join(missing)}")
+  assert not unannotated, "\n".join(unannotated)
