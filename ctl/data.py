@@ -256,8 +256,16 @@ class PerWorkerBatches:
     self.iterator = iter(coordinator.create_per_worker_dataset(dataset))
     self.element_spec = getattr(data, "element_spec", None)
 
+  def make_iterator(self) -> Iterator[Any]:
+    """Refused: the data is read on the workers, each from its own copy."""
+    raise ValueError("the data of a parameter_server run is read on the workers, each "
+                     "from its own copy, so the coordinator has no iterator of its own; "
+                     "read batches from the dataset itself, or build the runner under "
+                     "'default' to look at them.")
+
   def next(self, iterator: Iterator[Any]) -> Any:
-    """The next step's input, inside a function scheduled on a worker."""
+    """The next step's input, inside a function scheduled on a worker (whose
+    per-worker iterator the scheduled function is given)."""
     return _step_input(lambda: next(iterator), self.batches_per_step)
 
 
