@@ -22,17 +22,15 @@ import os
 import re
 import shutil
 import tempfile
-from typing import TYPE_CHECKING
 
 import gin
 import tensorflow as tf
 
+import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 from ctl import arguments
 from ctl.schedule import Every
 
-if TYPE_CHECKING:
-  from ctl.runner import Runner
 
 _log = logging.getLogger("ctl")
 
@@ -62,7 +60,7 @@ class Checkpoint:
     self.keep = keep
     self.restore_data = restore_data
 
-  def open(self, runner: Runner, workdir: str) -> Checkpointer:
+  def open(self, runner: ctl.Runner, workdir: str) -> Checkpointer:
     """The checkpointer of `runner` in `<workdir>/checkpoints`, checked before training."""
     checkpointer = Checkpointer(runner, os.path.join(workdir, "checkpoints"),
                                 keep=self.keep, restore_data=self.restore_data)
@@ -86,7 +84,7 @@ class Checkpointer:
       is saved either way.
   """
 
-  def __init__(self, runner: Runner, directory: str, keep: int = 3,
+  def __init__(self, runner: ctl.Runner, directory: str, keep: int = 3,
                restore_data: bool = True):
     self.runner = runner
     self.directory = directory

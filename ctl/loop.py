@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import actions as actions_lib
 from ctl import arguments
 from ctl import checkpoints
@@ -38,13 +39,12 @@ from ctl.schedule import Every
 from ctl.strategies import num_workers
 
 if TYPE_CHECKING:
-  from ctl.runner import Runner
   from ctl.steps import Results
 
 _log = logging.getLogger("ctl")
 
 
-def fit(runner: Runner, num_steps: int, workdir: str | None = None, *,
+def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
         checkpoint: bool | checkpoints.Checkpoint = True,
         summaries: bool | actions_lib.Summaries = True,
         actions: Sequence[actions_lib.Action] = (), progress: bool = True) -> Results:

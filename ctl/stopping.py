@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 from ctl import strategies
 from ctl.constants import INTERRUPTED_EXIT_CODE
@@ -51,7 +52,6 @@ from ctl.constants import PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
   from ctl.checkpoints import Checkpointer
-  from ctl.runner import Runner
 
 # How long an action (evaluation, samples, export) may go on after a SIGTERM
 # before ctl saves and exits from another thread: Python cannot abandon an
@@ -98,7 +98,7 @@ class Stopper:
       SIGTERM then keeps its default action, ending the process at once).
   """
 
-  def __init__(self, runner: Runner, checkpointer: Checkpointer | None):
+  def __init__(self, runner: ctl.Runner, checkpointer: Checkpointer | None):
     self._strategy = runner.strategy
     self.checkpointer = checkpointer
     self._runner = runner
