@@ -1,37 +1,77 @@
-"""Experiments described by .gin files: find the function, parse its config, explain mistakes.
+"""Experiments described by .gin files: the contract, finding one, parsing its config.
 
     from ctl import experiments
-    experiment = experiments.resolve_experiment("gan.train")   # or "module.path:function"
-    experiments.require_parameters(experiment, "gan.train", needs=("mode",))
-    experiments.parse_gin(["examples/configs/dcgan.gin"], ["gan.train.num_steps = 100"])
-    metrics = experiment("runs/dcgan", mode="eval")
+    name = experiments.default_experiment()    # or a gin name, or "my.module:MyExperiment"
+    make = experiments.resolve_experiment(name)
+    experiments.parse_gin(["my.gin"], ["MyExperiment.batch_size = 32"])
+    experiment = experiments.make_experiment(make, name, needs=("evaluate",))
+    metrics = experiment.evaluate("runs/my", strategy="default")
 
-An experiment is a gin-configurable function
-`experiment(workdir, *, strategy=..., mode="train")`; `gan.train` is one.
-Mode "train" trains (resuming from the newest checkpoint in the work
-directory), "eval" restores the newest checkpoint and returns a dict of
-metrics, "export" restores it and returns the exported paths, and "build"
-returns the `ctl.Runner` as built (`ctl check` uses it). The `ctl train`,
-`ctl eval` and `ctl export` commands (ctl/cli/experiments.py) run one.
+An experiment is an object with four methods, one per job (`Experiment`
+below); `ctl train|eval|export|check` (ctl/cli/) make one from a gin
+configuration and call one method. `--experiment NAME` names what makes it
+(a class or a function called with no arguments once the .gin file is
+parsed): its gin name, or `module.path:attribute`. Without it, the command
+takes the one that an installed package registers under the entry points
+`ctl.experiments` (pyproject.toml), as ctl's core names no experiment of its own.
 
 A mistake in the configuration (a misspelt configurable or parameter, a
-syntax error, a missing file) raises `ConfigError` with one paragraph naming
-the binding and the closest known names; `binding_of` finds the binding whose
-value a configured call refused.
+syntax error, a missing file, an experiment without the method a command
+calls) raises `ConfigError` with one paragraph naming the binding and the
+closest known names; `binding_of` finds the binding whose value a configured
+call refused.
 """
+
+from __future__ import annotations
 
 import ast
 import difflib
 import importlib
+from importlib import metadata
 import inspect
 import os
 import re
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import gin
 
 from ctl import _tf_internal
 
-MODES = ("train", "eval", "export", "build")
+if TYPE_CHECKING:  # no TensorFlow at run time: the command reports config typos before loading it
+  import tensorflow as tf
+
+  from ctl.runner import Runner
+
+# Where the `ctl` command finds its default experiment: a package registers the
+# class or function that makes one (this project's pyproject.toml registers its GAN kit's).
+ENTRY_POINTS = "ctl.experiments"
+METHODS = ("build", "train", "evaluate", "export")
+
+
+class Experiment(Protocol):
+  """What `ctl train|eval|export|check` run: one method per job, all on the same runner.
+
+  Each method builds the runner under `strategy` (a `ctl.make_strategy` name or
+  a strategy, made before any other TF op); the work directory holds the
+  run's `checkpoints/`, events, samples and export.
+  """
+
+  def build(self, strategy: str | tf.distribute.Strategy = "default") -> Runner:
+    """The runner, untrained (`ctl check` compiles its step)."""
+
+  def train(self, workdir: str, strategy: str | tf.distribute.Strategy = "default") -> Runner:
+    """Trains, resuming from the newest checkpoint in the work directory; the runner."""
+
+  def evaluate(self, workdir: str,
+               strategy: str | tf.distribute.Strategy = "default") -> dict[str, Any]:
+    """Restores the newest checkpoint and evaluates it; the metrics (`ctl eval` prints
+    them as JSON). Raises FileNotFoundError if there is no checkpoint."""
+
+  def export(self, workdir: str, directory: str | None = None,
+             strategy: str | tf.distribute.Strategy = "default") -> list[str]:
+    """Restores the newest checkpoint and exports its model to `directory`
+    (default `<workdir>/export`); the paths written. Raises FileNotFoundError
+    if there is no checkpoint."""
 
 
 class ConfigError(Exception):
@@ -50,21 +90,27 @@ def require_config_file(path: str) -> None:
                     "file, e.g. examples/configs/dcgan.gin.")
 
 
-def require_parameters(experiment, name: str, needs) -> None:
-  """Raises ConfigError if `experiment` (named `name`) lacks a parameter of `needs`."""
-  try:
-    parameters = inspect.signature(experiment).parameters
-  except (TypeError, ValueError):
-    return  # a builtin or C function: let the call tell
-  if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-    return
-  missing = [n for n in needs if n not in parameters]
+def make_experiment(make: Callable[[], Any], name: str,
+                    needs: Sequence[str] = METHODS) -> Experiment:
+  """`make()`, checked to have the methods `needs` (those a command calls).
+
+  Call it after `parse_gin`: a gin-configured `make` takes its arguments from
+  the bindings, and an error it raises names its configurable (see
+  `binding_of`).
+
+  Raises:
+    ConfigError: the experiment lacks a method of `needs`.
+  """
+  experiment = make()
+  missing = [m for m in needs if not callable(getattr(experiment, m, None))]
   if missing:
     raise ConfigError(
-        f"--experiment {name!r} has no parameter {', '.join(missing)}, which this "
-        "subcommand passes: an experiment "
-        "is a function (workdir, *, strategy=..., mode='train', ...) where mode is "
-        f"one of {', '.join(MODES)} (see gan.train).")
+        f"--experiment {name}: {type(experiment).__name__} has no method "
+        f"{', '.join(missing)}, which this command calls. An experiment is an object "
+        "with build(strategy), train(workdir, strategy), evaluate(workdir, strategy) "
+        "and export(workdir, directory, strategy) (ctl.experiments.Experiment); "
+        "--experiment names the class or function that makes one.")
+  return experiment
 
 
 def binding_of(error: Exception, files, bindings) -> str | None:
@@ -109,20 +155,25 @@ def first_line(error: Exception) -> str:
   return f"{type(error).__name__}: {message}"
 
 
-def resolve_experiment(name: str):
-  """The experiment function `name`: a gin name (e.g. `gan.train`) or `module:function`.
+def resolve_experiment(name: str) -> Callable[[], Any]:
+  """What makes the experiment `name`: a gin name (e.g. `package.Experiment`) or `module:attribute`.
 
-  For a gin name, the module of the same dotted prefix is imported first (if
-  there is one) so that its configurables are registered.
+  A gin name's module (its dotted prefix) is imported first, if there is one,
+  so that its configurables are registered; a `module:attribute` registered
+  with gin comes back gin-configured, so that the bindings apply to it.
   """
   if ":" in name:
-    module_name, _, function = name.partition(":")
+    module_name, _, attribute = name.partition(":")
     module = _import(module_name, name)
-    if not callable(getattr(module, function, None)):
+    if not callable(getattr(module, attribute, None)):
       names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-      raise ConfigError(f"--experiment {name!r}: module {module_name} has no function "
-                        f"{function!r}{did_you_mean(function, names)}.")
-    return getattr(module, function)
+      raise ConfigError(f"--experiment {name!r}: module {module_name} has no class or "
+                        f"function {attribute!r}{did_you_mean(attribute, names)}.")
+    make = getattr(module, attribute)
+    try:
+      return gin.get_configurable(make)  # so that the bindings apply to it
+    except ValueError:  # not registered with gin: called as it is
+      return make
   prefix = name.rpartition(".")[0]
   if prefix:
     try:
@@ -134,8 +185,26 @@ def resolve_experiment(name: str):
   if configurable is None:
     raise ConfigError(f"--experiment {name!r} is not a gin configurable"
                       f"{did_you_mean(name, _configurable_names())}; give its gin name "
-                      "(e.g. gan.train) or module.path:function.")
+                      "(e.g. package.Experiment) or module.path:attribute.")
   return gin.get_configurable(configurable.selector)
+
+
+def default_experiment() -> str:
+  """`module:attribute` of the experiment registered under `ENTRY_POINTS`.
+
+  Raises:
+    ConfigError: none is installed, or several are (then --experiment chooses).
+  """
+  found = sorted({entry.value for entry in metadata.entry_points(group=ENTRY_POINTS)})
+  if len(found) == 1:
+    return found[0]
+  if not found:
+    raise ConfigError(f"no --experiment given, and no installed package registers one "
+                      f"under the entry points {ENTRY_POINTS!r}; pass --experiment "
+                      "module.path:attribute (or, if a package of yours registers one, "
+                      "reinstall it: pip install -e .).")
+  raise ConfigError(f"no --experiment given, and the installed packages register "
+                    f"{len(found)} ({', '.join(found)}); pass --experiment with one.")
 
 
 def parse_gin(files, bindings) -> None:

@@ -2,7 +2,7 @@
 
     python examples/train_gan.py examples/configs/dcgan.gin
     python examples/train_gan.py examples/configs/wgan_gp.gin --workdir runs/wgan_gp
-    python examples/train_gan.py examples/configs/bigan.gin --gin "gan.train.num_steps = 20"
+    python examples/train_gan.py examples/configs/bigan.gin --gin "gan.Schedule.num_steps = 20"
     python examples/train_gan.py examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2
 
 Each line is the same as `ctl train` with the same arguments (this script

@@ -1,61 +1,43 @@
-"""gan: a GAN kit for ctl: models, losses, penalties, EMA, data, offline evaluation.
+"""gan: a GAN kit for ctl: an experiment, and its parts for hand-written steps.
 
     import gan
+    experiment = gan.Experiment(loss=gan.losses.hinge, schedule=gan.Schedule(num_steps=3000))
+    experiment.train("runs/hinge")                  # usually `ctl train CONFIG.gin`
+
     generator, discriminator = gan.dcgan_generator(), gan.dcgan_discriminator()
     dataset = gan.mnist_dataset(global_batch_size=64)
-    d_loss = ctx.average(gan.hinge_discriminator_loss(real_logits, fake_logits)
-                         + gan.wasserstein_gradient_penalty(ctx, discriminator, real, fake))
-    fid = gan.classifier_fid(generated_digits, gan.load_mnist("test")[0])
-    gan.train("runs/x", num_steps=5000)   # a whole experiment; usually from a .gin file
+    d_loss = ctx.average(gan.losses.hinge.discriminator(real_logits, fake_logits)
+                         + gan.penalties.r1_penalty(ctx, critic, real, fake))
+
+The everyday names are here; the rest is grouped by kind:
+
+  gan.losses       loss families (non_saturating, minimax, wasserstein, hinge,
+                   least_squares) and their functions
+  gan.penalties    discriminator penalties, one signature
+  gan.models       DCGAN models, the BiGAN encoder and pair discriminator
+  gan.data         MNIST (embedded), TFDS, image folders, TFRecords
+  gan.ema          an EMA copy of the generator
+  gan.evaluation   classifier FID/KID/score, Inception FID
+  gan.experiment   the experiment's step, build, sample grids and FID action
+
+Gin knows each name as Python spells it: `@gan.dcgan_generator`,
+`@gan.models.dcgan_encoder`, `%gan.losses.hinge` (a family is a value, hence `%`).
 """
 
-from gan.data import image_folder_dataset
-from gan.data import load_mnist
+from gan import data
+from gan import ema
+from gan import evaluation
+from gan import experiment
+from gan import losses
+from gan import models
+from gan import penalties
 from gan.data import mnist_dataset
-from gan.data import records_dataset
-from gan.data import tfds_dataset
-from gan.ema import ema_copy
-from gan.ema import update_ema
-from gan.evaluation import classifier_features
-from gan.evaluation import classifier_fid
-from gan.evaluation import classifier_kid
-from gan.evaluation import classifier_score
-from gan.evaluation import frechet_distance
-from gan.evaluation import inception_fid
-from gan.evaluation import kernel_distance
-from gan.experiment import ClassifierFID
-from gan.experiment import make_build
-from gan.experiment import make_step
-from gan.experiment import train
-from gan.losses import hinge_discriminator_loss
-from gan.losses import hinge_generator_loss
-from gan.losses import least_squares_discriminator_loss
-from gan.losses import least_squares_generator_loss
-from gan.losses import minimax_discriminator_loss
-from gan.losses import minimax_generator_loss
-from gan.losses import non_saturating_discriminator_loss
-from gan.losses import non_saturating_generator_loss
-from gan.losses import wasserstein_discriminator_loss
-from gan.losses import wasserstein_generator_loss
-from gan.models import bigan_discriminator
+from gan.experiment import Experiment
+from gan.experiment import Schedule
 from gan.models import dcgan_discriminator
-from gan.models import dcgan_encoder
 from gan.models import dcgan_generator
-from gan.penalties import no_penalty
-from gan.penalties import r1_penalty
-from gan.penalties import wasserstein_gradient_penalty
 
 __all__ = [
-    "load_mnist", "mnist_dataset", "tfds_dataset", "image_folder_dataset", "records_dataset",
-    "dcgan_generator", "dcgan_discriminator", "dcgan_encoder", "bigan_discriminator",
-    "ema_copy", "update_ema",
-    "minimax_generator_loss", "minimax_discriminator_loss",
-    "non_saturating_generator_loss", "non_saturating_discriminator_loss",
-    "wasserstein_generator_loss", "wasserstein_discriminator_loss",
-    "hinge_generator_loss", "hinge_discriminator_loss",
-    "least_squares_generator_loss", "least_squares_discriminator_loss",
-    "wasserstein_gradient_penalty", "r1_penalty", "no_penalty",
-    "classifier_features", "frechet_distance", "kernel_distance", "classifier_fid",
-    "classifier_kid", "classifier_score", "inception_fid",
-    "make_step", "make_build", "train", "ClassifierFID",
+    "Experiment", "Schedule", "mnist_dataset", "dcgan_generator", "dcgan_discriminator",
+    "losses", "penalties", "models", "data", "ema", "evaluation", "experiment",
 ]

@@ -7,7 +7,7 @@
 
 Inception weights cannot be assumed offline, and Inception features say little
 about 28x28 digits, so FID and KID here use a classifier trained on real MNIST
-digits (`gan.load_mnist("train")`, the GANs' own training data; the held-out
+digits (`gan.data.load_mnist("train")`, the GANs' own training data; the held-out
 test digits are only scored). Its weights ship in `gan/data`, versioned
 (`VERSION`, in the file name) and pinned by `SHA256`: numbers computed with one
 version are comparable with each other only, never with Inception FIDs.

@@ -1,22 +1,24 @@
 """Datasets for GAN training; the default is embedded, so no download is needed.
 
-    images, labels = gan.load_mnist()             # 5,000 training digits, uint8
-    held_out, _ = gan.load_mnist("test")          # 5,000 test digits, never trained on
+    images, labels = gan.data.load_mnist()        # 5,000 training digits, uint8
+    held_out, _ = gan.data.load_mnist("test")     # 5,000 test digits, never trained on
     dataset = gan.mnist_dataset(global_batch_size=64, seed=0)  # floats in [-1, 1]
-    dataset = gan.tfds_dataset("cifar10", 64)     # a local TFDS copy, by name
-    dataset = gan.image_folder_dataset("faces/", 64, image_size=(64, 64))
+    dataset = gan.data.tfds_dataset("cifar10", 64)  # a local TFDS copy, by name
+    dataset = gan.data.image_folder_dataset("faces/", 64, image_size=(64, 64))
 
 Every function returns an endless dataset of global batches (static size, as
 replicas and XLA need) of float32 images in [-1, 1], `[B, H, W, C]`, or
 `(images, int32 labels)` with `with_labels=True`, shuffled per epoch from
 `seed`, so every worker of a multi-worker run sees the same batches. Each has
 a held-out split for evaluation that training never sees. The embedded digits
-and their license are described in `gan/data/README.md`.
+and their license are described in `gan/data/README.md`. `mnist_dataset` is
+also `gan.mnist_dataset` (in Python and gin); the others are `gan.data.*`.
 """
 
 import hashlib
 import os
 import socket
+from typing import Sequence
 
 import gin
 import numpy as np
@@ -28,7 +30,7 @@ _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 _MNIST = {"train": "mnist_train_5k.npz", "test": "mnist_test_5k.npz"}
 
 
-def load_mnist(split="train"):
+def load_mnist(split: str = "train") -> tuple[np.ndarray, np.ndarray]:
   """Returns `(images, labels)`: 5,000 MNIST digits, uint8 [5000, 28, 28] and [5000].
 
   Args:
@@ -70,7 +72,8 @@ def _to_unit_range(images):
 
 
 @gin.register(module="gan")
-def mnist_dataset(global_batch_size, *, split="train", seed=0, with_labels=False):
+def mnist_dataset(global_batch_size: int, *, split: str = "train", seed: int = 0,
+                  with_labels: bool = False) -> tf.data.Dataset:
   """Endless, shuffled global batches of the embedded MNIST digits, [B, 28, 28, 1].
 
   Args:
@@ -116,9 +119,11 @@ def _not_found(name, builder, reason):
       "internet; or train on the embedded digits with gan.mnist_dataset.")
 
 
-@gin.register(module="gan")
-def tfds_dataset(name, global_batch_size, *, split="train", data_dir=None, image_size=None,
-                 seed=0, with_labels=False, download=False, shuffle_buffer=10_000):
+@gin.register(module="gan.data")
+def tfds_dataset(name: str, global_batch_size: int, *, split: str = "train",
+                 data_dir: str | None = None, image_size: Sequence[int] | None = None,
+                 seed: int = 0, with_labels: bool = False, download: bool = False,
+                 shuffle_buffer: int = 10_000) -> tf.data.Dataset:
   """Endless, shuffled global batches of a TFDS image dataset, by name.
 
   Args:
@@ -174,9 +179,10 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 SUBSETS = ("train", "held_out")
 
 
-@gin.register(module="gan")
-def records_dataset(global_batch_size, *, path, seed=0, with_labels=False,
-                    input_context=None):
+@gin.register(module="gan.data")
+def records_dataset(global_batch_size: int, *, path: str, seed: int = 0,
+                    with_labels: bool = False,
+                    input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
   """Endless, shuffled global batches from TFRecord files written by `ctl records`.
 
   What a TPU or a cluster reads (from local disk or `gs://`): files, each
@@ -184,7 +190,7 @@ def records_dataset(global_batch_size, *, path, seed=0, with_labels=False,
   `[H, W, C]` or `(image, label)`; batches are float32 in [-1, 1].
 
     ctl records --dataset mnist --out data/mnist_records
-    dataset = gan.records_dataset(64, path="data/mnist_records")
+    dataset = gan.data.records_dataset(64, path="data/mnist_records")
 
   Args:
     global_batch_size: examples per batch over all replicas (with
@@ -212,16 +218,17 @@ def records_dataset(global_batch_size, *, path, seed=0, with_labels=False,
       tf.data.AUTOTUNE)
 
 
-def is_held_out(relative_path, fraction):
+def is_held_out(relative_path: str, fraction: float) -> bool:
   """Whether a file is held out: from a hash of its path, so adding files moves none."""
   digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
   return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < fraction
 
 
-@gin.register(module="gan")
-def image_folder_dataset(directory, global_batch_size, *, image_size, channels=3,
-                         subset="train", held_out_fraction=0.1, seed=0,
-                         with_labels=False):
+@gin.register(module="gan.data")
+def image_folder_dataset(directory: str, global_batch_size: int, *,
+                         image_size: Sequence[int], channels: int = 3, subset: str = "train",
+                         held_out_fraction: float = 0.1, seed: int = 0,
+                         with_labels: bool = False) -> tf.data.Dataset:
   """Endless, shuffled global batches of the images in a folder (and its subfolders).
 
   Args:
@@ -295,8 +302,10 @@ def _image_files(directory, subset, held_out_fraction, with_labels):
   return paths, labels
 
 
-def image_folder_examples(directory, *, channels=3, image_size=None, subset="train",
-                          held_out_fraction=0.1, with_labels=False):
+def image_folder_examples(directory: str, *, channels: int = 3,
+                          image_size: Sequence[int] | None = None, subset: str = "train",
+                          held_out_fraction: float = 0.1,
+                          with_labels: bool = False) -> tf.data.Dataset:
   """The images of a folder one by one, in file order: uint8 `[H, W, channels]`.
 
   What `ctl records --dataset folder:PATH` writes; the same files and split
@@ -337,8 +346,9 @@ def image_folder_examples(directory, *, channels=3, image_size=None, subset="tra
   return data.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def record_source(name, split, *, data_dir=None, channels=3, with_labels=False,
-                  image_size=None):
+def record_source(name: str, split: str, *, data_dir: str | None = None, channels: int = 3,
+                  with_labels: bool = False,
+                  image_size: Sequence[int] | None = None) -> tf.data.Dataset | None:
   """What `ctl records --dataset NAME` writes, for the names gan knows (else None).
 
   Registered under the entry points `ctl.record_sources` (pyproject.toml).

@@ -2,28 +2,31 @@
 
     def build():
       generator = gan.dcgan_generator()
-      models = {"generator": generator, "generator_ema": gan.ema_copy(generator)}
+      models = {"generator": generator, "generator_ema": gan.ema.ema_copy(generator)}
       ...
 
     def step(ctx, batch):
       ...                                   # update the generator
-      gan.update_ema(ctx, ctx.models["generator_ema"], ctx.models["generator"],
-                     decay=0.999, start_step=1000)
+      gan.ema.update_ema(ctx, ctx.models["generator_ema"], ctx.models["generator"],
+                         decay=0.999, start_step=1000)
 
 The average of the generator's recent weights usually gives better samples than
 its latest weights (Yazici et al., "The Unusual Effectiveness of Averaging in
 GAN Training", 2019, arXiv:1806.04498; used by ProGAN, StyleGAN and BigGAN).
 Because the copy is an ordinary model of the runner, checkpoints keep it,
 `ctl.Export("generator_ema")` exports it, and samples can come from it.
+`gan.Experiment(ema_decay=0.999)` keeps one for you.
 """
 
 import gin
 import keras
 import tensorflow as tf
 
+import ctl
 
-@gin.register(module="gan")
-def ema_copy(model, name=None):
+
+@gin.register(module="gan.ema")
+def ema_copy(model: keras.Model, name: str | None = None) -> keras.Model:
   """A copy of `model` with the same architecture and weights, for `update_ema`.
 
   Call it inside the runner's `build` (in the strategy's scope), after `model`
@@ -39,7 +42,8 @@ def ema_copy(model, name=None):
   return copy
 
 
-def update_ema(ctx, ema_model, model, *, decay=0.999, start_step=0):
+def update_ema(ctx: ctl.StepContext, ema_model: keras.Model, model: keras.Model, *,
+               decay: float = 0.999, start_step: int = 0) -> None:
   """Moves `ema_model`'s weights towards `model`'s: `ema = decay*ema + (1-decay)*w`.
 
   Before `start_step` the copy just follows the model (decay 0): averaging the
@@ -59,7 +63,7 @@ def update_ema(ctx, ema_model, model, *, decay=0.999, start_step=0):
   if len(ema_model.variables) != len(model.variables):
     raise ValueError(f"update_ema: {ema_model.name!r} has {len(ema_model.variables)} "
                      f"variables but {model.name!r} has {len(model.variables)}; make "
-                     "the copy with gan.ema_copy(model).")
+                     "the copy with gan.ema.ema_copy(model).")
   rate = tf.where(tf.cast(ctx.step, tf.int64) < start_step, 0.0, decay)
   for average, value in zip(ema_model.variables, model.variables):
     if keras.backend.is_float_dtype(average.dtype):

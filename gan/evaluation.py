@@ -1,11 +1,11 @@
 """Offline GAN evaluation on MNIST: classifier FID, classifier KID, classifier score.
 
     fake = generator(z)                                   # [N, 28, 28, 1] in [-1, 1]
-    real = gan.load_mnist("test")[0]                      # held-out digits, uint8
-    fid = gan.classifier_fid(fake, real)                  # real vs real: ~0.6
-    kid, kid_std = gan.classifier_kid(fake, real)
-    score = gan.classifier_score(fake)                    # 1 (one class) .. 10
-    fid = gan.inception_fid(fake, real, "inception_v3_..._notop.h5")  # if you have it
+    real = gan.data.load_mnist("test")[0]                 # held-out digits, uint8
+    fid = gan.evaluation.classifier_fid(fake, real)       # real vs real: ~0.6
+    kid, kid_std = gan.evaluation.classifier_kid(fake, real)
+    score = gan.evaluation.classifier_score(fake)         # 1 (one class) .. 10
+    fid = gan.evaluation.inception_fid(fake, real, "inception_v3_..._notop.h5")  # if you have it
 
 FID and KID compare feature statistics of two image sets. Here the features
 are the 64-d last hidden layer of a small classifier trained on real MNIST
@@ -102,8 +102,8 @@ def _outputs(images, batch_size, name="images"):
                for k in (0, 1))
 
 
-@gin.register(module="gan")
-def classifier_features(images, batch_size=500):
+@gin.register(module="gan.evaluation")
+def classifier_features(images: np.ndarray, batch_size: int = 500) -> np.ndarray:
   """Features of the shipped MNIST classifier (its 64-unit last hidden layer).
 
   Args:
@@ -159,8 +159,8 @@ def _trace_sqrt_product(centered_a, centered_b):
   return float(np.linalg.svd(r_b @ r_a.T, compute_uv=False).sum() / scale)
 
 
-@gin.register(module="gan")
-def frechet_distance(features_a, features_b):
+@gin.register(module="gan.evaluation")
+def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
   """Frechet distance between Gaussians fitted to two feature sets (the F in FID).
 
   |mu_a - mu_b|^2 + Tr(S_a + S_b - 2 (S_a S_b)^(1/2)), from Heusel et al., "GANs
@@ -190,8 +190,9 @@ def frechet_distance(features_a, features_b):
                - 2.0 * _trace_sqrt_product(centered_a, centered_b))
 
 
-@gin.register(module="gan")
-def kernel_distance(features_a, features_b, *, num_subsets=10, subset_size=1000, seed=0):
+@gin.register(module="gan.evaluation")
+def kernel_distance(features_a: np.ndarray, features_b: np.ndarray, *, num_subsets: int = 10,
+                    subset_size: int = 1000, seed: int = 0) -> tuple[float, float]:
   """KID: unbiased MMD^2 with the kernel k(x, y) = (x.y / d + 1)^3, over subsets.
 
   Binkowski et al., "Demystifying MMD GANs", 2018 (arXiv:1801.01401): unlike FID
@@ -238,8 +239,8 @@ def kernel_distance(features_a, features_b, *, num_subsets=10, subset_size=1000,
   return float(np.mean(values)), float(np.std(values))
 
 
-@gin.register(module="gan")
-def classifier_score(images, batch_size=500):
+@gin.register(module="gan.evaluation")
+def classifier_score(images: np.ndarray, batch_size: int = 500) -> float:
   """exp(E_x KL(p(y|x) || p(y))) with the shipped classifier's softmax: 1 to 10.
 
   The Inception Score formula (Salimans et al., "Improved Techniques for
@@ -263,8 +264,8 @@ def classifier_score(images, batch_size=500):
   return float(np.exp(np.mean(np.sum(p * (log_p - log_marginal), axis=1))))
 
 
-@gin.register(module="gan")
-def classifier_fid(images_a, images_b, batch_size=500):
+@gin.register(module="gan.evaluation")
+def classifier_fid(images_a: np.ndarray, images_b: np.ndarray, batch_size: int = 500) -> float:
   """Frechet distance of two digit sets in the shipped classifier's feature space.
 
   Not Inception FID: see the module docstring. Held-out vs training digits
@@ -272,7 +273,7 @@ def classifier_fid(images_a, images_b, batch_size=500):
 
   Args:
     images_a: digits [N, 28, 28(, 1)], uint8 or float in [-1, 1].
-    images_b: digits, the same way (usually `gan.load_mnist("test")[0]`).
+    images_b: digits, the same way (usually `gan.data.load_mnist("test")[0]`).
     batch_size: images per forward pass.
 
   Returns:
@@ -282,9 +283,10 @@ def classifier_fid(images_a, images_b, batch_size=500):
                           _outputs(images_b, batch_size, "images_b")[1])
 
 
-@gin.register(module="gan")
-def classifier_kid(images_a, images_b, *, num_subsets=10, subset_size=1000, seed=0,
-                   batch_size=500):
+@gin.register(module="gan.evaluation")
+def classifier_kid(images_a: np.ndarray, images_b: np.ndarray, *, num_subsets: int = 10,
+                   subset_size: int = 1000, seed: int = 0,
+                   batch_size: int = 500) -> tuple[float, float]:
   """Kernel distance (KID) of two digit sets in the shipped classifier's features.
 
   Args:
@@ -321,8 +323,9 @@ def _inception_features(model, images, batch_size):
   return np.concatenate(out)
 
 
-@gin.register(module="gan")
-def inception_fid(images_a, images_b, weights, batch_size=50):
+@gin.register(module="gan.evaluation")
+def inception_fid(images_a: np.ndarray, images_b: np.ndarray, weights: str,
+                  batch_size: int = 50) -> float:
   """FID in InceptionV3 pool features (2048-d), from weights you have locally.
 
   The feature space of FID as published (Heusel et al. 2017), but through
@@ -350,7 +353,7 @@ def inception_fid(images_a, images_b, weights, batch_size=50):
         f"inception_fid: no Inception weights at {weights}. On a machine with internet, "
         f"download Keras' {_INCEPTION_FILE} ({_INCEPTION_URL}; "
         "keras.applications.InceptionV3(include_top=False) also fetches it into "
-        "~/.keras/models) and pass its path. gan.classifier_fid needs no download.")
+        "~/.keras/models) and pass its path. gan.evaluation.classifier_fid needs no download.")
   _check_batch_size(batch_size)
   # InceptionV3's own preprocessing maps [0, 255] to [-1, 1], our range already.
   images_a = _as_unit_images(images_a, "images_a", size=None, channels=(1, 3))

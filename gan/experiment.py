@@ -1,27 +1,30 @@
-"""A GAN experiment from parts: the step, the models, the outer loop; driven by gin.
+"""A GAN experiment as an object: its parts, and one method per job.
 
-    gan.train("runs/wgan_gp", num_steps=5000,
-              generator_loss=gan.wasserstein_generator_loss,
-              discriminator_loss=gan.wasserstein_discriminator_loss,
-              penalty=gan.wasserstein_gradient_penalty, discriminator_steps=5)
+    experiment = gan.Experiment(loss=gan.losses.wasserstein,
+                                penalty=gan.penalties.wasserstein_gradient_penalty,
+                                discriminator_steps=5, schedule=gan.Schedule(num_steps=1000))
+    experiment.train("runs/wgan_gp")         # rerun to resume
+    experiment.evaluate("runs/wgan_gp")      # {"step": 1000, "classifier_fid": ...}
+    experiment.export("runs/wgan_gp")        # the generator: .keras and a SavedModel
 
     ctl train examples/configs/wgan_gp.gin   # the same, from a .gin file
 
-`make_step` is an ordinary ctl step (read it to see how a GAN step is written);
-`train` wires it to a `ctl.Runner` and `fit` with checkpoints, summaries,
-sample grids, classifier FID and export; `mode="eval"`, `"export"` or `"build"`
-restores and evaluates, restores and exports, or only builds the same runner
-(what `ctl eval`, `ctl export` and `ctl check` run). With `encoder` it trains a
-BiGAN/ALI (three models, three optimizers); with `num_classes` a
-class-conditional GAN; with `ema_decay` an EMA copy of the generator that
-samples, FID and export use.
+`Experiment` says what the experiment is (data, models, loss family, penalty,
+optimizers, EMA, `Schedule`); its methods build, train, evaluate and export
+the same runner, and are what the `ctl` command calls (the contract is
+`ctl.experiments.Experiment`). `make_step` is the ordinary ctl step it trains
+(read it to see how a GAN step is written) and `make_build` the runner's
+`build`; `fixed_samples` and `ClassifierFID` are the outer loop's sample grids
+and FID, usable in a hand-written `fit`.
 """
 
+import dataclasses
 import functools
 import inspect
 import logging
 import os
 import warnings
+from typing import Callable
 
 import gin
 import keras
@@ -29,28 +32,33 @@ import numpy as np
 import tensorflow as tf
 
 import ctl
+from ctl import arguments
 from gan import data as data_lib
 from gan import ema as ema_lib
 from gan import losses
 from gan import models as models_lib
 from gan import penalties
 
-_log = logging.getLogger("ctl.gan")  # shown by ctl's handler
+_log = logging.getLogger("ctl.gan")  # shown wherever the "ctl" logger is
 
 # Adam(2e-4, beta_1=0.5): the DCGAN paper's settings (Radford et al. 2016, section 4).
 default_optimizer = functools.partial(keras.optimizers.Adam, 2e-4, beta_1=0.5)
 gin.external_configurable(keras.optimizers.Adam, module="keras.optimizers")
 gin.external_configurable(keras.optimizers.RMSprop, module="keras.optimizers")
 
+Strategy = str | tf.distribute.Strategy  # a ctl.make_strategy name, or a strategy
+Optimizer = Callable[[], keras.optimizers.Optimizer]  # called in the strategy's scope
 
-def _is(fn, target):
+
+def _is(fn: Callable, target: Callable) -> bool:
   """Whether `fn` is `target`, also when gin handed over its configured wrapper."""
   return inspect.unwrap(fn) is target
 
 
-def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalty,
-              noise_dim=64, discriminator_steps=1, conditional=False, encoder=False,
-              ema_decay=None, ema_start_step=0):
+def make_step(*, loss: losses.LossFamily = losses.non_saturating,
+              penalty: Callable = penalties.no_penalty, noise_dim: int = 64,
+              discriminator_steps: int = 1, conditional: bool = False, encoder: bool = False,
+              ema_decay: float | None = None, ema_start_step: int = 0) -> Callable:
   """A ctl step: `discriminator_steps` discriminator updates, then one generator update.
 
   Each discriminator update takes its own batch (the runner's
@@ -61,10 +69,7 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
   labels swapped (Donahue et al. 2017, section 3).
   """
   penalized = not _is(penalty, penalties.no_penalty)
-  if encoder and penalized:
-    raise ValueError("penalty: a BiGAN/ALI discriminator scores (image, code) pairs, "
-                     f"and {getattr(penalty, '__name__', penalty)} penalises image "
-                     "gradients only; use gan.no_penalty with an encoder.")
+  _check_penalty(penalty, encoder)
 
   def pair_logits(ctx, real, fake, z):
     """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z)."""
@@ -86,11 +91,11 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
             lambda x: discriminator(x, training=True))
         real_logits, fake_logits = critic(real), critic(fake)
         extra = penalty(ctx, critic, real, fake)
-      loss = ctx.average(discriminator_loss(real_logits, fake_logits))
+      d_loss = ctx.average(loss.discriminator(real_logits, fake_logits))
       extra = ctx.average(extra)
-      total = loss + extra
+      total = d_loss + extra
     ctx.minimize(total, "discriminator", tape=tape)
-    return loss, extra
+    return d_loss, extra
 
   def generator_update(ctx, real, labels):
     generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
@@ -100,14 +105,14 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
       if encoder:
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
         # Swapped labels: fakes should look real, real pairs fake.
-        loss = ctx.average(discriminator_loss(fake_logits, real_logits))
+        g_loss = ctx.average(loss.discriminator(fake_logits, real_logits))
       else:
         fake_logits = discriminator([fake, labels] if conditional else fake, training=True)
-        loss = ctx.average(generator_loss(fake_logits))
-    ctx.minimize(loss, "generator", tape=tape)
+        g_loss = ctx.average(loss.generator(fake_logits))
+    ctx.minimize(g_loss, "generator", tape=tape)
     if encoder:
-      ctx.minimize(loss, "encoder", tape=tape)
-    return loss
+      ctx.minimize(g_loss, "encoder", tape=tape)
+    return g_loss
 
   def step(ctx, batches):
     batches = batches if discriminator_steps > 1 else (batches,)
@@ -126,10 +131,14 @@ def make_step(*, generator_loss, discriminator_loss, penalty=penalties.no_penalt
   return step
 
 
-def make_build(*, generator, discriminator, encoder=None, image_shape, noise_dim,
-               num_classes=None, generator_optimizer=default_optimizer,
-               discriminator_optimizer=default_optimizer,
-               encoder_optimizer=default_optimizer, ema_decay=None):
+def make_build(*, generator: Callable[..., keras.Model],
+               discriminator: Callable[..., keras.Model],
+               encoder: Callable[..., keras.Model] | None = None,
+               image_shape: tuple[int, ...], noise_dim: int, num_classes: int | None = None,
+               generator_optimizer: Optimizer = default_optimizer,
+               discriminator_optimizer: Optimizer = default_optimizer,
+               encoder_optimizer: Optimizer = default_optimizer,
+               ema_decay: float | None = None) -> Callable:
   """The runner's `build`: models from the factories, sized for the data; optimizers."""
   conditional = {"num_classes": num_classes} if num_classes else {}
 
@@ -152,7 +161,8 @@ def make_build(*, generator, discriminator, encoder=None, image_shape, noise_dim
   return build
 
 
-def fixed_samples(noise_dim, *, num_classes=None, rows=8, model="generator", seed=0):
+def fixed_samples(noise_dim: int, *, num_classes: int | None = None, rows: int = 8,
+                  model: str = "generator", seed: int = 0) -> Callable:
   """A function of the models giving a rows x rows grid from the same noise each time.
 
   Class-conditional: a 10 x 10 grid (for 10 classes), one class per column.
@@ -167,24 +177,26 @@ class ClassifierFID(ctl.Action):
   """Action: classifier FID of generated digits against the held-out MNIST digits.
 
   Computed in the feature space of the small MNIST classifier shipped with
-  `gan.evaluation` (not Inception), against `gan.load_mnist("test")`, which no
-  model trains on. Written as `classifier_fid` to `events/eval`; the latest
-  value is `self.history[-1]`.
+  `gan.evaluation` (not Inception), against `gan.data.load_mnist("test")`,
+  which no model trains on. Written as `classifier_fid` to `events/eval`; the
+  latest value is `self.history[-1]`.
   """
 
   collective = False  # generated and scored on the chief alone
 
-  def __init__(self, noise_dim, every=None, *, num_samples=5000, num_classes=None,
-               model="generator", seed=1):
+  def __init__(self, noise_dim: int, every: ctl.Every | None = None, *,
+               num_samples: int = 5000, num_classes: int | None = None,
+               model: str = "generator", seed: int = 1):
     self.every = every
-    self.history = []
+    self.history: list[tuple[int, float]] = []
     self._model = model
     rng = np.random.default_rng(seed)
     self._z = rng.normal(size=(num_samples, noise_dim)).astype("float32")
     self._labels = (np.arange(num_samples) % num_classes).astype("int32") if num_classes else None
     self._reference = None
 
-  def generate(self, models, batch_size=500):
+  def generate(self, models: dict[str, keras.Model], batch_size: int = 500) -> np.ndarray:
+    """The images `models[model]` makes from the action's fixed noise (and labels)."""
     out = []
     for start in range(0, len(self._z), batch_size):
       z = self._z[start:start + batch_size]
@@ -192,7 +204,7 @@ class ClassifierFID(ctl.Action):
       out.append(np.asarray(models[self._model](inputs, training=False)))
     return np.concatenate(out)
 
-  def compute(self, models):
+  def compute(self, models: dict[str, keras.Model]) -> float:
     """The classifier FID of `models[model]`'s samples against the held-out digits."""
     from gan import evaluation  # loads the classifier only when FID is asked for
     if self._reference is None:
@@ -200,7 +212,7 @@ class ClassifierFID(ctl.Action):
     fake = evaluation.classifier_features(self.generate(models))
     return float(evaluation.frechet_distance(fake, self._reference))
 
-  def __call__(self, context):
+  def __call__(self, context: ctl.FitContext) -> None:
     value = self.compute(context.runner.models)
     self.history.append((context.step, value))
     with context.writer("eval").as_default(step=context.step):
@@ -208,39 +220,67 @@ class ClassifierFID(ctl.Action):
     _log.info("classifier FID at step %d: %.3f", context.step, value)
 
 
-MODES = ("train", "eval", "export", "build")
+@gin.configurable(module="gan")
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """When an experiment trains, saves, draws samples and measures FID, in steps.
 
-
-# `mode` and `export_dir` say what to do with the experiment, not what it is:
-# the command line passes them, and the operative config does not record them.
-@gin.configurable(module="gan", denylist=["mode", "export_dir"])
-def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size=64,
-          generator=models_lib.dcgan_generator, discriminator=models_lib.dcgan_discriminator,
-          encoder=None, generator_loss=losses.non_saturating_generator_loss,
-          discriminator_loss=losses.non_saturating_discriminator_loss,
-          penalty=penalties.no_penalty, discriminator_steps=1, noise_dim=64,
-          num_classes=None, generator_optimizer=default_optimizer,
-          discriminator_optimizer=default_optimizer, encoder_optimizer=default_optimizer,
-          ema_decay=None, ema_start_step=0, strategy="default", steps_per_loop=50,
-          samples_every=500, fid_every=None, fid_samples=5000, checkpoint_every=1000,
-          seed=0, progress=True, mode="train", export_dir=None):
-  """Trains (or evaluates, exports, builds) a GAN built from parts; rerun to resume.
-
-  `ctl train|eval|export|check CONFIG.gin` call this with the `mode` of the
-  subcommand; every mode builds the same runner.
-
-  Args:
-    workdir: where checkpoints, events, samples and the export go.
+  Attributes:
     num_steps: the generator step to train up to.
-    dataset: a function `(global_batch_size) -> tf.data.Dataset` of images
-      in [-1, 1] (or `(images, labels)` with `num_classes`).
+    steps_per_loop: steps per compiled call (the outer loop acts between calls).
+    samples_every: steps between PNG sample grids.
+    checkpoint_every: steps between checkpoints (and one at the end).
+    fid_every: steps between classifier FIDs (28x28x1 images only); None: at
+      the end only; 0: never.
+  """
+
+  num_steps: int = 5000
+  steps_per_loop: int = 50
+  samples_every: int = 500
+  checkpoint_every: int = 1000
+  fid_every: int | None = None
+
+  def __post_init__(self) -> None:
+    arguments.integer("num_steps", self.num_steps, minimum=0)
+    for name in ("steps_per_loop", "samples_every", "checkpoint_every"):
+      arguments.integer(name, getattr(self, name), minimum=1)
+    if self.fid_every is not None:
+      arguments.integer("fid_every", self.fid_every, minimum=0,
+                        meaning="0: never; None: at the end only")
+
+
+@gin.configurable(module="gan")
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """A GAN experiment: what it trains, on what, with which losses, and when.
+
+  One method per job, each building the same runner:
+
+      experiment = gan.Experiment(loss=gan.losses.hinge, schedule=gan.Schedule(num_steps=3000))
+      experiment.train("runs/hinge")       # trains to step 3000, resuming; returns the runner
+      experiment.evaluate("runs/hinge")    # {"step": 3000, "classifier_fid": 35.3}
+      experiment.export("runs/hinge")      # [".../generator.keras", ".../generator"]
+      experiment.build()                   # the runner, untrained (what `ctl check` checks)
+
+  Making one checks the arguments and runs no TensorFlow op: a multi-worker
+  strategy must exist before the first op, so the data and the models are
+  made by each method under the strategy it is given. With `encoder` it is a
+  BiGAN/ALI (three models, three optimizers); with `num_classes` a
+  class-conditional GAN; with `ema_decay` an EMA copy of the generator
+  (`generator_ema`) gives the samples, the FID and the export.
+
+  Attributes:
+    dataset: a function `(global_batch_size) -> tf.data.Dataset` of images in
+      [-1, 1] (or `(images, labels)` with `num_classes`).
     batch_size: global batch size.
     generator, discriminator, encoder: model factories. The generator is called
       with `noise_dim`, `image_shape` (and `num_classes`); the discriminator
       with `image_shape` (and `num_classes`), or with `latent_dim` when there
       is an encoder (a BiGAN pair discriminator such as
-      `gan.bigan_discriminator`); the encoder with `latent_dim`, `image_shape`.
-    generator_loss, discriminator_loss: a loss family from `gan.losses`.
+      `gan.models.bigan_discriminator`); the encoder with `latent_dim`,
+      `image_shape`.
+    loss: the loss family, e.g. `gan.losses.hinge`: the generator's and the
+      discriminator's loss, chosen together.
     penalty: a discriminator penalty from `gan.penalties`.
     discriminator_steps: discriminator updates per generator update, each on
       its own batch (WGAN-GP uses 5).
@@ -248,73 +288,160 @@ def train(workdir, *, num_steps=5000, dataset=data_lib.mnist_dataset, batch_size
     num_classes: train a class-conditional GAN on `(images, labels)` batches.
     generator_optimizer, discriminator_optimizer, encoder_optimizer: functions
       returning a Keras optimizer (called in the strategy's scope).
-    ema_decay: keep an EMA copy of the generator (`generator_ema`) with this
-      decay, from `ema_start_step`; samples, FID and export then use it.
-    strategy: a `ctl.make_strategy` name or a `tf.distribute.Strategy`.
-    steps_per_loop: steps per compiled call.
-    samples_every: steps between PNG sample grids.
-    fid_every: steps between classifier FIDs (28x28x1 images only); None: at
-      the end only; 0: never.
+    ema_decay: keep an EMA copy of the generator with this decay, from step
+      `ema_start_step`.
+    schedule: when to stop, save, draw samples and measure FID.
     fid_samples: generated images per FID.
-    checkpoint_every: steps between checkpoints (and at the end).
     seed: the runner's seed (initial weights, noise).
-    progress: show progress.
-    mode: "train" fits to `num_steps`, resuming from `<workdir>/checkpoints`;
-      "build" returns the runner untrained; "eval" restores the newest
-      checkpoint and returns `{"step": ..., "classifier_fid": ...}` (FID for
-      28x28x1 images only); "export" restores it and exports the generator
-      (or its EMA copy).
-    export_dir: where mode "export" writes (default `<workdir>/export`).
-
-  Returns:
-    The `ctl.Runner` ("train", "build"), the metrics ("eval"), or the paths
-    of the `.keras` file and the SavedModel ("export").
-
-  Raises:
-    FileNotFoundError: mode "eval" or "export" and no checkpoint in the workdir.
   """
-  if mode not in MODES:
-    raise ValueError(f"mode {mode!r} is not known; use one of {', '.join(MODES)}.")
-  if encoder is not None and _is(discriminator, models_lib.dcgan_discriminator):
-    raise ValueError("encoder is set, so the discriminator must score (image, code) "
-                     "pairs; pass discriminator=gan.bigan_discriminator.")
-  # The strategy first: a multi-worker one must exist before any TF op (the dataset's).
-  strategy = ctl.make_strategy(strategy) if isinstance(strategy, str) else strategy
-  data, image_shape = _data(dataset, batch_size, num_classes)
-  runner = ctl.Runner(
-      make_step(generator_loss=generator_loss, discriminator_loss=discriminator_loss,
-                penalty=penalty, noise_dim=noise_dim,
-                discriminator_steps=discriminator_steps, conditional=bool(num_classes),
-                encoder=encoder is not None, ema_decay=ema_decay,
-                ema_start_step=ema_start_step),
-      make_build(generator=generator, discriminator=discriminator, encoder=encoder,
-                 image_shape=image_shape, noise_dim=noise_dim, num_classes=num_classes,
-                 generator_optimizer=generator_optimizer,
-                 discriminator_optimizer=discriminator_optimizer,
-                 encoder_optimizer=encoder_optimizer, ema_decay=ema_decay),
-      data, strategy=strategy, seed=seed, steps_per_loop=steps_per_loop,
-      batches_per_step=discriminator_steps)
-  shown = "generator_ema" if ema_decay is not None else "generator"
-  fid = None
-  if image_shape == (28, 28, 1):  # the classifier's digits
-    fid = ClassifierFID(noise_dim, ctl.Every(steps=fid_every) if fid_every else None,
-                        num_samples=fid_samples, num_classes=num_classes, model=shown)
-  if mode == "build":
-    return runner
-  if mode == "train":
-    actions = [ctl.Samples(fixed_samples(noise_dim, num_classes=num_classes, model=shown),
-                           ctl.Every(steps=samples_every)),
-               ctl.Export(shown)] + ([fid] if fid and fid_every != 0 else [])
-    runner.fit(num_steps, workdir, checkpoint=ctl.Checkpoint(ctl.Every(steps=checkpoint_every)),
+
+  dataset: Callable[[int], tf.data.Dataset] = data_lib.mnist_dataset
+  batch_size: int = 64
+  generator: Callable[..., keras.Model] = models_lib.dcgan_generator
+  discriminator: Callable[..., keras.Model] = models_lib.dcgan_discriminator
+  encoder: Callable[..., keras.Model] | None = None
+  loss: losses.LossFamily = losses.non_saturating
+  penalty: Callable = penalties.no_penalty
+  discriminator_steps: int = 1
+  noise_dim: int = 64
+  num_classes: int | None = None
+  generator_optimizer: Optimizer = default_optimizer
+  discriminator_optimizer: Optimizer = default_optimizer
+  encoder_optimizer: Optimizer = default_optimizer
+  ema_decay: float | None = None
+  ema_start_step: int = 0
+  schedule: Schedule = dataclasses.field(default_factory=Schedule)
+  fid_samples: int = 5000
+  seed: int = 0
+
+  def __post_init__(self) -> None:
+    _check(self)
+
+  def build(self, strategy: Strategy = "default") -> ctl.Runner:
+    """The runner under `strategy`, untrained: data, models, optimizers and step."""
+    return self._runner(strategy)[0]
+
+  def train(self, workdir: str, strategy: Strategy = "default", *,
+            progress: bool = True) -> ctl.Runner:
+    """Trains to `schedule.num_steps`, resuming from `<workdir>/checkpoints`; the runner.
+
+    Writes checkpoints (and the operative gin config beside them), TensorBoard
+    events, sample grids from fixed noise (`samples/`), the classifier FID of
+    28x28x1 images (`events/eval`) and the export (`export/`) to `workdir`.
+    """
+    runner, image_shape = self._runner(strategy)
+    schedule = self.schedule
+    actions = [ctl.Samples(fixed_samples(self.noise_dim, num_classes=self.num_classes,
+                                         model=self.sampled_model),
+                           ctl.Every(steps=schedule.samples_every)),
+               ctl.Export(self.sampled_model)]
+    fid = self._fid(image_shape)
+    if fid is not None and schedule.fid_every != 0:
+      actions.append(fid)
+    runner.fit(schedule.num_steps, workdir,
+               checkpoint=ctl.Checkpoint(ctl.Every(steps=schedule.checkpoint_every)),
                actions=actions, progress=progress)
     return runner
-  step = runner.restore(workdir)
-  if mode == "eval":
+
+  def evaluate(self, workdir: str, strategy: Strategy = "default") -> dict[str, float]:
+    """Restores the newest checkpoint; `{"step": ..., "classifier_fid": ...}`.
+
+    The FID is that of `sampled_model`, on 28x28x1 images only.
+
+    Raises:
+      FileNotFoundError: no checkpoint in `<workdir>/checkpoints`.
+    """
+    runner, image_shape = self._runner(strategy)
+    step = runner.restore(workdir)
+    fid = self._fid(image_shape)
     return {"step": step, **({"classifier_fid": fid.compute(runner.models)} if fid else {})}
-  return runner.export(shown, export_dir or os.path.join(workdir, "export"))
+
+  def export(self, workdir: str, directory: str | None = None,
+             strategy: Strategy = "default") -> list[str]:
+    """Restores the newest checkpoint and exports `sampled_model`; the paths written.
+
+    Writes `<name>.keras` and a SavedModel `<name>/` to `directory` (default
+    `<workdir>/export`).
+
+    Raises:
+      FileNotFoundError: no checkpoint in `<workdir>/checkpoints`.
+    """
+    runner, _ = self._runner(strategy)
+    runner.restore(workdir)
+    return list(runner.export(self.sampled_model,
+                              directory or os.path.join(workdir, "export")))
+
+  @property
+  def sampled_model(self) -> str:
+    """The model that samples, FID and export use: the EMA copy if there is one."""
+    return "generator_ema" if self.ema_decay is not None else "generator"
+
+  def _runner(self, strategy: Strategy) -> tuple[ctl.Runner, tuple[int, ...]]:
+    """The runner and the data's image shape."""
+    # The strategy first: a multi-worker one must exist before any TF op (the dataset's).
+    strategy = ctl.make_strategy(strategy) if isinstance(strategy, str) else strategy
+    data, image_shape = _data(self.dataset, self.batch_size, self.num_classes)
+    step = make_step(loss=self.loss, penalty=self.penalty, noise_dim=self.noise_dim,
+                     discriminator_steps=self.discriminator_steps,
+                     conditional=bool(self.num_classes), encoder=self.encoder is not None,
+                     ema_decay=self.ema_decay, ema_start_step=self.ema_start_step)
+    build = make_build(generator=self.generator, discriminator=self.discriminator,
+                       encoder=self.encoder, image_shape=image_shape, noise_dim=self.noise_dim,
+                       num_classes=self.num_classes,
+                       generator_optimizer=self.generator_optimizer,
+                       discriminator_optimizer=self.discriminator_optimizer,
+                       encoder_optimizer=self.encoder_optimizer, ema_decay=self.ema_decay)
+    runner = ctl.Runner(step, build, data, strategy=strategy, seed=self.seed,
+                        steps_per_loop=self.schedule.steps_per_loop,
+                        batches_per_step=self.discriminator_steps)
+    return runner, image_shape
+
+  def _fid(self, image_shape: tuple[int, ...]) -> ClassifierFID | None:
+    """The classifier FID action, for the classifier's 28x28x1 digits only."""
+    if image_shape != (28, 28, 1):
+      return None
+    fid_every = self.schedule.fid_every
+    return ClassifierFID(self.noise_dim, ctl.Every(steps=fid_every) if fid_every else None,
+                         num_samples=self.fid_samples, num_classes=self.num_classes,
+                         model=self.sampled_model)
 
 
-def _data(dataset, batch_size, num_classes):
+def _check(experiment: Experiment) -> None:
+  """Raises, naming the argument, if `experiment`'s parts cannot work together."""
+  if not isinstance(experiment.loss, losses.LossFamily):
+    raise TypeError(f"loss must be a loss family such as gan.losses.hinge (a "
+                    f"gan.losses.LossFamily), got {experiment.loss!r}.")
+  if not isinstance(experiment.schedule, Schedule):
+    raise TypeError(f"schedule must be a gan.Schedule, got {experiment.schedule!r}.")
+  if experiment.encoder is not None and _is(experiment.discriminator,
+                                            models_lib.dcgan_discriminator):
+    raise ValueError("encoder is set, so the discriminator must score (image, code) "
+                     "pairs; pass discriminator=gan.models.bigan_discriminator.")
+  arguments.integer("batch_size", experiment.batch_size, minimum=1)
+  arguments.integer("discriminator_steps", experiment.discriminator_steps, minimum=1)
+  arguments.integer("noise_dim", experiment.noise_dim, minimum=1)
+  if experiment.num_classes is not None:
+    arguments.integer("num_classes", experiment.num_classes, minimum=2,
+                      meaning="None: unconditional")
+  if experiment.ema_decay is not None:
+    arguments.number("ema_decay", experiment.ema_decay, minimum=0)
+    if experiment.ema_decay >= 1:
+      raise ValueError(f"ema_decay must be in [0, 1), got {experiment.ema_decay!r}; "
+                       "0.999 is usual.")
+  arguments.integer("ema_start_step", experiment.ema_start_step, minimum=0)
+  arguments.integer("fid_samples", experiment.fid_samples, minimum=2)
+  _check_penalty(experiment.penalty, experiment.encoder is not None)
+
+
+def _check_penalty(penalty: Callable, encoder: bool) -> None:
+  if encoder and not _is(penalty, penalties.no_penalty):
+    raise ValueError("penalty: a BiGAN/ALI discriminator scores (image, code) pairs, "
+                     f"and {getattr(penalty, '__name__', penalty)} penalises image "
+                     "gradients only; use gan.penalties.no_penalty with an encoder.")
+
+
+def _data(dataset: Callable[[int], tf.data.Dataset], batch_size: int,
+          num_classes: int | None) -> tuple[tf.data.Dataset, tuple[int, ...]]:
   """The dataset of global batches and its image shape, checked against num_classes."""
   data = dataset(batch_size)
   if num_classes and not isinstance(data.element_spec, tuple):
@@ -325,7 +452,7 @@ def _data(dataset, batch_size, num_classes):
   return data, tuple(int(d) for d in spec.shape[1:])
 
 
-def warn_if_out_of_range(data, num_classes):
+def warn_if_out_of_range(data: tf.data.Dataset, num_classes: int | None) -> None:
   """Warns if the first batch's images are not in the generator's (-1, 1).
 
   Images in [0, 255] (or [0, 1]) let the discriminator tell real from fake by
@@ -337,8 +464,8 @@ def warn_if_out_of_range(data, num_classes):
   low, high = float(tf.reduce_min(images)), float(tf.reduce_max(images))
   if images.dtype.is_integer or low < -1.001 or high > 1.001:
     warnings.warn(
-        f"gan.train: the first batch of images holds values in [{low:g}, {high:g}] "
+        f"gan.Experiment: the first batch of images holds values in [{low:g}, {high:g}] "
         f"({images.dtype.name}), but the generator's tanh output is in [-1, 1]: the "
         "discriminator can tell real from fake by the range alone. Scale the images "
         "to [-1, 1] in the dataset function, e.g. tf.cast(x, tf.float32) / 127.5 - 1.",
-        stacklevel=3)
+        stacklevel=5)  # the caller of an Experiment method

@@ -4,16 +4,20 @@
     discriminator = gan.dcgan_discriminator(width=32)            # image -> one logit
     generator = gan.dcgan_generator(image_shape=(32, 32, 3), num_classes=10)  # [z, y] -> image
     discriminator = gan.dcgan_discriminator(spectral_norm=True, num_classes=10)  # [x, y] -> logit
-    encoder = gan.dcgan_encoder(latent_dim=64)                   # image -> z (BiGAN/ALI)
-    joint = gan.bigan_discriminator(latent_dim=64)               # [x, z] -> logit
+    encoder = gan.models.dcgan_encoder(latent_dim=64)            # image -> z (BiGAN/ALI)
+    joint = gan.models.bigan_discriminator(latent_dim=64)        # [x, z] -> logit
 
 Radford et al., "Unsupervised Representation Learning with Deep Convolutional
 GANs", 2016 (arXiv:1511.06434): strided (transposed) convolutions, batch norm in
 the generator, LeakyReLU(0.2) in the discriminator, tanh output. Images of side
 28 start from 7x7 (two upsamplings), of side 32 from 4x4 (three); any side
 divisible by 4 works. Class-conditional models take `[inputs, labels]` with
-integer labels `[B]`.
+integer labels `[B]`. The two DCGAN models are everyday names, `gan.dcgan_generator`
+and `gan.dcgan_discriminator` in Python and gin; the BiGAN parts are
+`gan.models.dcgan_encoder` and `gan.models.bigan_discriminator`.
 """
+
+from typing import Sequence
 
 import gin
 import keras
@@ -51,8 +55,9 @@ def _maybe_spectral(layer, spectral_norm):
 
 
 @gin.register(module="gan")
-def dcgan_generator(noise_dim=64, width=64, *, image_shape=(28, 28, 1), num_classes=None,
-                    synchronized_batch_norm=True, name="generator"):
+def dcgan_generator(noise_dim: int = 64, width: int = 64, *,
+                    image_shape: Sequence[int] = (28, 28, 1), num_classes: int | None = None,
+                    synchronized_batch_norm: bool = True, name: str = "generator") -> keras.Model:
   """Noise `[B, noise_dim]` (and labels `[B]`) -> images `[B, *image_shape]` in [-1, 1].
 
   Args:
@@ -103,8 +108,10 @@ def _convolutions(x, width, count, spectral_norm):
 
 
 @gin.register(module="gan")
-def dcgan_discriminator(width=64, *, image_shape=(28, 28, 1), spectral_norm=False,
-                        num_classes=None, conditioning="projection", name="discriminator"):
+def dcgan_discriminator(width: int = 64, *, image_shape: Sequence[int] = (28, 28, 1),
+                        spectral_norm: bool = False, num_classes: int | None = None,
+                        conditioning: str = "projection",
+                        name: str = "discriminator") -> keras.Model:
   """Images `[B, *image_shape]` (and labels `[B]`) -> logits `[B, 1]`.
 
   No dropout, so that runs stay deterministic; no batch norm, so that the
@@ -144,8 +151,9 @@ def dcgan_discriminator(width=64, *, image_shape=(28, 28, 1), spectral_norm=Fals
   return keras.Model(inputs if num_classes else images, logits, name=name)
 
 
-@gin.register(module="gan")
-def dcgan_encoder(latent_dim=64, width=64, *, image_shape=(28, 28, 1), name="encoder"):
+@gin.register(module="gan.models")
+def dcgan_encoder(latent_dim: int = 64, width: int = 64, *,
+                  image_shape: Sequence[int] = (28, 28, 1), name: str = "encoder") -> keras.Model:
   """Images `[B, *image_shape]` -> codes `[B, latent_dim]` (linear output).
 
   The encoder of BiGAN (Donahue et al., "Adversarial Feature Learning", 2017,
@@ -158,9 +166,10 @@ def dcgan_encoder(latent_dim=64, width=64, *, image_shape=(28, 28, 1), name="enc
   return keras.Model(images, codes, name=name)
 
 
-@gin.register(module="gan")
-def bigan_discriminator(latent_dim=64, width=64, *, image_shape=(28, 28, 1),
-                        spectral_norm=False, name="discriminator"):
+@gin.register(module="gan.models")
+def bigan_discriminator(latent_dim: int = 64, width: int = 64, *,
+                        image_shape: Sequence[int] = (28, 28, 1), spectral_norm: bool = False,
+                        name: str = "discriminator") -> keras.Model:
   """Pairs `[images, codes]` -> logits `[B, 1]`: real `(x, E(x))` vs fake `(G(z), z)`.
 
   Image features from the DCGAN trunk and code features from a dense layer

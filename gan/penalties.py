@@ -1,13 +1,13 @@
 """Discriminator penalties: per-example values, already weighted, one signature.
 
     critic = lambda x: discriminator(x, training=True)
-    per_example = gan.hinge_discriminator_loss(critic(real), critic(fake))
-    per_example += gan.wasserstein_gradient_penalty(ctx, critic, real, fake)
+    per_example = gan.losses.hinge.discriminator(critic(real), critic(fake))
+    per_example += gan.penalties.r1_penalty(ctx, critic, real, fake)
     d_loss = ctx.average(per_example)
 
 Every penalty is `penalty(ctx, discriminator, real, fake, *, weight=...)` and
 returns `[per_replica_batch]` float32 values, so that a config swaps them by
-reference (`gan.train.penalty = @gan.r1_penalty`). `discriminator` is any
+reference (`gan.Experiment.penalty = @gan.penalties.r1_penalty`). `discriminator` is any
 callable from images to logits (a conditional one as a closure over the
 labels). It must treat examples independently (no batch norm), because each
 example's gradient is taken from the gradient of the summed logits. Gradients
@@ -15,10 +15,15 @@ are taken with an inner tape, so an outer tape can differentiate the penalty
 with respect to the discriminator's weights.
 """
 
+from typing import Callable
+
 import gin
 import tensorflow as tf
 
+import ctl
 from ctl import arguments
+
+Discriminator = Callable[[tf.Tensor], tf.Tensor]  # images -> logits
 
 
 def _require_weight(name, weight):
@@ -35,8 +40,10 @@ def _squared_input_gradient_norm(discriminator, images):
   return tf.reduce_sum(tf.square(gradients), axis=list(range(1, gradients.shape.rank)))
 
 
-@gin.register(module="gan")
-def wasserstein_gradient_penalty(ctx, discriminator, real, fake, *, weight=10.0):
+@gin.register(module="gan.penalties")
+def wasserstein_gradient_penalty(ctx: ctl.StepContext, discriminator: Discriminator,
+                                 real: tf.Tensor, fake: tf.Tensor, *,
+                                 weight: float = 10.0) -> tf.Tensor:
   """weight * (|grad D(x_hat)| - 1)^2 at x_hat = e*real + (1-e)*fake, e ~ U[0, 1] per example.
 
   Gulrajani et al., "Improved Training of Wasserstein GANs", 2017
@@ -53,8 +60,9 @@ def wasserstein_gradient_penalty(ctx, discriminator, real, fake, *, weight=10.0)
   return weight * tf.square(tf.sqrt(squared + 1e-12) - 1.0)
 
 
-@gin.register(module="gan")
-def r1_penalty(ctx, discriminator, real, fake, *, weight=10.0, every=1):
+@gin.register(module="gan.penalties")
+def r1_penalty(ctx: ctl.StepContext, discriminator: Discriminator, real: tf.Tensor,
+               fake: tf.Tensor, *, weight: float = 10.0, every: int = 1) -> tf.Tensor:
   """(weight / 2) * |grad D(x)|^2 on real data; `weight` is the paper's gamma.
 
   Mescheder, Geiger & Nowozin, "Which Training Methods for GANs do actually
@@ -81,8 +89,9 @@ def r1_penalty(ctx, discriminator, real, fake, *, weight=10.0, every=1):
   return tf.cond(due, penalty, zeros)
 
 
-@gin.register(module="gan")
-def no_penalty(ctx, discriminator, real, fake, *, weight=0.0):
+@gin.register(module="gan.penalties")
+def no_penalty(ctx: ctl.StepContext, discriminator: Discriminator, real: tf.Tensor,
+               fake: tf.Tensor, *, weight: float = 0.0) -> tf.Tensor:
   """Zeros: switches penalties off with the same signature."""
   del ctx, discriminator, fake, weight
   return tf.zeros([tf.shape(real)[0]], tf.float32)

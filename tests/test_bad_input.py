@@ -593,11 +593,11 @@ def fit_over_steps_trained_in_memory(s):
 # Configuration (gin) and the command line.
 
 def gin_parameter_typo(s):
-  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.train.num_step = 3")
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedule.num_step = 3")
 
 
 def gin_configurable_typo(s):
-  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.trian.num_steps = 3")
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedul.num_steps = 3")
 
 
 def missing_gin_file(s):
@@ -608,13 +608,13 @@ def missing_gin_file(s):
 
 def tfds_not_prepared(s):
   import gan  # pylint: disable=import-outside-toplevel
-  _within(60, gan.tfds_dataset, "mnist", 16, data_dir=str(s.path))
+  _within(60, gan.data.tfds_dataset, "mnist", 16, data_dir=str(s.path))
 
 
 def tfds_download_offline(s):
   import gan  # pylint: disable=import-outside-toplevel
   with mock.patch.object(gan.data, "_reachable", lambda address, timeout=3.0: False):
-    _within(60, gan.tfds_dataset, "mnist", 16, data_dir=str(s.path), download=True)
+    _within(60, gan.data.tfds_dataset, "mnist", 16, data_dir=str(s.path), download=True)
 
 
 # Clusters: TF_CONFIG and the launcher.
@@ -663,7 +663,7 @@ def startup_timeout_variable_not_a_number(s):
 
 
 def gin_value_of_the_wrong_type(s):
-  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.train.batch_size = 'sixty'")
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Experiment.batch_size = 'sixty'")
 
 
 def multi_worker_peer_never_starts(s):
@@ -1089,15 +1089,15 @@ CASES = [
           "Pass another workdir")),
     # Configuration and the command line.
     Case("gin-parameter-typo",
-         "ctl train exits 2: binding `gan.train.num_step = 3` (--gin): ... (did you mean "
-         "'gan.train.num_steps'?)",
+         "ctl train exits 2: binding `gan.Schedule.num_step = 3` (--gin): ... (did you mean "
+         "'gan.Schedule.num_steps'?)",
          gin_parameter_typo, CommandFailed,
-         ("exit code 2", "gan.train.num_step = 3", "did you mean 'gan.train.num_steps'")),
+         ("exit code 2", "gan.Schedule.num_step = 3", "did you mean 'gan.Schedule.num_steps'")),
     Case("gin-configurable-typo",
-         "ctl train exits 2: binding `gan.trian.num_steps = 3` (--gin): ... (did you mean "
-         "'gan.train'?)",
+         "ctl train exits 2: binding `gan.Schedul.num_steps = 3` (--gin): ... (did you mean "
+         "'gan.Schedule'?)",
          gin_configurable_typo, CommandFailed,
-         ("exit code 2", "gan.trian.num_steps = 3", "did you mean 'gan.train'")),
+         ("exit code 2", "gan.Schedul.num_steps = 3", "did you mean 'gan.Schedule'")),
     Case("missing-gin-file",
          "ctl train exits 2: config file .../dcgn.gin not found (did you mean 'dcgan.gin'?)",
          missing_gin_file, CommandFailed,
@@ -1171,11 +1171,11 @@ CASES = [
          startup_timeout_variable_not_a_number, ValueError,
          ("CTL_STARTUP_TIMEOUT='ten minutes' is not a number of seconds", "e.g. 600")),
     Case("gin-value-of-the-wrong-type",
-         "ctl train exits 2: TypeError: global_batch_size must be an int >= 1, got "
-         "'sixty'. That value comes from `gan.train.batch_size = 'sixty'` (--gin)",
+         "ctl train exits 2: TypeError: batch_size must be an int >= 1, got "
+         "'sixty'. That value comes from `gan.Experiment.batch_size = 'sixty'` (--gin)",
          gin_value_of_the_wrong_type, CommandFailed,
          ("exit code 2", "got 'sixty'",
-          "That value comes from `gan.train.batch_size = 'sixty'` (--gin)",
+          "That value comes from `gan.Experiment.batch_size = 'sixty'` (--gin)",
           "fix the binding")),
     Case("multi-worker-peer-never-starts",
          "ctl launch exits 1 after --startup-timeout: worker ... did not become ready; stopped "
@@ -1326,15 +1326,13 @@ def _gan_layout(**options):
     import gan  # pylint: disable=import-outside-toplevel
     kind = dict(options)
     num_classes, encoder = kind.pop("num_classes", None), kind.pop("encoder", False)
-    step = experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
-                                discriminator_loss=gan.non_saturating_discriminator_loss,
-                                noise_dim=4, conditional=bool(num_classes),
-                                encoder=encoder, **kind)
-    discriminator = ((lambda **kw: gan.bigan_discriminator(width=4, **kw)) if encoder else
+    step = experiment.make_step(loss=gan.losses.non_saturating, noise_dim=4,
+                                conditional=bool(num_classes), encoder=encoder, **kind)
+    discriminator = ((lambda **kw: gan.models.bigan_discriminator(width=4, **kw)) if encoder else
                      (lambda **kw: gan.dcgan_discriminator(4, **kw)))
     build = experiment.make_build(
         generator=lambda **kw: gan.dcgan_generator(width=4, **kw), discriminator=discriminator,
-        encoder=(lambda **kw: gan.dcgan_encoder(width=4, **kw)) if encoder else None,
+        encoder=(lambda **kw: gan.models.dcgan_encoder(width=4, **kw)) if encoder else None,
         image_shape=(8, 8, 1), noise_dim=4, num_classes=num_classes,
         ema_decay=kind.get("ema_decay"))
     images = np.linspace(-1, 1, 32 * 64, dtype="float32").reshape(32, 8, 8, 1)

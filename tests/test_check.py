@@ -127,5 +127,5 @@ def test_ctl_check_passes_on_an_example_config():
   proc = run_ctl("check", os.path.join("examples", "configs", "dcgan.gin"), "--steps", "2",
                  "--gin", "gan.dcgan_generator.width = 4",
                  "--gin", "gan.dcgan_discriminator.width = 4",
-                 "--gin", "gan.train.batch_size = 8", "--gin", "gan.train.noise_dim = 8")
+                 "--gin", "gan.Experiment.batch_size = 8", "--gin", "gan.Experiment.noise_dim = 8")
   assert proc.stdout.count(" ok ") == 5, proc.stdout

@@ -59,31 +59,31 @@ def strictly_increasing(values):
 
 @pytest.fixture(scope="module")
 def digits():
-  train, train_labels = gan.load_mnist("train")
-  test, test_labels = gan.load_mnist("test")
+  train, train_labels = gan.data.load_mnist("train")
+  test, test_labels = gan.data.load_mnist("test")
   return {"train": to_unit(train), "train_labels": train_labels, "test": test,
-          "test_labels": test_labels, "real": gan.classifier_features(train),
-          "reference": gan.classifier_features(test)}
+          "test_labels": test_labels, "real": gan.evaluation.classifier_features(train),
+          "reference": gan.evaluation.classifier_features(test)}
 
 
 @pytest.fixture(scope="module")
 def noisy(digits):
   """Features of the training digits under each noise level, and of uniform noise."""
-  return {"levels": [gan.classifier_features(add_noise(digits["train"], std, seed))
+  return {"levels": [gan.evaluation.classifier_features(add_noise(digits["train"], std, seed))
                      for seed, std in enumerate(NOISE_LEVELS)],
-          "uniform": gan.classifier_features(uniform_noise(digits["train"].shape))}
+          "uniform": gan.evaluation.classifier_features(uniform_noise(digits["train"].shape))}
 
 
 def fid(features, digits):
-  return gan.frechet_distance(features, digits["reference"])
+  return gan.evaluation.frechet_distance(features, digits["reference"])
 
 
 def test_real_vs_real_below_one(digits):
   real, reference = digits["real"], digits["reference"]
   # Digits are sorted by label, so even/odd rows are disjoint class-balanced halves.
   values = {"train vs test": fid(real, digits),
-            "test halves": gan.frechet_distance(reference[::2], reference[1::2]),
-            "train halves": gan.frechet_distance(real[::2], real[1::2])}
+            "test halves": gan.evaluation.frechet_distance(reference[::2], reference[1::2]),
+            "train halves": gan.evaluation.frechet_distance(real[::2], real[1::2])}
   assert max(values.values()) < 1.0, values
 
 
@@ -99,12 +99,13 @@ def test_increases_with_additive_noise(digits, noisy):
 @pytest.mark.slow  # seconds of feature extraction
 def test_increases_with_blur(digits):
   values = [fid(digits["real"], digits)]
-  values += [fid(gan.classifier_features(blur(digits["train"], s)), digits) for s in BLUR_SIGMAS]
+  values += [fid(gan.evaluation.classifier_features(blur(digits["train"], s)), digits)
+             for s in BLUR_SIGMAS]
   assert strictly_increasing(values), values
 
 
 def test_increases_as_classes_are_dropped(digits):
-  values = [fid(gan.classifier_features(
+  values = [fid(gan.evaluation.classifier_features(
       keep_classes(digits["train"], digits["train_labels"], kept, seed=kept)), digits)
             for kept in KEPT_CLASSES]
   assert strictly_increasing(values), values
@@ -115,23 +116,23 @@ def test_unchanged_by_shuffling(digits):
   base = fid(real, digits)
   for seed in range(3):
     rng = np.random.default_rng(seed)
-    assert gan.frechet_distance(real[rng.permutation(5000)], reference) == pytest.approx(
+    assert gan.evaluation.frechet_distance(real[rng.permutation(5000)], reference) == pytest.approx(
         base, rel=1e-9)
-    assert gan.frechet_distance(real, reference[rng.permutation(5000)]) == pytest.approx(
+    assert gan.evaluation.frechet_distance(real, reference[rng.permutation(5000)]) == pytest.approx(
         base, rel=1e-9)
     # The same set reordered: 0, although 15 of the 64 ReLU features are dead
     # (always 0), which makes the covariances singular.
-    assert abs(gan.frechet_distance(real, real[rng.permutation(5000)])) < 1e-9
+    assert abs(gan.evaluation.frechet_distance(real, real[rng.permutation(5000)])) < 1e-9
   # Through the network too, although float32 convolutions round an image's
   # features by up to 3e-6 depending on its place in its batch (FID: ~3e-9).
   rng = np.random.default_rng(3)
   images_a, images_b = digits["train"][rng.permutation(5000)], digits["test"][rng.permutation(5000)]
-  assert gan.classifier_fid(images_a, images_b) == pytest.approx(base, rel=1e-6)
+  assert gan.evaluation.classifier_fid(images_a, images_b) == pytest.approx(base, rel=1e-6)
 
 
 @pytest.mark.slow  # seconds of feature extraction
 def test_kid_real_near_zero_noise_large_and_monotone(digits, noisy):
-  kid = lambda a, b=digits["reference"]: gan.kernel_distance(a, b)[0]  # noqa: E731
+  kid = lambda a, b=digits["reference"]: gan.evaluation.kernel_distance(a, b)[0]  # noqa: E731
   real, reference = digits["real"], digits["reference"]
   noise = kid(noisy["uniform"])
   # Unbiased, so real vs real scatters around 0 (either sign), far below noise.
@@ -144,15 +145,15 @@ def test_kid_real_near_zero_noise_large_and_monotone(digits, noisy):
 def test_kid_of_identical_distributions_is_unbiased():
   # Two samples of one Gaussian: the unbiased estimate averages to ~0, not > 0.
   rng = np.random.default_rng(6)
-  means = [gan.kernel_distance(rng.normal(size=(200, 8)), rng.normal(size=(200, 8)),
+  means = [gan.evaluation.kernel_distance(rng.normal(size=(200, 8)), rng.normal(size=(200, 8)),
                                num_subsets=1, seed=s)[0] for s in range(50)]
   assert abs(np.mean(means)) < 3 * np.std(means) / np.sqrt(len(means))
 
 
 def test_classifier_score(digits):
   test, labels = digits["test"], digits["test_labels"]
-  assert gan.classifier_score(test) > 9.0
-  assert gan.classifier_score(test[labels == 3]) < 2.0
+  assert gan.evaluation.classifier_score(test) > 9.0
+  assert gan.evaluation.classifier_score(test[labels == 3]) < 2.0
 
 
 def exact_samples(mean, covariance, n, seed):
@@ -169,8 +170,8 @@ def test_frechet_distance_of_diagonal_gaussians():
   a = exact_samples(mean_a, np.diag(var_a), 100, seed=0)
   b = exact_samples(mean_b, np.diag(var_b), 50, seed=1)
   expected = np.sum((mean_a - mean_b) ** 2) + np.sum(var_a + var_b - 2 * np.sqrt(var_a * var_b))
-  assert gan.frechet_distance(a, b) == pytest.approx(expected, rel=1e-9)
-  assert gan.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-9)
+  assert gan.evaluation.frechet_distance(a, b) == pytest.approx(expected, rel=1e-9)
+  assert gan.evaluation.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_frechet_distance_of_non_commuting_covariances():
@@ -181,7 +182,7 @@ def test_frechet_distance_of_non_commuting_covariances():
   expected = 1.0 + np.trace(cov_a) + np.trace(cov_b) - 2 * trace_root
   a = exact_samples(np.zeros(2), cov_a, 40, seed=2)
   b = exact_samples(np.array([1.0, 0.0]), cov_b, 30, seed=3)
-  assert gan.frechet_distance(a, b) == pytest.approx(expected, rel=1e-9)
+  assert gan.evaluation.frechet_distance(a, b) == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize("n_a, n_b, dims", [(300, 200, 16), (10, 25, 64), (25, 10, 64)])
@@ -194,15 +195,15 @@ def test_frechet_distance_matches_a_direct_computation(n_a, n_b, dims):
   eigenvalues = np.linalg.eigvals(cov_a @ cov_b).real
   direct = (np.sum((a.mean(0) - b.mean(0)) ** 2) + np.trace(cov_a) + np.trace(cov_b)
             - 2 * np.sqrt(np.clip(eigenvalues, 0, None)).sum())
-  assert gan.frechet_distance(a, b) == pytest.approx(direct, rel=1e-7)
-  assert gan.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-9 * np.trace(cov_a))
+  assert gan.evaluation.frechet_distance(a, b) == pytest.approx(direct, rel=1e-7)
+  assert gan.evaluation.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-9 * np.trace(cov_a))
 
 
 def test_images_in_every_accepted_form_agree(digits):
   test = digits["test"][:20]
-  features = gan.classifier_features(test)
+  features = gan.evaluation.classifier_features(test)
   for form in (test[..., None], to_unit(test), to_unit(test)[..., 0].astype(np.float64)):
-    np.testing.assert_allclose(gan.classifier_features(form, batch_size=7), features,
+    np.testing.assert_allclose(gan.evaluation.classifier_features(form, batch_size=7), features,
                                rtol=1e-5, atol=1e-5)
   assert features.shape == (20, 64) and features.dtype == np.float64
 
@@ -219,30 +220,30 @@ def test_images_in_every_accepted_form_agree(digits):
 ])
 def test_bad_images(images, message):
   with pytest.raises(ValueError, match=message):
-    gan.classifier_features(images)
+    gan.evaluation.classifier_features(images)
 
 
 def test_bad_images_are_named_by_argument():
   good = np.zeros((4, 28, 28), np.uint8)
   with pytest.raises(ValueError, match=r"^images_b must have shape"):
-    gan.classifier_fid(good, np.zeros((4, 32, 32), np.uint8))
+    gan.evaluation.classifier_fid(good, np.zeros((4, 32, 32), np.uint8))
   with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 0"):
-    gan.classifier_features(good, batch_size=0)
+    gan.evaluation.classifier_features(good, batch_size=0)
   with pytest.raises(ValueError, match=r"^images_a must have shape \[N, H, W\] or"):
-    gan.inception_fid(np.zeros((4, 28, 28, 2)), good, __file__)  # checked before loading
+    gan.evaluation.inception_fid(np.zeros((4, 28, 28, 2)), good, __file__)  # checked before loading
 
 
 def test_bad_features():
   with pytest.raises(ValueError, match="features_a has 4 dims but features_b has 3"):
-    gan.frechet_distance(np.zeros((5, 4)), np.zeros((5, 3)))
+    gan.evaluation.frechet_distance(np.zeros((5, 4)), np.zeros((5, 3)))
   with pytest.raises(ValueError, match="features_a has 4 dims but features_b has 3"):
-    gan.kernel_distance(np.zeros((5, 4)), np.zeros((5, 3)))
+    gan.evaluation.kernel_distance(np.zeros((5, 4)), np.zeros((5, 3)))
   with pytest.raises(ValueError, match=r"features_a must be features \[N >= 2, dims\], got shape"):
-    gan.kernel_distance(np.zeros(5), np.zeros((5, 3)))
+    gan.evaluation.kernel_distance(np.zeros(5), np.zeros((5, 3)))
   with pytest.raises(ValueError, match="features_b contains NaN"):
-    gan.frechet_distance(np.zeros((5, 3)), np.full((5, 3), np.nan))
+    gan.evaluation.frechet_distance(np.zeros((5, 3)), np.full((5, 3), np.nan))
   with pytest.raises(ValueError, match="subset_size must be >= 2"):
-    gan.kernel_distance(np.zeros((5, 3)), np.zeros((5, 3)), subset_size=1)
+    gan.evaluation.kernel_distance(np.zeros((5, 3)), np.zeros((5, 3)), subset_size=1)
 
 
 def test_classifier_is_the_shipped_version():
@@ -267,9 +268,10 @@ def test_missing_or_changed_classifier_weights(tmp_path, monkeypatch):
 
 def test_inception_fid_without_weights_says_where_to_get_them(tmp_path):
   message = ("no Inception weights at .*none.h5.*inception_v3_weights_tf_dim_ordering_tf_"
-             "kernels_notop.h5.*gan.classifier_fid needs no download")
+             "kernels_notop.h5.*gan.evaluation.classifier_fid needs no download")
   with pytest.raises(FileNotFoundError, match=message):
-    gan.inception_fid(np.zeros((2, 28, 28)), np.zeros((2, 28, 28)), str(tmp_path / "none.h5"))
+    gan.evaluation.inception_fid(np.zeros((2, 28, 28)), np.zeros((2, 28, 28)),
+                                 str(tmp_path / "none.h5"))
 
 
 @pytest.mark.slow  # seconds of feature extraction
@@ -287,8 +289,8 @@ def test_inception_fid_plumbing(tmp_path, digits):
         f, keras.applications.InceptionV3(weights=None, include_top=False, pooling="avg"))
   grey = digits["test"][::1250]  # 4 digits, uint8 [4, 28, 28]
   rgb = np.repeat(to_unit(grey), 3, axis=-1)  # the same digits as float RGB
-  same = gan.inception_fid(grey, rgb, str(path), batch_size=3)
-  different = gan.inception_fid(grey, uniform_noise((4, 28, 28, 1)), str(path))
+  same = gan.evaluation.inception_fid(grey, rgb, str(path), batch_size=3)
+  different = gan.evaluation.inception_fid(grey, uniform_noise((4, 28, 28, 1)), str(path))
   assert abs(same) < 1e-6 * different and different > 0
 
 
@@ -298,7 +300,7 @@ def test_registered_with_gin_without_wrapping():
            "classifier_fid", "classifier_kid", "inception_fid"]
   for name in names:
     function = getattr(evaluation, name)
-    assert getattr(gan, name) is function and not hasattr(function, "__wrapped__")
+    assert not hasattr(function, "__wrapped__")
     with gin.unlock_config():
-      gin.parse_config(f"test_evaluation_metric = @gan.{name}")
+      gin.parse_config(f"test_evaluation_metric = @gan.evaluation.{name}")
     assert gin.query_parameter("%test_evaluation_metric").configurable.wrapped is function

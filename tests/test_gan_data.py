@@ -25,8 +25,8 @@ def test_mnist_held_out_split_differs_from_train():
   train = first(gan.mnist_dataset(16))[0]
   test = first(gan.mnist_dataset(16, split="test"))[0]
   assert train.shape == test.shape == (16, 28, 28, 1)
-  train_set = {x.tobytes() for x in gan.load_mnist("train")[0]}
-  assert not any(x.tobytes() in train_set for x in gan.load_mnist("test")[0])
+  train_set = {x.tobytes() for x in gan.data.load_mnist("train")[0]}
+  assert not any(x.tobytes() in train_set for x in gan.data.load_mnist("test")[0])
   assert not np.array_equal(train, test)
   with pytest.raises(ValueError, match="split must be one of"):
     gan.mnist_dataset(16, split="validation")
@@ -35,7 +35,7 @@ def test_mnist_held_out_split_differs_from_train():
 def test_tfds_not_prepared_fails_at_once_naming_the_folder(tmp_path):
   start = time.monotonic()
   with pytest.raises(gan.data.DatasetNotFoundError) as error:
-    gan.tfds_dataset("mnist", 16, data_dir=str(tmp_path))
+    gan.data.tfds_dataset("mnist", 16, data_dir=str(tmp_path))
   # TFDS's own retries take ~200 s offline; the local check takes well under a
   # second. 60 s parts the two whatever the machine's load.
   assert time.monotonic() - start < 60
@@ -47,7 +47,7 @@ def test_tfds_not_prepared_fails_at_once_naming_the_folder(tmp_path):
 def test_tfds_download_without_internet_fails_at_once(tmp_path, monkeypatch):
   monkeypatch.setattr(data_lib, "_reachable", lambda address, timeout=3.0: False)
   with pytest.raises(gan.data.DatasetNotFoundError, match="cannot be reached"):
-    gan.tfds_dataset("mnist", 16, data_dir=str(tmp_path), download=True)
+    gan.data.tfds_dataset("mnist", 16, data_dir=str(tmp_path), download=True)
 
 
 class TinyDigits(tfds.core.GeneratorBasedBuilder):
@@ -71,17 +71,17 @@ class TinyDigits(tfds.core.GeneratorBasedBuilder):
 
 def test_tfds_prepared_locally_loads_by_name(tmp_path):
   TinyDigits(data_dir=str(tmp_path)).download_and_prepare()
-  images, labels = first(gan.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path),
+  images, labels = first(gan.data.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path),
                                           with_labels=True))[0]
   assert images.shape == (8, 8, 8, 1) and images.dtype == np.float32
   assert images.min() >= -1 and images.max() <= 1 and labels.dtype == np.int32
-  same = first(gan.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path)), 6)
-  again = first(gan.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path)), 6)
+  same = first(gan.data.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path)), 6)
+  again = first(gan.data.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path)), 6)
   for a, b in zip(same, again):
     np.testing.assert_array_equal(a, b)  # the same batches for the same seed
   epochs = np.concatenate(same)  # 48 images: all of epoch 1 and the start of epoch 2
   assert not np.array_equal(epochs[:8], epochs[40:48])
-  held_out = first(gan.tfds_dataset("tiny_digits", 8, split="test", data_dir=str(tmp_path),
+  held_out = first(gan.data.tfds_dataset("tiny_digits", 8, split="test", data_dir=str(tmp_path),
                                     image_size=(16, 16)))[0]
   assert held_out.shape == (8, 16, 16, 1)
 
@@ -99,12 +99,12 @@ def write_folder(root, classes=("cat", "dog", "owl"), per_class=10, size=(12, 10
 
 def test_image_folder(tmp_path):
   write_folder(tmp_path)
-  train = gan.image_folder_dataset(str(tmp_path), 4, image_size=(8, 8), with_labels=True,
+  train = gan.data.image_folder_dataset(str(tmp_path), 4, image_size=(8, 8), with_labels=True,
                                    held_out_fraction=0.3)
   images, labels = first(train)[0]
   assert images.shape == (4, 8, 8, 3) and images.min() >= -1 and images.max() <= 1
   assert set(labels) <= {0, 1, 2}
-  grey = first(gan.image_folder_dataset(str(tmp_path), 4, image_size=(8, 8), channels=1))[0]
+  grey = first(gan.data.image_folder_dataset(str(tmp_path), 4, image_size=(8, 8), channels=1))[0]
   assert grey.shape == (4, 8, 8, 1)
 
 
@@ -126,7 +126,7 @@ def test_image_folder_held_out_split_is_disjoint_and_stable(tmp_path):
   write_folder(tmp_path, classes=("cat", "dog", "owl", "yak"))  # files added
   assert _files("held_out", tmp_path) >= held_out and _files("train", tmp_path) >= train
   count = len(_files("held_out", tmp_path))
-  batch = first(gan.image_folder_dataset(str(tmp_path), count, image_size=(8, 8),
+  batch = first(gan.data.image_folder_dataset(str(tmp_path), count, image_size=(8, 8),
                                          subset="held_out", held_out_fraction=0.3))[0]
   assert len(batch) == count
 
@@ -149,7 +149,7 @@ def test_image_folder_errors(tmp_path, kwargs, message):
     kwargs["directory"] = str(tmp_path / "missing")
   args.update(kwargs)
   with pytest.raises(ValueError, match=message):
-    gan.image_folder_dataset(**args)
+    gan.data.image_folder_dataset(**args)
 
 
 @pytest.mark.parametrize("make", ["mnist", "tfds", "image_folder"])
@@ -160,10 +160,10 @@ def test_every_dataset_is_endless_by_its_cardinality_so_evaluate_refuses_it(tmp_
     dataset = gan.mnist_dataset(8)
   elif make == "tfds":
     TinyDigits(data_dir=str(tmp_path)).download_and_prepare()
-    dataset = gan.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path))
+    dataset = gan.data.tfds_dataset("tiny_digits", 8, data_dir=str(tmp_path))
   else:
     write_folder(tmp_path)
-    dataset = gan.image_folder_dataset(str(tmp_path), 4, image_size=(8, 8))
+    dataset = gan.data.image_folder_dataset(str(tmp_path), 4, image_size=(8, 8))
   assert int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
   with pytest.raises(ValueError, match="evaluation data is endless"):
     ctl.Evaluate(lambda ctx, x: {"mean": ctx.average(x[:, 0, 0, 0])}, dataset,

@@ -18,11 +18,12 @@ pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
 CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "examples", "configs", "*.gin")))
 SMALL = [
-    "gan.train.num_steps = 4", "gan.train.steps_per_loop = 2", "gan.train.batch_size = 16",
-    "gan.train.samples_every = 2", "gan.train.fid_every = 2", "gan.train.fid_samples = 200",
-    "gan.train.noise_dim = 8", "gan.train.ema_start_step = 2",
+    "gan.Schedule.num_steps = 4", "gan.Schedule.steps_per_loop = 2",
+    "gan.Experiment.batch_size = 16", "gan.Schedule.samples_every = 2",
+    "gan.Schedule.fid_every = 2", "gan.Experiment.fid_samples = 200",
+    "gan.Experiment.noise_dim = 8", "gan.Experiment.ema_start_step = 2",
     "gan.dcgan_generator.width = 4", "gan.dcgan_discriminator.width = 4",
-    "gan.dcgan_encoder.width = 4", "gan.bigan_discriminator.width = 4",
+    "gan.models.dcgan_encoder.width = 4", "gan.models.bigan_discriminator.width = 4",
 ]
 
 
@@ -49,7 +50,7 @@ def test_example_trains_from_its_config(config, tmp_path):
   python(args, timeout=300)
   assert os.path.exists(os.path.join(workdir, "checkpoints", "finished_step"))
   operative = open(os.path.join(workdir, "checkpoints", "operative_config.gin")).read()
-  assert "gan.train" in operative or "train." in operative
+  assert "gan.Experiment" in operative or "Experiment." in operative
   assert sorted(os.listdir(os.path.join(workdir, "samples"))) == [
       "samples_00000002.png", "samples_00000004.png"]
   exported = os.listdir(os.path.join(workdir, "export"))

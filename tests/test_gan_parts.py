@@ -6,6 +6,7 @@ few steps under `default` and under `mirrored` with 2 replicas; the per-step
 results and every final weight must agree.
 """
 
+import os
 import types
 
 import keras
@@ -34,8 +35,8 @@ def test_models_shapes(image_shape, num_classes):
     d = gan.dcgan_discriminator(4, image_shape=image_shape, num_classes=num_classes,
                                 conditioning=conditioning, spectral_norm=True)
     assert d([images, labels] if num_classes else images).shape == (2, 1)
-  assert gan.dcgan_encoder(NOISE, 4, image_shape=image_shape)(images).shape == (2, NOISE)
-  pair = gan.bigan_discriminator(NOISE, 4, image_shape=image_shape)
+  assert gan.models.dcgan_encoder(NOISE, 4, image_shape=image_shape)(images).shape == (2, NOISE)
+  pair = gan.models.bigan_discriminator(NOISE, 4, image_shape=image_shape)
   assert pair([images, z]).shape == (2, 1)
 
 
@@ -69,14 +70,14 @@ def test_discriminator_conditioning_error():
 def test_update_ema_follows_then_averages():
   model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
   model.layers[0].kernel.assign([[1.0]])
-  copy = gan.ema_copy(model)
+  copy = gan.ema.ema_copy(model)
   assert copy.name == f"{model.name}_ema" and not copy.trainable
   model.layers[0].kernel.assign([[2.0]])
-  gan.update_ema(types.SimpleNamespace(step=tf.constant(1)), copy, model,
+  gan.ema.update_ema(types.SimpleNamespace(step=tf.constant(1)), copy, model,
                  decay=0.9, start_step=2)
   assert float(copy.layers[0].kernel[0, 0]) == pytest.approx(2.0)  # before start: follows
   model.layers[0].kernel.assign([[3.0]])
-  gan.update_ema(types.SimpleNamespace(step=tf.constant(2)), copy, model,
+  gan.ema.update_ema(types.SimpleNamespace(step=tf.constant(2)), copy, model,
                  decay=0.9, start_step=2)
   assert float(copy.layers[0].kernel[0, 0]) == pytest.approx(0.9 * 2.0 + 0.1 * 3.0)
 
@@ -86,13 +87,13 @@ def test_update_ema_errors():
   other = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
   ctx = types.SimpleNamespace(step=tf.constant(0))
   with pytest.raises(ValueError, match=r"decay must be in \[0, 1\)"):
-    gan.update_ema(ctx, gan.ema_copy(model), model, decay=1.0)
-  with pytest.raises(ValueError, match="make the copy with gan.ema_copy"):
-    gan.update_ema(ctx, other, model)
+    gan.ema.update_ema(ctx, gan.ema.ema_copy(model), model, decay=1.0)
+  with pytest.raises(ValueError, match="make the copy with gan.ema.ema_copy"):
+    gan.ema.update_ema(ctx, other, model)
 
 
 def _data(conditional, steps_per_update=1):
-  images, labels = gan.load_mnist()
+  images, labels = gan.data.load_mnist()
   x = (images[:64, ..., None].astype("float32") - 127.5) / 127.5
   y = labels[:64].astype("int32")
   data = tf.data.Dataset.from_tensor_slices((x, y) if conditional else x)
@@ -101,14 +102,13 @@ def _data(conditional, steps_per_update=1):
 
 KINDS = {
     "ema": dict(ema_decay=0.5, ema_start_step=1),
-    "wgan_gp_k2": dict(generator_loss=gan.wasserstein_generator_loss,
-                       discriminator_loss=gan.wasserstein_discriminator_loss,
-                       penalty=gan.wasserstein_gradient_penalty, discriminator_steps=2),
+    "wgan_gp_k2": dict(loss=gan.losses.wasserstein,
+                       penalty=gan.penalties.wasserstein_gradient_penalty,
+                       discriminator_steps=2),
     "conditional": dict(num_classes=10),
     "bigan": dict(encoder=True),
-    "hinge_sn_r1": dict(generator_loss=gan.hinge_generator_loss,
-                        discriminator_loss=gan.hinge_discriminator_loss,
-                        penalty=gan.r1_penalty, spectral_norm=True),
+    "hinge_sn_r1": dict(loss=gan.losses.hinge, penalty=gan.penalties.r1_penalty,
+                        spectral_norm=True),
 }
 
 
@@ -118,21 +118,18 @@ def _train(kind, strategy, steps=3):
   encoder = options.pop("encoder", False)
   spectral_norm = options.pop("spectral_norm", False)
   ema_decay = options.get("ema_decay")
-  step = experiment.make_step(
-      generator_loss=options.pop("generator_loss", gan.non_saturating_generator_loss),
-      discriminator_loss=options.pop("discriminator_loss",
-                                     gan.non_saturating_discriminator_loss),
-      noise_dim=NOISE, conditional=bool(num_classes), encoder=encoder, **options)
+  step = experiment.make_step(noise_dim=NOISE, conditional=bool(num_classes),
+                              encoder=encoder, **options)
 
   def discriminator(**kwargs):
     if encoder:
-      return gan.bigan_discriminator(width=4, **kwargs)
+      return gan.models.bigan_discriminator(width=4, **kwargs)
     return gan.dcgan_discriminator(4, spectral_norm=spectral_norm, **kwargs)
 
   build = experiment.make_build(
       generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
       discriminator=discriminator,
-      encoder=(lambda **kw: gan.dcgan_encoder(width=4, **kw)) if encoder else None,
+      encoder=(lambda **kw: gan.models.dcgan_encoder(width=4, **kw)) if encoder else None,
       image_shape=SHAPE, noise_dim=NOISE, num_classes=num_classes, ema_decay=ema_decay)
   runner = ctl.Runner(step, build, _data(bool(num_classes)),
                       strategy=ctl.make_strategy(strategy), steps_per_loop=steps,
@@ -166,14 +163,12 @@ def test_steps_agree_default_and_mirrored(kind):
 
 
 def test_bigan_refuses_a_penalty():
-  with pytest.raises(ValueError, match="use gan.no_penalty with an encoder"):
-    experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
-                         discriminator_loss=gan.non_saturating_discriminator_loss,
-                         penalty=gan.r1_penalty, encoder=True)
+  with pytest.raises(ValueError, match="use gan.penalties.no_penalty with an encoder"):
+    experiment.make_step(penalty=gan.penalties.r1_penalty, encoder=True)
 
 
 def test_no_penalty_from_gin_counts_as_no_penalty():
-  """gin hands over a configured wrapper of gan.no_penalty, not the function itself."""
+  """gin hands over a configured wrapper of gan.penalties.no_penalty, not the function itself."""
   import gin
 
   @gin.configurable
@@ -181,18 +176,42 @@ def test_no_penalty_from_gin_counts_as_no_penalty():
     return penalty
 
   try:
-    gin.parse_config("chosen_penalty.penalty = @gan.no_penalty")
+    gin.parse_config("chosen_penalty.penalty = @gan.penalties.no_penalty")
     wrapped = chosen_penalty()
   finally:
     gin.clear_config()
-  assert wrapped is not gan.no_penalty
-  experiment.make_step(generator_loss=gan.non_saturating_generator_loss,
-                       discriminator_loss=gan.non_saturating_discriminator_loss,
-                       penalty=wrapped, encoder=True)  # no "use gan.no_penalty" error
+  assert wrapped is not gan.penalties.no_penalty
+  experiment.make_step(penalty=wrapped, encoder=True)  # no "use ...no_penalty" error
 
 
-def test_train_argument_errors(tmp_path):
-  with pytest.raises(ValueError, match="gan.bigan_discriminator"):
-    gan.train(str(tmp_path), encoder=gan.dcgan_encoder)
+def test_experiment_argument_errors():
+  with pytest.raises(ValueError, match="gan.models.bigan_discriminator"):
+    gan.Experiment(encoder=gan.models.dcgan_encoder)
   with pytest.raises(ValueError, match="with_labels=True"):
-    gan.train(str(tmp_path), num_classes=10)
+    gan.Experiment(num_classes=10).build()
+
+
+def test_schedule_names_a_bad_value():
+  with pytest.raises(ValueError, match="steps_per_loop must be an int >= 1, got 0"):
+    gan.Schedule(steps_per_loop=0)
+  with pytest.raises(TypeError, match="schedule must be a gan.Schedule"):
+    gan.Experiment(schedule={"num_steps": 10})
+
+
+def test_experiment_trains_evaluates_and_exports(tmp_path):
+  """One method per job, on the same runner: train, then evaluate and export its run."""
+  tiny = gan.Experiment(
+      generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+      discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw), batch_size=BATCH,
+      noise_dim=NOISE, fid_samples=16,
+      schedule=gan.Schedule(num_steps=2, steps_per_loop=1, samples_every=2,
+                            checkpoint_every=2, fid_every=0))
+  workdir = str(tmp_path / "run")
+  runner = tiny.train(workdir, progress=False)
+  assert int(runner.global_step.numpy()) == 2
+  assert os.listdir(os.path.join(workdir, "samples")) == ["samples_00000002.png"]
+  metrics = tiny.evaluate(workdir)
+  assert metrics["step"] == 2 and metrics["classifier_fid"] > 0
+  out = str(tmp_path / "exported")
+  assert os.path.join(out, "generator.keras") in tiny.export(workdir, out)
+  assert os.path.exists(os.path.join(out, "generator.keras"))

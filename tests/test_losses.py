@@ -39,8 +39,11 @@ GOLDEN = {
 
 @pytest.mark.parametrize("family", sorted(GOLDEN))
 def test_loss_golden_values(family):
-  generator_loss = getattr(gan, f"{family}_generator_loss")
-  discriminator_loss = getattr(gan, f"{family}_discriminator_loss")
+  generator_loss = getattr(gan.losses, f"{family}_generator_loss")
+  discriminator_loss = getattr(gan.losses, f"{family}_discriminator_loss")
+  # The family holds exactly its own two functions.
+  assert getattr(gan.losses, family) == gan.losses.LossFamily(generator_loss,
+                                                              discriminator_loss)
   expected_g, expected_d = GOLDEN[family]
   for shape in ([2], [2, 1]):  # [B] and [B, 1] logits both give [B]
     real, fake = tf.reshape(REAL, shape), tf.reshape(FAKE, shape)
@@ -52,30 +55,39 @@ def test_loss_golden_values(family):
 
 def test_loss_rejects_bad_shape():
   with pytest.raises(ValueError, match=r"\[batch\] or \[batch, 1\], got \(2, 3\)"):
-    gan.hinge_generator_loss(tf.zeros([2, 3]))
+    gan.losses.hinge_generator_loss(tf.zeros([2, 3]))
 
 
-def test_losses_and_penalties_are_gin_references():
+def test_a_loss_family_and_a_penalty_are_gin_references():
   @gin.configurable
-  def chosen(generator_loss=None, discriminator_loss=None, penalty=None):
-    return generator_loss, discriminator_loss, penalty
+  def chosen(loss=None, penalty=None):
+    return loss, penalty
 
   try:
     gin.parse_config("""
-        chosen.generator_loss = @gan.least_squares_generator_loss
-        chosen.discriminator_loss = @gan.least_squares_discriminator_loss
-        chosen.penalty = @gan.r1_penalty
-        gan.r1_penalty.weight = 3.0
+        chosen.loss = %gan.losses.least_squares
+        chosen.penalty = @gan.penalties.r1_penalty
+        gan.penalties.r1_penalty.weight = 3.0
     """)
-    g, d, penalty = chosen()
-    np.testing.assert_allclose(g(tf.constant(FAKE)), GOLDEN["least_squares"][0], rtol=1e-6)
-    np.testing.assert_allclose(d(tf.constant(REAL), tf.constant(FAKE)),
+    loss, penalty = chosen()
+    assert loss is gan.losses.least_squares  # one value: both losses, never mismatched
+    np.testing.assert_allclose(loss.generator(tf.constant(FAKE)), GOLDEN["least_squares"][0],
+                               rtol=1e-6)
+    np.testing.assert_allclose(loss.discriminator(tf.constant(REAL), tf.constant(FAKE)),
                                GOLDEN["least_squares"][1], rtol=1e-6)
     assert penalty.__name__ == "r1_penalty"
+    # Plain calls are exactly as written, whatever gin was told: weight 10, not 3.
+    plain = gan.penalties.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None)
+    np.testing.assert_allclose(plain, [10.0 / 2 * NORM ** 2] * 3, rtol=1e-5)
   finally:
     gin.clear_config()
-  # Plain calls are exactly as written, whatever gin was told.
-  assert gan.hinge_generator_loss is gan.losses.hinge_generator_loss
+
+
+def test_the_experiment_takes_a_family_not_one_loss():
+  with pytest.raises(TypeError, match="loss must be a loss family such as gan.losses.hinge"):
+    gan.Experiment(loss=gan.losses.hinge_generator_loss)
+  with pytest.raises(TypeError, match="LossFamily: discriminator must be a loss function"):
+    gan.losses.LossFamily(gan.losses.hinge_generator_loss, None)
 
 
 W = np.array([0.3, -0.4, 1.2, 0.5], np.float32)  # |w| = 1.4
@@ -115,7 +127,7 @@ ANALYTIC = {
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("name", sorted(ANALYTIC))
 def test_penalty_analytic(name, compiled):
-  penalty, discriminator = getattr(gan, name), linear_discriminator()
+  penalty, discriminator = getattr(gan.penalties, name), linear_discriminator()
   value, gradient = ANALYTIC[name]
 
   def run():
@@ -150,7 +162,7 @@ def _penalty_runner(strategy, penalty, steps=4, **kwargs):
 
 @pytest.mark.parametrize("name", sorted(ANALYTIC))
 def test_penalty_under_mirrored_equals_default_and_analytic(name):
-  penalty = getattr(gan, name)
+  penalty = getattr(gan.penalties, name)
   default_values, default_w = _penalty_runner("default", penalty, steps=1)
   mirrored_values, mirrored_w = _penalty_runner("mirrored", penalty, steps=1)
   value, gradient = ANALYTIC[name]
@@ -163,7 +175,7 @@ def test_penalty_under_mirrored_equals_default_and_analytic(name):
 def test_gradient_penalty_draw_is_strategy_invariant():
   """A nonlinear critic: the penalty depends on each example's interpolation weight."""
   def penalty(ctx, critic, real, fake):
-    return gan.wasserstein_gradient_penalty(
+    return gan.penalties.wasserstein_gradient_penalty(
         ctx, lambda x: tf.reduce_sum(tf.square(critic(x)), axis=-1), real, fake)
 
   default_values, _ = _penalty_runner("default", penalty)
@@ -173,7 +185,7 @@ def test_gradient_penalty_draw_is_strategy_invariant():
 
 
 def test_r1_lazy_regularization():
-  values, _ = _penalty_runner("default", gan.r1_penalty, steps=7, every=3)
+  values, _ = _penalty_runner("default", gan.penalties.r1_penalty, steps=7, every=3)
   w = W.copy()
   expected = []
   for step in range(7):  # 3x the penalty on steps 0, 3, 6; nothing (no update) elsewhere
@@ -182,7 +194,7 @@ def test_r1_lazy_regularization():
     if due:
       w = w - 0.1 * 3 * 10.0 * w
   np.testing.assert_allclose(values, expected, rtol=1e-5)
-  eager = [gan.r1_penalty(_Ctx(step=s), linear_discriminator(), _images(1), None, every=3)
+  eager = [gan.penalties.r1_penalty(_Ctx(step=s), linear_discriminator(), _images(1), None, every=3)
            for s in (0, 1)]
   np.testing.assert_allclose(eager[0], [3 * 5.0 * NORM ** 2] * 3, rtol=1e-5)
   np.testing.assert_allclose(eager[1], [0.0] * 3)
@@ -190,15 +202,16 @@ def test_r1_lazy_regularization():
 
 def test_no_penalty_is_zero():
   np.testing.assert_array_equal(
-      gan.no_penalty(_Ctx(), linear_discriminator(), _images(1), _images(2)), [0.0] * 3)
+      gan.penalties.no_penalty(_Ctx(), linear_discriminator(), _images(1), _images(2)), [0.0] * 3)
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda: gan.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None, every=0),
+    (lambda: gan.penalties.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None, every=0),
      ValueError, "r1_penalty: every must be an int >= 1"),
-    (lambda: gan.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None, weight=-1.0),
+    (lambda: gan.penalties.r1_penalty(_Ctx(), linear_discriminator(), _images(1), None,
+                                      weight=-1.0),
      ValueError, "r1_penalty: weight must be a number >= 0"),
-    (lambda: gan.wasserstein_gradient_penalty(_Ctx(), linear_discriminator(), _images(1),
+    (lambda: gan.penalties.wasserstein_gradient_penalty(_Ctx(), linear_discriminator(), _images(1),
                                               _images(2), weight="10"),
      TypeError, "wasserstein_gradient_penalty: weight must be a number >= 0"),
 ])

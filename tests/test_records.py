@@ -18,7 +18,7 @@ SHARDS = 8
 
 @pytest.fixture(scope="module")
 def digits():
-  images, labels = gan.load_mnist()
+  images, labels = gan.data.load_mnist()
   return images[:COUNT, ..., None], labels[:COUNT].astype(np.int32)
 
 
@@ -75,7 +75,7 @@ def test_batches_are_static_and_drop_the_remainder(written, digits):
 
 def order(dataset):
   """Each image's index in the source (the embedded digits are distinct)."""
-  index = {image.tobytes(): i for i, image in enumerate(gan.load_mnist()[0][:COUNT])}
+  index = {image.tobytes(): i for i, image in enumerate(gan.data.load_mnist()[0][:COUNT])}
   return [index[image[..., 0].tobytes()] for image, _ in dataset.as_numpy_iterator()]
 
 
@@ -140,7 +140,7 @@ def test_cli_writes_records_read_records_reads(tmp_path, capsys, digits):
   assert code == 0
   assert f"wrote 50 examples of mnist (test) to 3 files in {out}" in capsys.readouterr().out
   images, labels = as_arrays(records.read_records(out))
-  test_images, test_labels = gan.load_mnist("test")
+  test_images, test_labels = gan.data.load_mnist("test")
   np.testing.assert_array_equal(images[..., 0], test_images[:50])
   np.testing.assert_array_equal(labels, test_labels[:50])
 
@@ -230,7 +230,7 @@ def test_cli_subcommand_runs_as_a_program(tmp_path):
 
 def test_gan_records_dataset_gives_unit_range_batches(written, digits):
   directory, _ = written
-  images, labels = next(iter(gan.records_dataset(16, path=directory, with_labels=True)))
+  images, labels = next(iter(gan.data.records_dataset(16, path=directory, with_labels=True)))
   assert images.shape == (16, 28, 28, 1) and images.dtype == tf.float32
   assert labels.shape == (16,) and labels.dtype == tf.int32
   assert -1.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
@@ -242,8 +242,8 @@ def test_gan_records_dataset_gives_unit_range_batches(written, digits):
   plain = os.path.join(os.path.dirname(directory), "unlabelled")
   records.write_records(unlabelled, plain, num_shards=2)
   with pytest.raises(ValueError, match="hold no labels"):
-    gan.records_dataset(16, path=plain, with_labels=True)
-  assert gan.records_dataset(16, path=plain).element_spec.shape == (16, 28, 28, 1)
+    gan.data.records_dataset(16, path=plain, with_labels=True)
+  assert gan.data.records_dataset(16, path=plain).element_spec.shape == (16, 28, 28, 1)
   # Endless as tf.data sees it, so an evaluation without `.take(n)` is refused.
-  assert int(gan.records_dataset(16, path=plain).cardinality()) == int(
+  assert int(gan.data.records_dataset(16, path=plain).cardinality()) == int(
       tf.data.INFINITE_CARDINALITY)

@@ -274,9 +274,9 @@ def test_gan_warns_of_images_outside_the_generators_range():
 
   with pytest.warns(UserWarning, match=r"values in \[255, 255\] \(uint8\).*tanh output is "
                     r"in \[-1, 1\].*/ 127.5 - 1"):
-    gan.train("unused", dataset=raw_digits, batch_size=8, mode="build",
-              generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
-              discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw))
+    gan.Experiment(dataset=raw_digits, batch_size=8,
+                   generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+                   discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw)).build()
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     gan.experiment.warn_if_out_of_range(

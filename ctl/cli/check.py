@@ -4,12 +4,11 @@
 """
 
 import argparse
-import tempfile
 
 from ctl.cli import experiments
 
 _DESCRIPTION = """\
-Builds the experiment's runner (mode 'build', strategy 'default') and reports, on
+Builds the experiment's runner (its build method, strategy 'default') and reports, on
 this CPU, what would fail on a TPU: the step is compiled with XLA as a TPU
 compiles it, taking the batch as an argument, and run on K real batches.
 
@@ -28,7 +27,7 @@ def add_parser(subparsers) -> None:
       "check", help="report what in an experiment would fail on a TPU",
       description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
       epilog="example:\n  ctl check examples/configs/dcgan.gin --gin "
-             "'gan.train.batch_size = 16' --steps 3\n\nExit code 0 if every check "
+             "'gan.Experiment.batch_size = 16' --steps 3\n\nExit code 0 if every check "
              "passes, 1 if one fails, 2 for a mistake in the command or config.")
   experiments.add_config_arguments(parser)
   parser.add_argument("--steps", type=int, default=3, metavar="K",
@@ -37,17 +36,17 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  """`ctl check`: builds the experiment's runner (mode 'build') and checks it."""
+  """`ctl check`: builds the experiment's runner (its build method) and checks it."""
   from ctl import experiments as experiments_lib  # pylint: disable=import-outside-toplevel
   try:
     if args.steps < 1:
       raise experiments_lib.ConfigError(f"--steps {args.steps}: give at least 1.")
-    experiment = experiments.load_experiment(args, needs=("mode", "strategy"))
+    name, make = experiments.load_experiment(args)
+    experiment = experiments_lib.make_experiment(make, name, needs=("build",))
   except experiments_lib.ConfigError as e:
     return experiments.fail("check", e, experiments.USAGE_ERROR)
   from ctl import check  # pylint: disable=import-outside-toplevel
-  with tempfile.TemporaryDirectory(prefix="ctl-check-") as workdir:
-    runner = experiment(workdir, strategy="default", mode="build")
-    findings = check.check_runner(runner, num_batches=args.steps)
+  runner = experiment.build(strategy="default")
+  findings = check.check_runner(runner, num_batches=args.steps)
   print(check.format_findings(findings))
   return 0 if all(f.ok for f in findings) else experiments.FAILURE

@@ -1,15 +1,18 @@
 """`ctl train`, `ctl eval` and `ctl export`: run an experiment described by a .gin file.
 
-    ctl train examples/configs/dcgan.gin --gin "gan.train.num_steps = 100"
+    ctl train examples/configs/dcgan.gin --gin "gan.Schedule.num_steps = 100"
     ctl train examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2
     ctl eval examples/configs/dcgan.gin --workdir runs/dcgan  # {"step": 100, "classifier_fid": 9.1}
     ctl export examples/configs/dcgan.gin --workdir runs/dcgan --out exported/
 
-`--experiment` names the experiment function (ctl/experiments.py says what
-one is) as gin knows it, or as `module.path:function`. A mistake in the
-configuration exits with code 2 and one paragraph naming the binding and the
-closest known names, not a traceback. The library (gin, TensorFlow) is
-imported when a subcommand runs, not to build the parser.
+Each subcommand makes the experiment once the .gin file is parsed and calls
+one of its methods: train, evaluate, export (ctl/experiments.py defines the
+contract). `--experiment` names what makes it, as gin knows it or as
+`module.path:attribute`; by default, the one an installed package registers
+under the entry points `ctl.experiments`. A mistake in the configuration
+exits with code 2 and one paragraph naming the binding and the closest known
+names, not a traceback. The library (gin, TensorFlow) is imported when a
+subcommand runs, not to build the parser.
 """
 
 import argparse
@@ -17,37 +20,36 @@ import json
 import os
 import sys
 
-# The command line's default: the top layer may name the GAN kit; the library may not.
-DEFAULT_EXPERIMENT = "gan.train"
 USAGE_ERROR = 2  # what argparse exits with for a bad command line
 FAILURE = 1
 
 _TRAIN = """\
-Trains the experiment a .gin file describes, e.g. gan.train with the bindings of
-examples/configs/dcgan.gin. Checkpoints, TensorBoard events, sample grids and the
-export go to the work directory; the operative gin config is saved next to the
-checkpoints. Rerunning the same command resumes from the newest checkpoint (and
-does nothing if the run is complete)."""
+Makes the experiment a .gin file describes (e.g. the bindings of
+examples/configs/dcgan.gin) and calls its train method. Checkpoints, TensorBoard
+events, sample grids and the export go to the work directory; the operative gin
+config is saved next to the checkpoints. Rerunning the same command resumes from
+the newest checkpoint (and does nothing if the run is complete)."""
 
 _EVAL = """\
-Restores the newest checkpoint in <workdir>/checkpoints, runs the experiment's
-evaluation once (for gan.train on 28x28 digits: the classifier FID of the
-generator, or of its EMA copy) and prints the metrics as one JSON object on
-stdout, e.g. {"step": 25000, "classifier_fid": 5.19}. Logs go to stderr."""
+Makes the experiment and calls its evaluate method: it restores the newest
+checkpoint in <workdir>/checkpoints and evaluates it once (the GAN kit's: the
+classifier FID of the generator, or of its EMA copy). Prints the metrics as one
+JSON object on stdout, e.g. {"step": 25000, "classifier_fid": 5.19}. Logs go to
+stderr."""
 
 _EXPORT = """\
-Restores the newest checkpoint in <workdir>/checkpoints and exports the
-experiment's model (for gan.train: the generator, or its EMA copy) as
-<name>.keras and a SavedModel <name>/, in <workdir>/export or --out; prints the
-paths. Neither needs ctl to load: keras.saving.load_model(path) or
-tf.saved_model.load(path).serve(z)."""
+Makes the experiment and calls its export method: it restores the newest
+checkpoint in <workdir>/checkpoints and exports the experiment's model (the GAN
+kit's: the generator, or its EMA copy), e.g. as <name>.keras and a SavedModel
+<name>/, in <workdir>/export or --out; prints the paths. Neither needs ctl to
+load: keras.saving.load_model(path) or tf.saved_model.load(path).serve(z)."""
 
 
 def add_parser(subparsers) -> None:
   """Adds `train`, `eval` and `export` to the `ctl` command's subparsers."""
   for name, run, summary, description, example in (
       ("train", run_train, "train an experiment from a .gin file (resumes)", _TRAIN,
-       "ctl train examples/configs/dcgan.gin --gin 'gan.train.num_steps = 100'\n"
+       "ctl train examples/configs/dcgan.gin --gin 'gan.Schedule.num_steps = 100'\n"
        "  ctl train examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2"),
       ("eval", run_eval, "evaluate the newest checkpoint; print JSON metrics", _EVAL,
        "ctl eval examples/configs/dcgan.gin --workdir runs/dcgan"),
@@ -75,11 +77,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
   """The options every experiment subcommand shares: the .gin file and bindings."""
   parser.add_argument("config", metavar="CONFIG.gin", help="the experiment's .gin file")
   parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
-                      help="an extra binding, e.g. 'gan.train.num_steps = 100' "
+                      help="an extra binding, e.g. 'gan.Schedule.num_steps = 100' "
                       "(repeatable; applied after the file)")
-  parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, metavar="NAME",
-                      help="the experiment function: its gin name or "
-                      f"module.path:function (default: {DEFAULT_EXPERIMENT})")
+  parser.add_argument("--experiment", metavar="NAME",
+                      help="the class or function that makes the experiment: its gin "
+                      "name or module.path:attribute (default: the one an installed "
+                      "package registers under the entry points ctl.experiments)")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -101,7 +104,7 @@ def run_eval(args: argparse.Namespace) -> int:
   def report(metrics, workdir):
     del workdir
     print(json.dumps(metrics, default=float))
-  return _run(args, "eval", report)
+  return _run(args, "evaluate", report)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -110,24 +113,24 @@ def run_export(args: argparse.Namespace) -> int:
     del workdir
     for path in ([paths] if isinstance(paths, str) else paths):
       print(path)
-  return _run(args, "export", report, out=args.out)
+  return _run(args, "export", report, directory=args.out)
 
 
-def _run(args, mode, report, out=None):
-  """Loads the experiment, runs it in `mode` and reports; returns the exit code."""
+def _run(args, method, report, **kwargs):
+  """Makes the experiment, calls `method` on it and reports; returns the exit code."""
   from ctl import experiments  # pylint: disable=import-outside-toplevel
-  needs = ["mode"] + ["strategy"] * bool(args.strategy) + ["export_dir"] * bool(out)
   try:
-    experiment = load_experiment(args, needs)
+    name, make = load_experiment(args)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
   from ctl import stopping, workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   workdir = args.workdir or default_workdir(args.config)
-  kwargs = {"strategy": args.strategy} if args.strategy else {}
-  if out:
-    kwargs["export_dir"] = out
   try:
-    result = experiment(workdir, mode=mode, **kwargs)
+    experiment = experiments.make_experiment(make, name, needs=(method,))
+    result = getattr(experiment, method)(workdir, strategy=args.strategy or "default",
+                                         **kwargs)
+  except experiments.ConfigError as e:
+    return fail(args.command, e, USAGE_ERROR)
   except (FileNotFoundError, workdir_lib.WorkdirInUse) as e:
     # e.g. eval or export before any checkpoint; another run in the workdir
     return fail(args.command, e, FAILURE)
@@ -155,16 +158,16 @@ def default_workdir(config: str) -> str:
   return os.path.join("runs", os.path.splitext(os.path.basename(config))[0])
 
 
-def load_experiment(args: argparse.Namespace, needs=("mode",)):
+def load_experiment(args: argparse.Namespace):
   """Applies --logical-cpus, finds the experiment, parses the gin file and bindings.
 
   Args:
     args: parsed arguments with `config`, `gin`, `experiment` and optionally
       `logical_cpus` and `strategy`.
-    needs: parameters the experiment function must accept.
 
   Returns:
-    The experiment function (gin-configured).
+    `(name, make)`: the experiment's name and what makes it (gin-configured),
+    for `ctl.experiments.make_experiment`.
 
   Raises:
     ctl.experiments.ConfigError: with a message naming the bad argument or
@@ -185,7 +188,7 @@ def load_experiment(args: argparse.Namespace, needs=("mode",)):
           f"--strategy {args.strategy!r} is not a strategy name"
           f"{experiments.did_you_mean(args.strategy, strategies.NAMES)}; use one of "
           f"{', '.join(strategies.NAMES)}.")
-  experiment = experiments.resolve_experiment(args.experiment)
-  experiments.require_parameters(experiment, args.experiment, needs)
+  name = args.experiment or experiments.default_experiment()
+  make = experiments.resolve_experiment(name)
   experiments.parse_gin([args.config], args.gin)
-  return experiment
+  return name, make
