@@ -38,12 +38,12 @@ def reference_points(noise_dim, width, num_samples, seed):
   import keras
   import gan
   from gan import evaluation
-  reference = evaluation.classifier_features(gan.load_mnist("test")[0])
+  reference = evaluation.classifier_features(gan.data.load_mnist("test")[0])
   floor = evaluation.frechet_distance(
-      evaluation.classifier_features(gan.load_mnist("train")[0]), reference)
+      evaluation.classifier_features(gan.data.load_mnist("train")[0]), reference)
   keras.utils.set_random_seed(seed)  # as the runner seeds its models
   untrained = {"generator": gan.dcgan_generator(noise_dim, width)}
-  action = gan.ClassifierFID(noise_dim, num_samples=num_samples)
+  action = gan.experiment.ClassifierFID(noise_dim, num_samples=num_samples)
   ceiling = evaluation.frechet_distance(
       evaluation.classifier_features(action.generate(untrained)), reference)
   return float(floor), float(ceiling)
@@ -59,6 +59,7 @@ def main(argv=None):
   if os.path.exists(args.workdir) and not args.resume:
     shutil.rmtree(args.workdir)  # the timing is for a run from scratch
 
+  import dataclasses
   import gin
   import numpy as np
   import tensorflow as tf
@@ -66,8 +67,11 @@ def main(argv=None):
   from ctl import actions
   gin.parse_config_file(os.path.join(ROOT, "examples", "configs", "dcgan.gin"))
   start = time.monotonic()
-  steps = args.steps or gin.query_parameter("gan.train.num_steps")
-  runner = gan.train(args.workdir, num_steps=steps, progress=True)
+  experiment = gan.Experiment()
+  steps = args.steps or experiment.schedule.num_steps
+  experiment = dataclasses.replace(
+      experiment, schedule=dataclasses.replace(experiment.schedule, num_steps=steps))
+  runner = experiment.train(args.workdir)
   # Training time of every invocation (a resumed run adds a line), for the total.
   with open(os.path.join(args.workdir, "bench_minutes.txt"), "a") as f:
     f.write(f"{(time.monotonic() - start) / 60:.2f}\n")
@@ -75,7 +79,7 @@ def main(argv=None):
     times = [float(line) for line in f if line.strip()]
   minutes = sum(times)
   curve = fid_curve(args.workdir)
-  noise_dim = gin.query_parameter("gan.train.noise_dim")
+  noise_dim = experiment.noise_dim
   width = gin.query_parameter("gan.dcgan_generator.width")
   floor, ceiling = reference_points(noise_dim, width, 5000, runner.seed)
 

@@ -38,7 +38,7 @@ compiled step after the warm-up call: anything but 0 means a variant retraces.
 Workloads: `tiny`, a 2-D MLP GAN (two hidden layers of 64) on a ring of
 Gaussians, batch 256, where per-step dispatch dominates; `dcgan`, the TensorFlow
 DCGAN tutorial's networks, batch 256, 28x28x1, where the convolutions dominate;
-`bigan`, the gan kit's BiGAN (`gan.make_step(encoder=True)`: generator, encoder
+`bigan`, the gan kit's BiGAN (`gan.experiment.make_step(encoder=True)`: generator, encoder
 and pair discriminator, three Adam optimizers), batch 256, noise 64, against a
 hand-written copy of the same step.
 """
@@ -112,7 +112,7 @@ def real_data(workload, row_batching=False):
     x = np.stack([np.cos(angle), np.sin(angle)], 1) * 2 + rng.normal(0, 0.05, (8192, 2))
   else:
     import gan
-    x = (gan.load_mnist()[0][..., None] - 127.5) / 127.5
+    x = (gan.data.load_mnist()[0][..., None] - 127.5) / 127.5
   x = x.astype("float32")
   if row_batching:
     dataset = tf.data.Dataset.from_tensor_slices(x).repeat().batch(BATCH, drop_remainder=True)
@@ -135,9 +135,9 @@ BIGAN_NOISE = 64
 def bigan_build():
   """The BiGAN's `build`, shared by the runner and the hand-written copy."""
   import gan
-  return gan.make_build(generator=gan.dcgan_generator, discriminator=gan.bigan_discriminator,
-                        encoder=gan.dcgan_encoder, image_shape=(28, 28, 1),
-                        noise_dim=BIGAN_NOISE)
+  return gan.experiment.make_build(
+      generator=gan.dcgan_generator, discriminator=gan.models.bigan_discriminator,
+      encoder=gan.models.dcgan_encoder, image_shape=(28, 28, 1), noise_dim=BIGAN_NOISE)
 
 
 class Variant:
@@ -206,7 +206,7 @@ def compiled_loop(strategy, replica_step, iterator):
 
 
 def handwritten_bigan(strategy):
-  """gan.make_step(encoder=True) written out by hand: no ctx, no runner."""
+  """gan.experiment.make_step(encoder=True) written out by hand: no ctx, no runner."""
   import gan
   import tensorflow as tf
   with strategy.scope():
@@ -231,14 +231,14 @@ def handwritten_bigan(strategy):
   def replica_step(real):
     z = tf.random.normal([tf.shape(real)[0], BIGAN_NOISE])
     with tf.GradientTape() as tape:
-      d_loss = average(gan.non_saturating_discriminator_loss(
+      d_loss = average(gan.losses.non_saturating_discriminator_loss(
           *pair_logits(real, generator(z, training=True), z)))
     minimize(d_loss, "discriminator", tape)
     z = tf.random.normal([tf.shape(real)[0], BIGAN_NOISE])
     with tf.GradientTape(persistent=True) as tape:
       real_logits, fake_logits = pair_logits(real, generator(z, training=True), z)
       # Swapped labels (Donahue et al. 2017): fakes should look real, real pairs fake.
-      g_loss = average(gan.non_saturating_discriminator_loss(fake_logits, real_logits))
+      g_loss = average(gan.losses.non_saturating_discriminator_loss(fake_logits, real_logits))
     minimize(g_loss, "generator", tape)
     minimize(g_loss, "encoder", tape)
     return d_loss, g_loss
@@ -259,9 +259,8 @@ def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=Fal
   import tensorflow as tf
   if workload == "bigan":
     import gan
-    step = gan.make_step(generator_loss=gan.non_saturating_generator_loss,
-                         discriminator_loss=gan.non_saturating_discriminator_loss,
-                         noise_dim=BIGAN_NOISE, encoder=True)
+    step = gan.experiment.make_step(loss=gan.losses.non_saturating, noise_dim=BIGAN_NOISE,
+                                    encoder=True)
     build = bigan_build()
   else:
     noise_dim = {"tiny": 2, "dcgan": 100}[workload]

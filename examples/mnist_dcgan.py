@@ -21,6 +21,7 @@ import ctl  # noqa: E402
 import gan  # noqa: E402
 
 NOISE_DIM = 64
+LOSS = gan.losses.non_saturating  # both players' losses, one family
 
 
 def build():
@@ -39,8 +40,8 @@ def step(ctx, real):
     fake = generator(ctx.normal([NOISE_DIM]), training=True)
     real_logits = discriminator(real, training=True)
     fake_logits = discriminator(fake, training=True)
-    d_loss = ctx.average(gan.non_saturating_discriminator_loss(real_logits, fake_logits))
-    g_loss = ctx.average(gan.non_saturating_generator_loss(fake_logits))
+    d_loss = ctx.average(LOSS.discriminator(real_logits, fake_logits))
+    g_loss = ctx.average(LOSS.generator(fake_logits))
   # Simultaneous updates from one forward pass, as in the TensorFlow DCGAN tutorial.
   ctx.minimize(d_loss, "discriminator", tape=tape)
   ctx.minimize(g_loss, "generator", tape=tape)
