@@ -17,11 +17,9 @@ the small MNIST classifier shipped with `gan.evaluation`, not Inception FID.
 import argparse
 import os
 import shutil
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def fid_curve(workdir):
@@ -36,6 +34,7 @@ def fid_curve(workdir):
 def reference_points(noise_dim, width, num_samples, seed):
   """(floor, ceiling): real-vs-real FID and the untrained generator's FID."""
   import keras
+
   import gan
   from gan import evaluation
   reference = evaluation.classifier_features(gan.data.load_mnist("test")[0])
@@ -60,9 +59,11 @@ def main(argv=None):
     shutil.rmtree(args.workdir)  # the timing is for a run from scratch
 
   import dataclasses
+
   import gin
   import numpy as np
   import tensorflow as tf
+
   import gan
   from ctl import actions
   gin.parse_config_file(os.path.join(ROOT, "examples", "configs", "dcgan.gin"))

@@ -20,7 +20,8 @@ one at its end, which a real run does once: an upper bound on the outer
 loop's cost); `ctl synthetic input`: ctl fed one batch held in memory, whose
 time against `ctl steps_per_loop=1` gives the share of the step spent waiting
 for input (`input_wait_share`); `ctl steps_per_loop=10 row-batched input`:
-the same loop fed batches assembled from single rows (see `real_data`); `ctl jit_compile` and `ctl mixed_bfloat16`:
+the same loop fed batches assembled from single rows (see `real_data`);
+`ctl jit_compile` and `ctl mixed_bfloat16`:
 the Runner's switches (the bfloat16 row carries `loss_gap`, each loss's mean
 absolute difference from the float32 run, same seed and data, step by step);
 `keras fit spe=N`: the same update as a `keras.Model` with an overridden
@@ -46,17 +47,13 @@ hand-written copy of the same step.
 import argparse
 import gc
 import json
-import os
 import resource
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import ctl  # noqa: E402
+import ctl
 
 BATCH = 256
 
@@ -207,8 +204,9 @@ def compiled_loop(strategy, replica_step, iterator):
 
 def handwritten_bigan(strategy):
   """gan.experiment.make_step(encoder=True) written out by hand: no ctx, no runner."""
-  import gan
   import tensorflow as tf
+
+  import gan
   with strategy.scope():
     models, optimizers = bigan_build()()
     for name, opt in optimizers.items():

@@ -127,8 +127,8 @@ def gin_registry():
 def legacy_h5_weights_writer():
   """Keras' writer of the legacy HDF5 weights format, or None if it is gone.
 
-  Pretrained weight files (e.g. InceptionV3's, which `gan.inception_fid`
-  reads) are in that format; tests write one with random weights.
+  Pretrained weight files (e.g. InceptionV3's, which an Inception FID reads)
+  are in that format; tests write one with random weights.
   """
   _note_version("keras")
   try:

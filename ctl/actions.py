@@ -26,7 +26,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf

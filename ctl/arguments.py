@@ -1,4 +1,4 @@
-"""Argument checks shared by ctl and gan, with one message style.
+"""Argument checks shared by ctl and the packages built on it, with one message style.
 
     num_shards = arguments.integer("num_shards", num_shards, minimum=1,
                                    fix="use e.g. 8, more than the input pipelines")

@@ -35,6 +35,7 @@ import textwrap
 
 import tensorflow as tf
 
+import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 
 Finding = collections.namedtuple("Finding", ["name", "ok", "message"])
@@ -67,7 +68,7 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
   return "\n".join(lines)
 
 
-def check_runner(runner, num_batches: int = 3) -> list[Finding]:
+def check_runner(runner: ctl.Runner, num_batches: int = 3) -> list[Finding]:
   """Checks that `runner`'s step would compile and run on a TPU.
 
   Traces the runner's per-replica step inside `tf.function(jit_compile=True)`

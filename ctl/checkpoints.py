@@ -31,7 +31,6 @@ from ctl import _tf_internal
 from ctl import arguments
 from ctl.schedule import Every
 
-
 _log = logging.getLogger("ctl")
 
 

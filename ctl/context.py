@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 from typing import TypeAlias
 
-import tensorflow as tf
 import keras
+import tensorflow as tf
 
 from ctl import _tf_internal
 

@@ -27,11 +27,16 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
-from importlib import metadata
 import inspect
 import os
 import re
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from importlib import metadata
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 import gin
 
@@ -113,7 +118,7 @@ def make_experiment(make: Callable[[], Any], name: str,
   return experiment
 
 
-def binding_of(error: Exception, files, bindings) -> str | None:
+def binding_of(error: Exception, files: Sequence[str], bindings: Sequence[str]) -> str | None:
   """'`binding` (where)' whose value a gin-configured call refused, or None.
 
   Gin adds "In call to configurable ..." to an error raised inside a
@@ -207,7 +212,7 @@ def default_experiment() -> str:
                     f"{len(found)} ({', '.join(found)}); pass --experiment with one.")
 
 
-def parse_gin(files, bindings) -> None:
+def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
   """Parses gin `files`, then `bindings`; a mistake becomes a ConfigError."""
   gin.clear_config()  # a second command in the same process starts afresh
   try:
@@ -250,7 +255,7 @@ def _parameters_of(selector):
     return []
 
 
-def did_you_mean(name: str, candidates, prefix: str = "") -> str:
+def did_you_mean(name: str, candidates: Iterable[str], prefix: str = "") -> str:
   """` (did you mean 'x'?)` for the candidates closest to `name`, or ""."""
   matches = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
   shown = " or ".join(repr(prefix + m) for m in matches)

@@ -35,8 +35,8 @@ _SPEC_VERSION = 1
 _LONE = "value"  # feature name of an element that is a single tensor
 
 # Where `ctl records --dataset NAME` finds NAME: functions that packages
-# register under this entry-point group (gan registers mnist, tfds:NAME and
-# folder:PATH). Each is `source(name, split, *, data_dir, channels, with_labels,
+# register under this entry-point group (e.g. mnist, tfds:NAME and folder:PATH,
+# from the GAN kit). Each is `source(name, split, *, data_dir, channels, with_labels,
 # image_size)` -> an unbatched tf.data.Dataset, or None for a name it does not
 # know, and has a `usage` string naming what it knows.
 SOURCES_GROUP = "ctl.record_sources"

@@ -247,7 +247,7 @@ class Runner:
           "evaluate does not run under parameter_server: the coordinator only "
           "schedules training steps. Evaluate a checkpoint in another process "
           "under 'default' (e.g. `ctl eval`), or call the models directly in an "
-          "action, as gan.ClassifierFID does.")
+          "action (a ctl.Action run on the coordinator).")
     return self._evaluator.evaluate(step, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 

@@ -63,5 +63,6 @@ class Every:
     return self.steps - step % self.steps if self.steps else None
 
   def __repr__(self) -> str:
-    args = [f"steps={self.steps}"] * bool(self.steps) + [f"seconds={self.seconds}"] * bool(self.seconds)
+    args = ([f"steps={self.steps}"] * bool(self.steps)
+            + [f"seconds={self.seconds}"] * bool(self.seconds))
     return f"Every({', '.join(args)})"

@@ -15,10 +15,8 @@ import logging
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import ctl  # noqa: E402
-import gan  # noqa: E402
+import ctl
+import gan
 
 NOISE_DIM = 64
 LOSS = gan.losses.non_saturating  # both players' losses, one family

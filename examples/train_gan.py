@@ -11,12 +11,9 @@ runs it): rerunning resumes from the newest checkpoint in the work directory
 checkpoints. `ctl eval` and `ctl export` then evaluate or export the run.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from ctl import cli  # noqa: E402
+from ctl import cli
 
 
 def main(argv=None):

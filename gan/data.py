@@ -18,7 +18,7 @@ also `gan.mnist_dataset` (in Python and gin); the others are `gan.data.*`.
 import hashlib
 import os
 import socket
-from typing import Sequence
+from collections.abc import Sequence
 
 import gin
 import numpy as np

@@ -24,7 +24,7 @@ import inspect
 import logging
 import os
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import gin
 import keras

@@ -16,7 +16,7 @@ returns per-example values `[B]` float32, to be averaged with `ctx.average`.
 """
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import gin
 import tensorflow as tf
@@ -61,7 +61,8 @@ def _per_example(logits: tf.Tensor) -> tf.Tensor:
 
 
 def minimax_generator_loss(fake_logits: tf.Tensor) -> tf.Tensor:
-  """log(1 - D(G(z))), minimised: Goodfellow et al., "Generative Adversarial Nets", 2014 (arXiv:1406.2661), equation 1.
+  """log(1 - D(G(z))), minimised: Goodfellow et al., "Generative Adversarial Nets",
+  2014 (arXiv:1406.2661), equation 1.
 
   Saturates when the discriminator wins (its gradient vanishes), which is why
   the same paper proposes the non-saturating form.
@@ -76,7 +77,8 @@ def minimax_discriminator_loss(real_logits: tf.Tensor, fake_logits: tf.Tensor) -
 
 
 def non_saturating_generator_loss(fake_logits: tf.Tensor) -> tf.Tensor:
-  """-log D(G(z)): Goodfellow et al., "Generative Adversarial Nets", 2014 (arXiv:1406.2661), section 3."""
+  """-log D(G(z)): Goodfellow et al., "Generative Adversarial Nets", 2014
+  (arXiv:1406.2661), section 3."""
   return tf.nn.softplus(-_per_example(fake_logits))
 
 
@@ -101,7 +103,8 @@ def wasserstein_discriminator_loss(real_logits: tf.Tensor, fake_logits: tf.Tenso
 
 
 def hinge_generator_loss(fake_logits: tf.Tensor) -> tf.Tensor:
-  """-D(G(z)): Lim & Ye, "Geometric GAN", 2017 (arXiv:1705.02894); Miyato et al. 2018 (arXiv:1802.05957), equation 17."""
+  """-D(G(z)): Lim & Ye, "Geometric GAN", 2017 (arXiv:1705.02894); Miyato et al.
+  2018 (arXiv:1802.05957), equation 17."""
   return -_per_example(fake_logits)
 
 
@@ -112,7 +115,8 @@ def hinge_discriminator_loss(real_logits: tf.Tensor, fake_logits: tf.Tensor) -> 
 
 
 def least_squares_generator_loss(fake_logits: tf.Tensor) -> tf.Tensor:
-  """(D(G(z)) - 1)^2 / 2: Mao et al., "Least Squares Generative Adversarial Networks", 2017 (arXiv:1611.04076), equation 9.
+  """(D(G(z)) - 1)^2 / 2: Mao et al., "Least Squares Generative Adversarial
+  Networks", 2017 (arXiv:1611.04076), equation 9.
 
   With the 0-1 coding (a = 0 for fakes, b = c = 1) that the paper uses in its experiments.
   """

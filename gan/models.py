@@ -17,7 +17,7 @@ and `gan.dcgan_discriminator` in Python and gin; the BiGAN parts are
 `gan.models.dcgan_encoder` and `gan.models.bigan_discriminator`.
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import gin
 import keras

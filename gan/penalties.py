@@ -15,7 +15,7 @@ are taken with an inner tape, so an outer tape can differentiate the penalty
 with respect to the discriminator's weights.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import gin
 import tensorflow as tf

@@ -182,7 +182,8 @@ def launched_task_command(workdir, out, *args):
 
 def run_launched_task(workdir, out, *args):
   """Runs `launched_task_command` to the end; the results of workers 0 and 1."""
-  proc = subprocess.run(launched_task_command(workdir, out, *args), cwd=ROOT, env=subprocess_env(None),
+  proc = subprocess.run(launched_task_command(workdir, out, *args), cwd=ROOT,
+                        env=subprocess_env(None),
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   return [dict(np.load(f"{out}.{i}.npz")) for i in range(2)]

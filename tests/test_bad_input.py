@@ -30,13 +30,13 @@ import warnings
 from unittest import mock
 
 import gin
+import helpers
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import ctl
-import helpers
 from ctl import cli
 
 BATCH = 8
@@ -60,10 +60,10 @@ class Case(typing.NamedTuple):
   name: str
   outcome: str
   trigger: typing.Callable
-  error: typing.Union[type, tuple]
+  error: type | tuple
   must_contain: tuple
-  gap: typing.Optional[str] = None
-  today: typing.Optional[tuple] = None
+  gap: str | None = None
+  today: tuple | None = None
 
 
 class Scratch:
@@ -1322,8 +1322,8 @@ def _user_layout(build, **kwargs):
 
 def _gan_layout(**options):
   def make():
-    from gan import experiment  # pylint: disable=import-outside-toplevel
     import gan  # pylint: disable=import-outside-toplevel
+    from gan import experiment  # pylint: disable=import-outside-toplevel
     kind = dict(options)
     num_classes, encoder = kind.pop("num_classes", None), kind.pop("encoder", False)
     step = experiment.make_step(loss=gan.losses.non_saturating, noise_dim=4,

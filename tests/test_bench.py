@@ -10,9 +10,8 @@ the machine.
 
 import json
 
-import pytest
-
 import helpers
+import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

@@ -12,12 +12,12 @@ import socket
 import subprocess
 import sys
 
+import helpers
 import pytest
 import tensorflow as tf
 import yaml
 
 import ctl
-import helpers
 from ctl import strategies
 
 CLUSTER = os.path.join(helpers.ROOT, "examples", "cluster")
@@ -211,7 +211,7 @@ def test_slurm_step_trains_as_two_workers(no_shell_tools):
   results = []
   for proc, log in zip(procs, logs):
     assert proc.returncode == 0, log[-3000:]
-    results.append(next(l for l in log.splitlines() if l.startswith("RESULT")).split()[1:])
+    results.append(next(line for line in log.splitlines() if line.startswith("RESULT")).split()[1:])
   assert results == [["True", "2", "worker", "0", "True", "2.0"],
                      ["True", "2", "worker", "1", "False", "2.0"]]
 
@@ -270,7 +270,7 @@ def test_slurm_script():
   with open(path) as f:
     text = f.read()
   assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text
-  srun, = [l for l in text.splitlines() if l.startswith("srun ")]
+  srun, = [line for line in text.splitlines() if line.startswith("srun ")]
   assert srun.split()[1:5] == ["ctl", "train", "examples/configs/dcgan.gin", "--strategy"]
   assert "--strategy auto" in srun and "--workdir" in srun
   assert 'if [ "$code" -eq 42 ]' in text and "scontrol requeue" in text

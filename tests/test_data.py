@@ -19,7 +19,8 @@ def batches(n=4, batch=8, **kwargs):
 
 
 @pytest.mark.parametrize("size, replicas, message", [
-    (7, 2, r"global batch size \(7\) is not divisible by the 2 replicas in sync; use a multiple of 2, e.g. 6"),
+    (7, 2, r"global batch size \(7\) is not divisible by the 2 replicas in sync; "
+           r"use a multiple of 2, e.g. 6"),
     (1, 2, r"global batch size \(1\) is smaller than the 2 replicas in sync"),
     (6, 4, r"not divisible by the 4 replicas in sync; use a multiple of 4, e.g. 4"),
 ])
@@ -86,7 +87,8 @@ def test_dataset_function_gets_the_per_replica_batch(mirrored):
 
 @pytest.mark.parametrize("batch, remainder", [(8, True), (4, False)])
 def test_dataset_function_batches_must_be_per_replica_and_static(batch, remainder, mirrored):
-  with pytest.raises(ValueError, match=r"each of the 2 replicas needs 4 .* batch it by input_context."
+  with pytest.raises(ValueError, match=r"each of the 2 replicas needs 4 .* batch it by "
+                     r"input_context."
                      r"get_per_replica_batch_size\(global_batch_size\) with drop_remainder=True"):
     data_lib.make_feed(lambda context: batches(batch=batch, drop_remainder=remainder),
                        mirrored, global_batch_size=8)

@@ -7,9 +7,8 @@ import struct
 import textwrap
 import time
 
-import pytest
-
 import helpers
+import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
@@ -27,7 +26,7 @@ def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
              "--samples-every", "3", "--workdir", str(tmp_path)] + strategy
   proc = helpers.python(command)
   # Not a terminal: progress is logged as lines, the last at the end.
-  lines = [l for l in proc.stderr.splitlines() if l.startswith("ctl: step ")]
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("ctl: step ")]
   assert lines and lines[-1].startswith("ctl: step 6/6 (100%)"), proc.stderr[-2000:]
   losses = [float(v) for v in re.findall(r"_loss (\S+)", lines[-1])]
   assert len(losses) == 2 and all(0 < v < 10 for v in losses)
@@ -65,7 +64,8 @@ def test_readme_example_runs(tmp_path):
   with open(os.path.join(helpers.ROOT, "README.md")) as f:
     blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
   assert len(blocks) == 3  # the quick look, the outer loop, an action of one's own
-  code = "\n".join(textwrap.dedent(block) for block in blocks).replace("runner.train(1000)", "runner.train(4)")
+  code = "\n".join(textwrap.dedent(block) for block in blocks)
+  code = code.replace("runner.train(1000)", "runner.train(4)")
   code = code.replace("runner.fit(2000, \"runs/readme\"", f"runner.fit(8, {str(tmp_path)!r}")
   code += ("\nassert history['generator_loss'].shape == (4,), history"
            "\nassert 0 < metrics['real_score'] < 1, metrics\nprint('ok')\n")

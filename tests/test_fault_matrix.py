@@ -27,10 +27,14 @@ import typing
 
 import pytest
 import tensorflow as tf
+from helpers import RESUME_TASK
+from helpers import ROOT
+from helpers import alive
+from helpers import free_ports
+from helpers import subprocess_env
+from test_faults import wait_for
 
 import ctl
-from helpers import RESUME_TASK, ROOT, subprocess_env, alive, free_ports
-from test_faults import wait_for
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
@@ -39,7 +43,7 @@ class Cell(typing.NamedTuple):
   """One fault in one phase: its test and outcome, or why it cannot apply."""
   fault: str
   phase: str
-  test: typing.Optional[str]  # "test_faults.py::name" for a test there
+  test: str | None  # "test_faults.py::name" for a test there
   outcome: str
   exit_code: str = ""
   steps_lost: str = ""
@@ -138,7 +142,8 @@ def start(workdir, *args, env=None):
   return subprocess.Popen(
       [sys.executable, RESUME_TASK, "--workdir", str(workdir), "--out",
        os.path.join(workdir, "..", "out.npz"), "--steps", "12"] + list(args),
-      cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True)
 
 
 def finish(proc, timeout=180):
@@ -246,7 +251,8 @@ def test_sigterm_during_a_stuck_evaluation_saves_from_another_thread(tmp_path):
   sent = time.monotonic()
   proc.send_signal(signal.SIGTERM)
   exit_code, log = finish(proc)
-  report(f"SIGTERM during a stuck evaluation (ctl.stopping.STUCK_SECONDS = {ctl.stopping.STUCK_SECONDS:g})",
+  report("SIGTERM during a stuck evaluation "
+         f"(ctl.stopping.STUCK_SECONDS = {ctl.stopping.STUCK_SECONDS:g})",
          time.monotonic() - sent)
   assert exit_code == ctl.PREEMPTED_EXIT_CODE, log
   assert "ctl: SIGTERM: the Evaluate did not return within 5 s" in log

@@ -21,11 +21,20 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import GRACE
+from helpers import RESUME_TASK
+from helpers import ROOT
+from helpers import alive
+from helpers import finish
+from helpers import launched_task_command
+from helpers import python
+from helpers import resume_reference
+from helpers import run_launched_task
+from helpers import run_workers
+from helpers import start_workers
+from helpers import subprocess_env
 
 import ctl
-from helpers import (GRACE, RESUME_TASK, ROOT, subprocess_env, alive, finish, launched_task_command,
-                     python, resume_reference, run_launched_task, run_workers,
-                     start_workers)
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

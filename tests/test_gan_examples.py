@@ -12,11 +12,13 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-from tests.helpers import ROOT, python
+from tests.helpers import ROOT
+from tests.helpers import python
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
-CONFIGS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "examples", "configs", "*.gin")))
+CONFIGS = sorted(os.path.basename(p)
+                 for p in glob.glob(os.path.join(ROOT, "examples", "configs", "*.gin")))
 SMALL = [
     "gan.Schedule.num_steps = 4", "gan.Schedule.steps_per_loop = 2",
     "gan.Experiment.batch_size = 16", "gan.Schedule.samples_every = 2",

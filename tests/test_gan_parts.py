@@ -42,7 +42,7 @@ def test_models_shapes(image_shape, num_classes):
 
 def test_spectral_norm_bounds_the_layer():
   d = gan.dcgan_discriminator(4, spectral_norm=True)
-  wrapped = [l for l in d.layers if isinstance(l, keras.layers.SpectralNormalization)]
+  wrapped = [layer for layer in d.layers if isinstance(layer, keras.layers.SpectralNormalization)]
   assert len(wrapped) == 3  # two convolutions and the output layer
   x = tf.random.normal((4,) + SHAPE)
   for _ in range(30):  # power iterations converge on the top singular value

@@ -16,11 +16,13 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
+from helpers import ROOT
+from helpers import alive
+from helpers import subprocess_env
 
 from ctl import launch
-import helpers
-from helpers import ROOT, subprocess_env, alive
 
 # A task of the test cluster. argv[1]: {"<type>-<index>": plan} (JSON), where a
 # plan may hold: ready (default true), lines (stdout and stderr lines to
@@ -161,14 +163,14 @@ def test_output_is_prefixed_line_by_line_and_complete():
   assert code == 0, err[-2000:]
   out_lines, err_lines = out.splitlines(), err.splitlines()
   for i in range(2):
-    mine = [l for l in out_lines if l.startswith(f"[worker {i}] ")]
+    mine = [line for line in out_lines if line.startswith(f"[worker {i}] ")]
     expected = [f"[worker {i}] worker-{i} out {k} {'x' * 200}" for k in range(lines)]
     assert mine[:lines] == expected
-    mine = [l for l in err_lines if l.startswith(f"[worker {i}] ")]
+    mine = [line for line in err_lines if line.startswith(f"[worker {i}] ")]
     assert mine == [f"[worker {i}] worker-{i} err {k}" for k in range(lines)]
   assert "[worker 0] no newline at the end" in out_lines
-  assert all(l.startswith(("[worker 0] ", "[worker 1] ")) for l in out_lines)
-  assert all(l.startswith(("[worker 0] ", "[worker 1] ", "ctl launch: ")) for l in err_lines)
+  assert all(line.startswith(("[worker 0] ", "[worker 1] ")) for line in out_lines)
+  assert all(line.startswith(("[worker 0] ", "[worker 1] ", "ctl launch: ")) for line in err_lines)
 
 
 def test_a_failed_task_stops_the_others_and_its_grandchildren(tmp_path):
@@ -193,7 +195,8 @@ def test_a_task_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
   assert code == 1, err  # a signal is no exit code to pass on
   assert re.search(r"worker 1 \(pid \d+\) exited with code -9 \(killed by SIGKILL\); "
                    r"stopped the others", err), err
-  assert "worker 0 (pid" in err and "did not stop within --grace 1 s of SIGTERM; sending SIGKILL" in err
+  assert "worker 0 (pid" in err
+  assert "did not stop within --grace 1 s of SIGTERM; sending SIGKILL" in err
   assert 1 <= seconds < FOREVER  # at least the grace period; then SIGKILL
   assert not alive(pids(err)["worker 0"])
 

@@ -11,12 +11,13 @@ relaunch that resumes, is in tests/test_faults.py.)
 import os
 import sys
 
+import helpers
 import numpy as np
 import pytest
 import tensorflow as tf
-
-import helpers
-from helpers import GRACE, LAUNCHED_TASK_ARGS, run_launched_task
+from helpers import GRACE
+from helpers import LAUNCHED_TASK_ARGS
+from helpers import run_launched_task
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

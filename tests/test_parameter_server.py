@@ -18,10 +18,9 @@ batches.
 import os
 import sys
 
+import helpers
 import numpy as np
 import pytest
-
-import helpers
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

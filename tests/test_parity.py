@@ -10,11 +10,10 @@ strategy: the configurations of one strategy share a process
 (`parity_task.group`), each with a fresh runner.
 """
 
-import numpy as np
-import pytest
-
 import helpers
+import numpy as np
 import parity_task
+import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

@@ -3,12 +3,12 @@
 import json
 import os
 
+import helpers
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import gan
-import helpers
 from ctl import cli
 from ctl import records
 

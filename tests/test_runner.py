@@ -64,7 +64,9 @@ def test_results_are_global_batch_values(strategy_name, mirrored):
 
 def test_minimize_returns_a_global_value(mirrored):
   def step(ctx, x):
-    return {"loss": ctx.minimize(lambda: ctx.average(x[:, 0] * ctx.models["model"](x)[:, 0] * 0 + x[:, 0]), "model")}
+    model = ctx.models["model"]
+    return {"loss": ctx.minimize(
+        lambda: ctx.average(x[:, 0] * model(x)[:, 0] * 0 + x[:, 0]), "model")}
   assert run(step, mirrored)["loss"][0] == pytest.approx(3.5)
 
 
@@ -220,7 +222,8 @@ def test_loss_scale_optimizer_gives_the_plain_update():
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_trains(policy):
   def build_mixed():
-    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4), keras.layers.Dense(1, dtype="float32")])
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4),
+                              keras.layers.Dense(1, dtype="float32")])
     return {"model": model}, {"model": keras.optimizers.Adam(0.01)}
   same_batch = data().take(1).repeat()
   runner = ctl.Runner(train_step, build_mixed, same_batch, mixed_precision=policy)
@@ -351,7 +354,8 @@ def test_minimize_misuse_names_the_fix():
 
   def unknown(ctx, x):
     return {"l": ctx.minimize(lambda: ctx.average(x[:, 0]), "generator")}
-  with pytest.raises(ValueError, match=r"no optimizer named 'generator'; build\(\) returned optimizers \['model'\]"):
+  with pytest.raises(ValueError, match=r"no optimizer named 'generator'; build\(\) returned "
+                     r"optimizers \['model'\]"):
     run(unknown)
 
 
@@ -374,11 +378,12 @@ def test_result_keys_must_stay_the_same(eager):
   extra = []  # non-empty: the step returns one more key
 
   def step(ctx, x):
-    return dict(train_step(ctx, x), **{"extra": 1.0 for _ in extra})
+    return dict(train_step(ctx, x), **({"extra": 1.0} if extra else {}))
   runner = ctl.Runner(step, build, data(), eager=eager)
   runner.train(1)
   extra.append(True)
-  with pytest.raises(ValueError, match=r"step results changed keys from \['loss'\] to \['extra', 'loss'\]"):
+  with pytest.raises(ValueError, match=r"step results changed keys from \['loss'\] to "
+                     r"\['extra', 'loss'\]"):
     if eager:
       runner.train(1)
     else:  # the compiled loop never retraces; a new trace of the replica step

@@ -3,11 +3,11 @@
 import json
 import re
 
+import helpers
 import pytest
 import tensorflow as tf
 
 import ctl
-import helpers
 
 
 @pytest.mark.parametrize("name, kind", [
@@ -55,7 +55,8 @@ def test_auto_with_logical_cpus_mirrors_over_them():
 def test_unknown_knob_values_are_refused():
   with pytest.raises(ValueError, match="cross_device_ops 'fast' is not known"):
     ctl.make_strategy("mirrored", cross_device_ops="fast")
-  with pytest.raises(ValueError, match="communication 'mpi' is not known; use one of auto, ring, nccl"):
+  with pytest.raises(ValueError,
+                     match="communication 'mpi' is not known; use one of auto, ring, nccl"):
     ctl.make_strategy("multi_worker", communication="mpi")
 
 
@@ -79,7 +80,8 @@ def test_logical_cpus_before_any_op_works_in_a_fresh_process():
 
 
 def test_parameter_server_without_cluster_says_what_is_missing():
-  with pytest.raises(RuntimeError, match=r"needs a cluster with 'chief' \(the coordinator\), 'worker' and 'ps' jobs"):
+  with pytest.raises(RuntimeError, match=r"needs a cluster with 'chief' \(the coordinator\), "
+                     r"'worker' and 'ps' jobs"):
     ctl.make_strategy("parameter_server")
 
 
@@ -138,4 +140,5 @@ def test_the_same_arguments_give_the_same_strategy():
   # make one.
   first = ctl.make_strategy("mirrored", logical_cpus=2)
   assert ctl.make_strategy("mirrored", logical_cpus=2) is first
-  assert ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops="reduce_to_one_device") is not first
+  other = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops="reduce_to_one_device")
+  assert other is not first

@@ -4,6 +4,7 @@
 """
 
 import argparse
+from typing import Any
 
 from ctl.cli import experiments
 
@@ -21,7 +22,7 @@ checks:
   no host Python          no print, tf.py_function, tf.numpy_function or .numpy()"""
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Any) -> None:
   """Adds `check` to the `ctl` command's subparsers."""
   parser = subparsers.add_parser(
       "check", help="report what in an experiment would fail on a TPU",

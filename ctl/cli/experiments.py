@@ -19,6 +19,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 USAGE_ERROR = 2  # what argparse exits with for a bad command line
 FAILURE = 1
@@ -45,7 +47,7 @@ kit's: the generator, or its EMA copy), e.g. as <name>.keras and a SavedModel
 load: keras.saving.load_model(path) or tf.saved_model.load(path).serve(z)."""
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Any) -> None:
   """Adds `train`, `eval` and `export` to the `ctl` command's subparsers."""
   for name, run, summary, description, example in (
       ("train", run_train, "train an experiment from a .gin file (resumes)", _TRAIN,
@@ -123,7 +125,8 @@ def _run(args, method, report, **kwargs):
     name, make = load_experiment(args)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
-  from ctl import stopping, workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from ctl import stopping  # pylint: disable=import-outside-toplevel
+  from ctl import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   workdir = args.workdir or default_workdir(args.config)
   try:
     experiment = experiments.make_experiment(make, name, needs=(method,))
@@ -147,7 +150,7 @@ def _run(args, method, report, **kwargs):
   return 0
 
 
-def fail(command: str, error, code: int) -> int:
+def fail(command: str, error: BaseException | str, code: int) -> int:
   """Prints `error` as `ctl <command>: error: ...` on stderr; returns `code`."""
   print(f"ctl {command}: error: {error}", file=sys.stderr)
   return code
@@ -158,7 +161,7 @@ def default_workdir(config: str) -> str:
   return os.path.join("runs", os.path.splitext(os.path.basename(config))[0])
 
 
-def load_experiment(args: argparse.Namespace):
+def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
   """Applies --logical-cpus, finds the experiment, parses the gin file and bindings.
 
   Args:

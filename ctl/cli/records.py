@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
 def _source(args):
   """The unbatched dataset `--dataset` names, from the installed sources."""
   from importlib import metadata  # pylint: disable=import-outside-toplevel
+
   from ctl import records  # pylint: disable=import-outside-toplevel
   sources = [entry.load() for entry in metadata.entry_points(group=records.SOURCES_GROUP)]
   for source in sources:
