@@ -119,9 +119,10 @@ def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
                      f"{num_replicas} replicas in sync: every replica needs at least "
                      f"one example; use a multiple of {num_replicas}.")
   if global_batch_size % num_replicas:
+    multiple = global_batch_size // num_replicas * num_replicas or num_replicas
     raise ValueError(f"global batch size ({global_batch_size}) is not divisible by "
                      f"the {num_replicas} replicas in sync; use a multiple of "
-                     f"{num_replicas}, e.g. {global_batch_size // num_replicas * num_replicas or num_replicas}.")
+                     f"{num_replicas}, e.g. {multiple}.")
 
 
 def _uses_distributed_datasets(strategy):
