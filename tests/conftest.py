@@ -12,6 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import pytest  # noqa: E402
 
 import ctl  # noqa: E402
+
 import helpers  # noqa: E402
 
 ctl.configure_logical_cpus(2)

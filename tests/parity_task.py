@@ -14,12 +14,13 @@ differ only in strategy, compilation and loop length.
 import argparse
 
 import numpy as np
+
+import ctl  # the first TF-touching import: make_strategy comes next
+
 import toy_gan
 from toy_gan import FEATURES
 from toy_gan import GLOBAL_BATCH
 from toy_gan import NOISE
-
-import ctl  # the first TF-touching import: make_strategy comes next
 
 # The configurations compared with the eager run under `default`: options of
 # `train` and the strategy. Those with the same strategy and mode share a

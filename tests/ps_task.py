@@ -14,11 +14,12 @@ discriminator's loss on one fixed large batch before and after training to
 import argparse
 
 import numpy as np
-import toy_gan
-from toy_gan import NOISE
 
 import ctl
 from ctl import cli
+
+import toy_gan
+from toy_gan import NOISE
 
 GLOBAL_BATCH = 32
 

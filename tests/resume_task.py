@@ -34,14 +34,15 @@ import sys
 import time
 
 import numpy as np
-import toy_gan
-from toy_gan import FEATURES
-from toy_gan import GLOBAL_BATCH
-from toy_gan import NOISE
 
 import ctl
 from ctl import _tf_internal
 from ctl import cli
+
+import toy_gan
+from toy_gan import FEATURES
+from toy_gan import GLOBAL_BATCH
+from toy_gan import NOISE
 
 
 def parse_args():

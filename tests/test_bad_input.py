@@ -30,7 +30,6 @@ import warnings
 from unittest import mock
 
 import gin
-import helpers
 import keras
 import numpy as np
 import pytest
@@ -38,6 +37,8 @@ import tensorflow as tf
 
 import ctl
 from ctl import cli
+
+import helpers
 
 BATCH = 8
 CONFIG = os.path.join(helpers.ROOT, "examples", "configs", "dcgan.gin")

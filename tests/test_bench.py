@@ -10,8 +10,9 @@ the machine.
 
 import json
 
-import helpers
 import pytest
+
+import helpers
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

@@ -8,14 +8,15 @@ import json
 import os
 
 import gin
-import helpers
 import pytest
+
+from ctl import cli
+
+import helpers
 from helpers import ROOT
 from helpers import TINY_GAN
 from helpers import ctl
 from helpers import python
-
-from ctl import cli
 
 CONFIG = os.path.join("examples", "configs", "dcgan.gin")  # for subprocesses, run in ROOT
 CONFIG_PATH = os.path.join(ROOT, CONFIG)  # for in-process calls

@@ -12,13 +12,14 @@ import socket
 import subprocess
 import sys
 
-import helpers
 import pytest
 import tensorflow as tf
 import yaml
 
 import ctl
 from ctl import strategies
+
+import helpers
 
 CLUSTER = os.path.join(helpers.ROOT, "examples", "cluster")
 

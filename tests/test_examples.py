@@ -7,8 +7,9 @@ import struct
 import textwrap
 import time
 
-import helpers
 import pytest
+
+import helpers
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

@@ -27,14 +27,15 @@ import typing
 
 import pytest
 import tensorflow as tf
+from test_faults import wait_for
+
+import ctl
+
 from helpers import RESUME_TASK
 from helpers import ROOT
 from helpers import alive
 from helpers import free_ports
 from helpers import subprocess_env
-from test_faults import wait_for
-
-import ctl
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

@@ -21,6 +21,9 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import ctl
+
 from helpers import GRACE
 from helpers import RESUME_TASK
 from helpers import ROOT
@@ -33,8 +36,6 @@ from helpers import run_launched_task
 from helpers import run_workers
 from helpers import start_workers
 from helpers import subprocess_env
-
-import ctl
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

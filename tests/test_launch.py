@@ -16,13 +16,14 @@ import subprocess
 import sys
 import time
 
-import helpers
 import pytest
+
+from ctl import launch
+
+import helpers
 from helpers import ROOT
 from helpers import alive
 from helpers import subprocess_env
-
-from ctl import launch
 
 # A task of the test cluster. argv[1]: {"<type>-<index>": plan} (JSON), where a
 # plan may hold: ready (default true), lines (stdout and stderr lines to

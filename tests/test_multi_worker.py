@@ -11,10 +11,11 @@ relaunch that resumes, is in tests/test_faults.py.)
 import os
 import sys
 
-import helpers
 import numpy as np
 import pytest
 import tensorflow as tf
+
+import helpers
 from helpers import GRACE
 from helpers import LAUNCHED_TASK_ARGS
 from helpers import run_launched_task

@@ -11,12 +11,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import toy_gan
-from helpers import python
 from tensorboard.backend.event_processing import event_accumulator
 
 import ctl
 from ctl.progress import Progress
+
+import toy_gan
+from helpers import python
 
 GLOBAL_BATCH = 8
 NOISE = 3

@@ -18,9 +18,10 @@ batches.
 import os
 import sys
 
-import helpers
 import numpy as np
 import pytest
+
+import helpers
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

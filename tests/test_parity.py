@@ -10,10 +10,11 @@ strategy: the configurations of one strategy share a process
 (`parity_task.group`), each with a fresh runner.
 """
 
-import helpers
 import numpy as np
 import parity_task
 import pytest
+
+import helpers
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 

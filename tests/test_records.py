@@ -3,7 +3,6 @@
 import json
 import os
 
-import helpers
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +10,8 @@ import tensorflow as tf
 import gan
 from ctl import cli
 from ctl import records
+
+import helpers
 
 COUNT = 300  # not a multiple of the shard count: the last round is partial
 SHARDS = 8

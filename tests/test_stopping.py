@@ -17,14 +17,15 @@ import weakref
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_outer_loop import build
-from test_outer_loop import data
-from test_outer_loop import runner
-from test_outer_loop import step
 
 import ctl
 from ctl import peers
 from ctl import workdir as workdir_lib
+
+from test_outer_loop import build
+from test_outer_loop import data
+from test_outer_loop import runner
+from test_outer_loop import step
 
 
 class SendAt(ctl.Action):

@@ -3,11 +3,12 @@
 import json
 import re
 
-import helpers
 import pytest
 import tensorflow as tf
 
 import ctl
+
+import helpers
 
 
 @pytest.mark.parametrize("name, kind", [
