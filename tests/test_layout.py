@@ -9,33 +9,31 @@ import re
 from helpers import ROOT
 
 
-def test_no_module_of_ctl_imports_gan():
-  importing = []
+def _ctl_lines(pattern, *, outside_cli=False):
+  """`path:line: text` of each line of ctl/ (outside ctl/cli/ if asked) matching `pattern`."""
+  found = []
   for directory, _, files in os.walk(os.path.join(ROOT, "ctl")):
-    for name in files:
+    if outside_cli and os.path.relpath(directory, ROOT).split(os.sep)[:2] == ["ctl", "cli"]:
+      continue
+    for name in sorted(files):
       if name.endswith(".py"):
         path = os.path.join(directory, name)
         with open(path) as f:
-          for number, line in enumerate(f, 1):
-            if re.match(r"\s*(import gan\b|from gan\b)", line):
-              importing.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
+          found += [f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}"
+                    for number, line in enumerate(f, 1) if re.match(pattern, line)]
+  return found
+
+
+def test_no_module_of_ctl_imports_gan():
+  importing = _ctl_lines(r"\s*(import gan\b|from gan\b)")
   assert not importing, "\n".join(importing)
 
 
 def test_only_ctl_cli_parses_command_lines():
   # The command line is its own layer: the library modules hold no parsers or
   # subcommands, and so can import TensorFlow at the top.
-  parsing = []
-  for directory, _, files in os.walk(os.path.join(ROOT, "ctl")):
-    if os.path.relpath(directory, ROOT).split(os.sep)[:2] == ["ctl", "cli"]:
-      continue
-    for name in files:
-      if name.endswith(".py"):
-        path = os.path.join(directory, name)
-        with open(path) as f:
-          for number, line in enumerate(f, 1):
-            if re.match(r"\s*(import argparse\b|from argparse\b|def add_parser\b)", line):
-              parsing.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
+  parsing = _ctl_lines(r"\s*(import argparse\b|from argparse\b|def add_parser\b)",
+                       outside_cli=True)
   assert not parsing, "\n".join(parsing)
 
 
