@@ -157,7 +157,7 @@ class GlobalBatches:
           f"at least {size} examples, or repeat before batching: "
           f"dataset.repeat().batch({size}, drop_remainder=True).")
     self.element_spec = dataset.element_spec
-    self._dataset = _prefetched(dataset)
+    self._dataset = prefetched(dataset)
     # A plain iterator can be checkpointed; TF's distributed one cannot.
     self.checkpointable = not _uses_distributed_datasets(strategy)
     if self.checkpointable:
@@ -211,7 +211,7 @@ class DistributedBatches:
             f"(global_batch_size {global_batch_size}); batch it by "
             "input_context.get_per_replica_batch_size(global_batch_size) with "
             "drop_remainder=True.")
-      return _prefetched(dataset)
+      return prefetched(dataset)
 
     self.checkpointable = False  # TF 2.21 cannot save a distributed iterator
     self._dataset = strategy.distribute_datasets_from_function(checked)
@@ -281,20 +281,20 @@ def _out_of_step(dataset):
   """`dataset`, from a batch chosen by the clock of the worker that runs it."""
   start = tf.data.Dataset.from_tensors(0).map(
       lambda _: tf.cast(tf.timestamp() * 1e6, tf.int64) % _MAX_OFFSET)
-  return _prefetched(start.flat_map(dataset.skip))
+  return prefetched(start.flat_map(dataset.skip))
 
 
-def _prefetched(dataset):
+def prefetched(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` as the runner reads it: prefetched, without tf.data's autotune thread.
 
   Each iterator of an autotuned dataset runs a thread that re-tunes the
   pipeline at growing intervals, up to a minute. In TF 2.21 freeing a read
   iterator sometimes waits for that thread's interval to run out (it misses
   the wake-up), so a script could take up to a minute per live iterator to
-  exit (and an evaluation's iterator to be freed). Without autotune,
-  `AUTOTUNE` parallelism stays at its starting value (the cores, at most 16)
-  and `prefetch(AUTOTUNE)` still sizes its buffer itself; a dataset whose
-  options set `autotune.enabled = True` keeps autotune.
+  exit (and an evaluation's iterator to be freed). Without autotune, an
+  `AUTOTUNE` value stays at its starting value (a parallelism of the cores,
+  at most 16) instead of being tuned; a dataset whose options set
+  `autotune.enabled = True` keeps autotune.
   """
   dataset = dataset.prefetch(tf.data.AUTOTUNE)
   if dataset.options().autotune.enabled is not None:

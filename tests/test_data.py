@@ -92,3 +92,12 @@ def test_dataset_function_batches_must_be_per_replica_and_static(batch, remainde
                      r"get_per_replica_batch_size\(global_batch_size\) with drop_remainder=True"):
     data_lib.make_feed(lambda context: batches(batch=batch, drop_remainder=remainder),
                        mirrored, global_batch_size=8)
+
+
+def test_the_runner_reads_data_without_tf_datas_autotune_thread():
+  # TF 2.21 can take up to a minute to free a read iterator of an autotuned
+  # dataset (its autotune thread misses the wake-up), at exit too.
+  assert data_lib.prefetched(batches()).options().autotune.enabled is False
+  options = tf.data.Options()
+  options.autotune.enabled = True  # the user's choice stands
+  assert data_lib.prefetched(batches().with_options(options)).options().autotune.enabled
