@@ -33,7 +33,7 @@ SHA256 = "e9d5eb754d4d19e191631a190882922328aa92ddcdf8e12c5db1ace66655e5f2"
 FEATURES = "features"  # name of the layer whose outputs are the features
 
 
-def mnist_classifier():
+def mnist_classifier() -> keras.Model:
   """Builds the (untrained) classifier of version `VERSION`.
 
   Two conv/max-pool stages, then a 64-unit ReLU layer named "features" (the
@@ -61,7 +61,7 @@ def _sha256(path):
     return hashlib.sha256(f.read()).hexdigest()
 
 
-def load_classifier(path=WEIGHTS):
+def load_classifier(path: str = WEIGHTS) -> keras.Model:
   """Returns the classifier with frozen weights from `path`.
 
   Args:
@@ -94,7 +94,7 @@ def _to_unit(images):
   return (images[..., None].astype("float32") - 127.5) / 127.5
 
 
-def train_classifier(path=WEIGHTS, *, epochs=8, seed=0):
+def train_classifier(path: str = WEIGHTS, *, epochs: int = 8, seed: int = 0) -> float:
   """Trains the classifier on the 5,000 training digits and saves its weights.
 
   Adam(1e-3), batch 64, 8 epochs, dropout 0.3 and random shifts of up to 2
@@ -128,7 +128,7 @@ def train_classifier(path=WEIGHTS, *, epochs=8, seed=0):
   return float(np.mean(np.argmax(logits, -1) == test_labels))
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
   path = argv[1] if len(argv) > 1 else WEIGHTS
   accuracy = train_classifier(path)
   digest = _sha256(path)
