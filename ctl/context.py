@@ -247,6 +247,8 @@ class StepContext:
 
   def _mark_global(self, value):
     value = tf.convert_to_tensor(value)
+    if value.ref() in self._global_values:  # e.g. minimize's loss, from ctx.average
+      return value  # listed twice, it would count twice in the eager check
     self._global_values.add(value.ref())
     self._shares.append(value)
     if self._tape is not None:

@@ -57,9 +57,19 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
         f"steps_per_loop ({runner.steps_per_loop}) is larger than num_steps "
         f"({num_steps}), the whole run: every compiled call is cut short. Lower "
         f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
+  if checkpoint is False and workdir is not None and os.path.exists(
+      os.path.join(workdir, "checkpoints", "checkpoint")):
+    warnings.warn(
+        f"fit(checkpoint=False): {os.path.join(workdir, 'checkpoints')} holds the "
+        "checkpoints of an earlier run, which this run neither restores nor replaces: "
+        "it trains from the runner's state. Pass checkpoint=True to resume that run, or "
+        "another workdir.", stacklevel=3)
   checkpoint = _option("checkpoint", checkpoint, checkpoints.Checkpoint, workdir)
   summaries = _option("summaries", summaries, actions_lib.Summaries, workdir)
-  actions = ([summaries] if summaries else []) + _check_actions(actions)
+  actions = _check_actions(actions)
+  if summaries:
+    _check_action(summaries)
+    actions.insert(0, summaries)
   for action in actions:
     action.check(runner, workdir)
   context = actions_lib.FitContext(runner, workdir, int(runner.global_step.numpy()))
@@ -102,20 +112,28 @@ def _check_actions(actions):
       option = "checkpoint" if isinstance(action, checkpoints.Checkpoint) else "summaries"
       raise TypeError(f"ctl.{type(action).__name__} goes in fit({option}=...), not in "
                       f"actions: fit({option}=ctl.{type(action).__name__}(...)).")
-    missing = [name for name in ("every", "collective", "check")
-               if not hasattr(action, name)]
-    if missing or not callable(action):
-      lacks = ", ".join(missing + ["__call__(context)"] * (not callable(action)))
-      raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
-                      "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
-                      "and define __call__(self, context).")
-    if action.every is not None and not isinstance(action.every, Every):
-      raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
-                      "ctl.Every(steps=..., seconds=...) or None.")
-    if not isinstance(action.collective, bool):
-      raise TypeError(f"{type(action).__name__}.collective is {action.collective!r}; use "
-                      "True (runs on every worker) or False (the chief only).")
+    _check_action(action)
   return actions
+
+
+def _check_action(action):
+  """Raises TypeError, naming the fix, unless `action` meets the `ctl.Action` contract."""
+  if isinstance(action, type):
+    raise TypeError(f"action {action.__name__} is a class; pass an instance of it, e.g. "
+                    f"{action.__name__}(...).")
+  missing = [name for name in ("every", "collective", "check")
+             if not hasattr(action, name)]
+  if missing or not callable(action):
+    lacks = ", ".join(missing + ["__call__(context)"] * (not callable(action)))
+    raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
+                    "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
+                    "and define __call__(self, context).")
+  if action.every is not None and not isinstance(action.every, Every):
+    raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
+                    "ctl.Every(steps=..., seconds=...) or None.")
+  if not isinstance(action.collective, bool):
+    raise TypeError(f"{type(action).__name__}.collective is {action.collective!r}; use "
+                    "True (runs on every worker) or False (the chief only).")
 
 
 def _train(context, num_steps, checkpoint, checkpointer, actions, progress):

@@ -456,6 +456,14 @@ def action_every_an_int(s):
   _runner().fit(2, str(s.path), actions=[ctl.Export("model", every=5)])
 
 
+def summaries_every_an_int(s):
+  _runner().fit(2, str(s.path), summaries=ctl.Summaries(5))
+
+
+def action_that_is_a_class(s):
+  _runner().fit(2, str(s.path), actions=[ctl.Export])
+
+
 def checkpoint_in_actions(s):
   _runner().fit(2, str(s.path), actions=[ctl.Checkpoint(keep=1)])
 
@@ -999,6 +1007,16 @@ CASES = [
          action_that_is_a_function, TypeError,
          ("is not an action", "it lacks every, collective, check", "Subclass ctl.Action",
           "__call__(self, context)")),
+    Case("summaries-every-an-int",
+         "TypeError from fit: Summaries.every is 5; use ctl.Every(steps=..., seconds=...) or "
+         "None",
+         summaries_every_an_int, TypeError,
+         ("Summaries.every is 5", "use ctl.Every(steps=..., seconds=...)")),
+    Case("action-that-is-a-class",
+         "TypeError from fit: action Export is a class; pass an instance of it, e.g. "
+         "Export(...)",
+         action_that_is_a_class, TypeError,
+         ("action Export is a class; pass an instance of it, e.g. Export(...)",)),
     Case("checkpoint-in-actions",
          "TypeError from fit: ctl.Checkpoint goes in fit(checkpoint=...), not in actions",
          checkpoint_in_actions, TypeError,

@@ -64,7 +64,8 @@ def test_ctrl_c_saves_and_exits_with_130_without_a_traceback(tmp_path):
 def test_readme_example_runs(tmp_path):
   with open(os.path.join(helpers.ROOT, "README.md")) as f:
     blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-  assert len(blocks) == 3  # the quick look, the outer loop, an action of one's own
+  # The quick look, the outer loop, showing ctl's log lines, an action of one's own.
+  assert len(blocks) == 4
   code = "\n".join(textwrap.dedent(block) for block in blocks)
   code = code.replace("runner.train(1000)", "runner.train(4)")
   code = code.replace("runner.fit(2000, \"runs/readme\"", f"runner.fit(8, {str(tmp_path)!r}")

@@ -303,6 +303,13 @@ def test_operative_gin_config_is_saved_next_to_the_checkpoints(tmp_path):
   assert glob.glob(str(tmp_path / "checkpoints" / "ckpt-2.index"))
 
 
+def test_checkpoint_false_over_an_earlier_run_warns(tmp_path):
+  runner().fit(2, tmp_path, progress=False)
+  with pytest.warns(UserWarning, match=r"fit\(checkpoint=False\): .* holds the checkpoints "
+                    r"of an earlier run, which this run neither restores nor replaces"):
+    runner().fit(2, tmp_path, checkpoint=False, progress=False)
+
+
 def test_fit_again_resumes_and_does_nothing_past_the_target(tmp_path):
   first = runner()
   first.fit(6, tmp_path, progress=False)

@@ -115,6 +115,25 @@ def test_share_times_a_per_replica_value_is_refused_eagerly_and_compiled(factor,
 
 
 @pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize("form", ["tape", "function"])
+def test_values_derived_from_a_minimized_loss_are_shares(form, eager, mirrored):
+  # The loss minimize returns is the share it was given: -loss, 2 * loss and
+  # loss + another share are summed like it, eagerly as compiled.
+  def step(ctx, x):
+    model = ctx.models["model"]
+    if form == "tape":
+      with tf.GradientTape() as tape:
+        loss = ctx.average(tf.square(model(x)[:, 0]))
+      loss = ctx.minimize(loss, "model", tape=tape)
+    else:
+      loss = ctx.minimize(lambda: ctx.average(tf.square(model(x)[:, 0])), "model")
+    return {"negative": -loss, "double": 2.0 * loss, "sum": loss + ctx.average(x[:, 0])}
+
+  history = run(step, mirrored, eager=eager)
+  assert history["double"][0] == pytest.approx(-2.0 * history["negative"][0])
+
+
+@pytest.mark.parametrize("eager", [False, True])
 def test_shares_times_constants_are_shares_eagerly_and_compiled(eager, mirrored):
   half = tf.constant(0.5)
 
