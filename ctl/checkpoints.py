@@ -30,8 +30,14 @@ import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 from ctl import arguments
 from ctl.schedule import Every
+from ctl.schedule import check_every
 
 _log = logging.getLogger("ctl")
+
+
+def newest(workdir: str) -> str | None:
+  """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None."""
+  return tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
 
 
 class Checkpoint:
@@ -51,9 +57,7 @@ class Checkpoint:
 
   def __init__(self, every: Every | None = None, keep: int = 3, *,
                restore_data: bool = True):
-    if every is not None and not isinstance(every, Every):
-      raise TypeError(f"Checkpoint(every={every!r}): use ctl.Every(steps=..., "
-                      "seconds=...), or None for the default.")
+    check_every("Checkpoint", every)
     arguments.integer("Checkpoint: keep", keep, minimum=1)
     self.every = every or Every(steps=1000, seconds=600)
     self.keep = keep

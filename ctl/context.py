@@ -190,10 +190,10 @@ class StepContext:
     shares by sums and constant factors equals the sum of share x gradient
     with respect to each share, and each of those gradients (the factor)
     depends on nothing that differs between replicas (the batch, the
-    variables, the noise drawn). The eager check has a blind spot:
-    `tf.stop_gradient` hides a share (return the value before it); and a
-    factor computed from them by an op without a gradient (an argmax, a
-    comparison) counts as a constant there.
+    variables, the noise drawn). The eager check has two blind spots:
+    `tf.stop_gradient` hides a share (return the value before it), and a
+    factor computed from the batch or the variables by an op without a
+    gradient (an argmax, a comparison) counts as a constant.
 
     Raises:
       ValueError: `value` is computed from shares in another way (e.g. a

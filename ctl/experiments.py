@@ -148,7 +148,7 @@ def binding_of(error: Exception, files: Sequence[str], bindings: Sequence[str]) 
       quoted = repr(value) in message
     else:  # a number is named only as a refused value: "got 0.5", "is -1"
       quoted = isinstance(value, (bool, int, float)) and re.search(
-          rf"\b(got|is|was|=) \(?{re.escape(repr(value))}(?![\w.])", message)
+          rf"\b(got|is|was|=) \(?{re.escape(repr(value))}(?!\w|\.\d)", message)
     if quoted:
       return f"`{match.group(1)} = {match.group(2)}` ({where})"
   return None

@@ -35,7 +35,7 @@ from ctl import stopping
 from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
-from ctl.schedule import Every
+from ctl.schedule import check_every
 from ctl.strategies import num_workers
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
         f"steps_per_loop ({runner.steps_per_loop}) is larger than num_steps "
         f"({num_steps}), the whole run: every compiled call is cut short. Lower "
         f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
-  if checkpoint is False and workdir is not None and os.path.exists(
-      os.path.join(workdir, "checkpoints", "checkpoint")):
+  if checkpoint is False and workdir is not None and checkpoints.newest(workdir):
     warnings.warn(
         f"fit(checkpoint=False): {os.path.join(workdir, 'checkpoints')} holds the "
         "checkpoints of an earlier run, which this run neither restores nor replaces: "
@@ -128,9 +127,7 @@ def _check_action(action):
     raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
                     "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
                     "and define __call__(self, context).")
-  if action.every is not None and not isinstance(action.every, Every):
-    raise TypeError(f"{type(action).__name__}.every is {action.every!r}; use "
-                    "ctl.Every(steps=..., seconds=...) or None.")
+  check_every(type(action).__name__, action.every)
   if not isinstance(action.collective, bool):
     raise TypeError(f"{type(action).__name__}.collective is {action.collective!r}; use "
                     "True (runs on every worker) or False (the chief only).")
@@ -143,7 +140,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress):
       _finish(context, None, actions, None)
     return {}
   scheduled = [a for a in actions if a.every is not None]
-  timers = ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
+  timers = _timers(checkpoint, scheduled)
   for every in timers:
     every.start(context.step)
   bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
@@ -210,7 +207,7 @@ def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
   Every worker must agree on what is due: a save or an evaluation is
   collective, and a time-based schedule reads each worker's own clock.
   """
-  timers = ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
+  timers = _timers(checkpoint, scheduled)
   flags = stopping.agree(context.runner.strategy, [e.due(context.step) for e in timers])
   due = flags
   if checkpoint:
@@ -224,6 +221,11 @@ def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
     action.every.fired(context.step)
   if any(flags):
     stopper.check(context.step)  # a signal that came during the work
+
+
+def _timers(checkpoint, scheduled):
+  """The schedules `fit` follows: the checkpoint's first, then the actions'."""
+  return ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
 
 
 def _save(checkpointer):

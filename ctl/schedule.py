@@ -66,3 +66,10 @@ class Every:
     args = ([f"steps={self.steps}"] * bool(self.steps)
             + [f"seconds={self.seconds}"] * bool(self.seconds))
     return f"Every({', '.join(args)})"
+
+
+def check_every(owner: str, every: object) -> None:
+  """Raises TypeError naming the fix unless `every` is an `Every` or None."""
+  if every is not None and not isinstance(every, Every):
+    raise TypeError(f"{owner}.every is {every!r}; use ctl.Every(steps=..., seconds=...) "
+                    "or None.")

@@ -87,6 +87,7 @@ def log_to_stderr():
   logger = logging.getLogger("ctl")
   logger.addHandler(handler)
   logger.setLevel(logging.INFO)
+  logger.propagate = False  # else a root handler (TF adds one) prints each line again
 
 
 if __name__ == "__main__":

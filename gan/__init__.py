@@ -20,8 +20,9 @@ The everyday names are here; the rest is grouped by kind:
   gan.evaluation   classifier FID/KID/score, Inception FID
   gan.experiment   the experiment's step, build, sample grids and FID action
 
-Gin knows each name as Python spells it: `@gan.dcgan_generator`,
-`@gan.models.dcgan_encoder`, `%gan.losses.hinge` (a family is a value, hence `%`).
+Gin knows each name by its shortest spelling: the everyday names at the top
+(`@gan.dcgan_generator`), the others by their module (`@gan.models.dcgan_encoder`),
+and a loss family as a value (`%gan.losses.hinge`).
 """
 
 from gan import data

@@ -199,3 +199,16 @@ def test_console_command_prints_no_traceback_for_a_misspelt_parameter():
   assert proc.returncode == 2
   assert "Traceback" not in proc.stderr
   assert "gan.Schedule.num_step = 3" in proc.stderr and "'gan.Schedule.num_steps'" in proc.stderr
+
+
+def test_a_number_refused_in_the_shared_message_style_names_its_binding(tmp_path):
+  # ctl.arguments ends its messages "got 0.": the binding is still found.
+  from ctl import experiments
+  config = tmp_path / "x.gin"
+  config.write_text("gan.Experiment.batch_size = 64\n")
+  error = ValueError("batch_size must be an int >= 1, got 0.\n  In call to configurable "
+                     "'Experiment'")
+  assert experiments.binding_of(error, [str(config)], ["gan.Experiment.batch_size = 0"]) == (
+      "`gan.Experiment.batch_size = 0` (--gin)")
+  error = ValueError("weight must be a number >= 0, got 0.5.\n  In call to configurable 'x'")
+  assert experiments.binding_of(error, [str(config)], ["x.weight = 0"]) is None

@@ -44,10 +44,12 @@ def run(args: argparse.Namespace) -> int:
       raise experiments_lib.ConfigError(f"--steps {args.steps}: give at least 1.")
     name, make = experiments.load_experiment(args)
     experiment = experiments_lib.make_experiment(make, name, needs=("build",))
+    runner = experiment.build(strategy="default")
   except experiments_lib.ConfigError as e:
     return experiments.fail("check", e, experiments.USAGE_ERROR)
+  except (TypeError, ValueError) as e:
+    return experiments.fail_on_binding("check", e, args)
   from ctl import check  # pylint: disable=import-outside-toplevel
-  runner = experiment.build(strategy="default")
   findings = check.check_runner(runner, num_batches=args.steps)
   print(check.format_findings(findings))
   return 0 if all(f.ok for f in findings) else experiments.FAILURE

@@ -141,13 +141,20 @@ def _run(args, method, report, **kwargs):
     print(f"ctl {args.command}: {e}", file=sys.stderr)
     return stopping.INTERRUPTED_EXIT_CODE
   except (TypeError, ValueError) as e:
-    binding = experiments.binding_of(e, [args.config], args.gin)
-    if binding is None:
-      raise
-    return fail(args.command, f"{experiments.first_line(e)} That value comes from "
-                f"{binding}; fix the binding.", USAGE_ERROR)
+    return fail_on_binding(args.command, e, args)
   report(result, workdir)
   return 0
+
+
+def fail_on_binding(command: str, error: Exception, args: argparse.Namespace) -> int:
+  """Exit code 2 naming the gin binding whose value `error` refused; re-raises
+  `error` when no binding of the config file or `--gin` is to blame."""
+  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  binding = experiments.binding_of(error, [args.config], args.gin)
+  if binding is None:
+    raise error
+  return fail(command, f"{experiments.first_line(error)} That value comes from "
+              f"{binding}; fix the binding.", USAGE_ERROR)
 
 
 def fail(command: str, error: BaseException | str, code: int) -> int:
