@@ -10,6 +10,7 @@ first use logs, once, that the reads are unchecked there. Nothing else in the
 project reaches a private TF, Keras or gin attribute (a test scans for it).
 """
 
+import contextlib
 import importlib.metadata
 import logging
 
@@ -106,6 +107,60 @@ def optimizer_variables(optimizer):
   """
   _note_version("keras")
   return optimizer._trainable_variables  # pylint: disable=protected-access
+
+
+# id(optimizer) -> how many replicas are inside `gradients_summed_by_caller` for it.
+_summing_callers = {}
+
+
+def _all_reduce_unless_summed(optimizer, original):
+  def all_reduce_sum_gradients(grads_and_vars):
+    if _summing_callers.get(id(optimizer)):
+      return list(grads_and_vars)
+    return original(grads_and_vars)
+  return all_reduce_sum_gradients
+
+
+@contextlib.contextmanager
+def gradients_summed_by_caller(optimizer):
+  """Inside, `optimizer.apply_gradients` takes gradients already summed over replicas.
+
+  Keras' TF optimizer sums the gradients over replicas itself, in
+  `_all_reduce_sum_gradients`, but only after it has clipped them (clipnorm,
+  global_clipnorm, clipvalue), and a LossScaleOptimizer checks them for inf
+  first: each replica would act on its own share of the gradient, not on the
+  gradient of the global batch. A caller that sums them first applies them
+  here, where that method passes them through. The optimizer (and a
+  LossScaleOptimizer's inner one) gets an instance attribute that defers to
+  the class's method outside this context; a count of callers, not a flag,
+  because MirroredStrategy runs the replicas in threads that take turns at
+  its merge calls, and a LossScaleOptimizer runs the inner apply in threads of
+  its own.
+
+  Yields:
+    Whether the method was found; if not (another Keras), the optimizer
+    still sums, and the caller must pass per-replica gradients.
+  """
+  _note_version("keras")
+  optimizers = [optimizer]
+  inner = getattr(optimizer, "inner_optimizer", None)
+  if inner is not None:
+    optimizers.append(inner)
+  if not all(hasattr(type(o), "_all_reduce_sum_gradients") for o in optimizers):
+    yield False
+    return
+  for o in optimizers:
+    if "_all_reduce_sum_gradients" not in vars(o):
+      object.__setattr__(o, "_all_reduce_sum_gradients",
+                         _all_reduce_unless_summed(o, o._all_reduce_sum_gradients))  # pylint: disable=protected-access
+    _summing_callers[id(o)] = _summing_callers.get(id(o), 0) + 1
+  try:
+    yield True
+  finally:
+    for o in optimizers:
+      _summing_callers[id(o)] -= 1
+      if not _summing_callers[id(o)]:
+        del _summing_callers[id(o)]
 
 
 def cross_device_ops(strategy):

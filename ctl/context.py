@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 
 from ctl import _tf_internal
+from ctl import arguments
 
 # Named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"
@@ -58,7 +59,8 @@ class StepContext:
       of the same name unless told otherwise.
     step: int64 scalar tensor, the index of this step (0 for the first).
     global_batch_size: examples in one step over all replicas.
-    per_replica_batch_size: examples this replica sees (`global / num_replicas`).
+    per_replica_batch_size: examples this replica sees (`global / num_replicas`);
+      inside a loss function given `micro_batches`, the rows of one slice.
     num_replicas: replicas in sync, over all workers.
     replica_id: int32 scalar tensor, this replica's index over all workers.
   """
@@ -74,9 +76,11 @@ class StepContext:
     self.global_batch_size = global_batch_size
     self.num_replicas = num_replicas
     self.per_replica_batch_size = global_batch_size // num_replicas
+    self._replica_rows = self.per_replica_batch_size  # while a micro-batch runs too
     self.replica_id = replica_id
     self._seed = seed
     self._draws = 0
+    self._rows = None  # (first row, rows) of a micro-batch being run, else None
     self._compile_update = compile_update
     self._global_values = set()  # refs of shares of a global-batch mean
     self._shares = []  # the same tensors, for the eager check
@@ -102,21 +106,35 @@ class StepContext:
     """Weight penalties (e.g. `model.losses`) scaled so that replicas sum to one copy."""
     return self._mark_global(tf.nn.scale_regularization_loss(tf.add_n(list(losses))))
 
-  def minimize(self, loss: tf.Tensor | Callable[[], tf.Tensor], optimizer: str, *,
+  def minimize(self, loss: tf.Tensor | Callable[..., tf.Tensor], optimizer: str, *,
                tape: tf.GradientTape | None = None,
-               variables: Iterable[tf.Variable] | None = None) -> tf.Tensor:
+               variables: Iterable[tf.Variable] | None = None,
+               batch: Any = None, micro_batches: int = 1) -> tf.Tensor:
     """Applies one update of `optimizer` that lowers `loss`.
 
     Two forms, as Keras 2's `Optimizer.minimize` had:
       * `loss` a tensor computed under `tape` (one forward pass can feed several
         updates: pass the same persistent tape);
-      * `loss` a function of no arguments returning the loss. This form also
-        compiles with `jit_compile=True` under `mirrored` and `multi_worker`,
-        where XLA cannot hold the cross-replica gradient sum: the runner then
-        compiles the loss and its gradient and applies them outside XLA.
+      * `loss` a function returning the loss: of no arguments, or of the batch
+        when `batch=` is given. This form also compiles with `jit_compile=True`
+        under `mirrored` and `multi_worker`, where XLA cannot hold the
+        cross-replica gradient sum: the runner then compiles the loss and its
+        gradient and applies them outside XLA.
 
-    Loss scaling is handled when the optimizer is a `LossScaleOptimizer`
-    (mixed_float16).
+    Gradient accumulation: with `batch=` and `micro_batches=k`, the loss
+    function runs on `k` slices of this replica's batch in turn, one forward
+    and backward pass each, and the update applies the sum of their gradients
+    (each slice's loss is its share of the global-batch mean): the update of the
+    whole batch at a k-th of the activation memory. `ctx.normal` and
+    `ctx.uniform` inside give each slice its rows of the whole batch's draws,
+    so the result equals the single pass up to float rounding (layers that
+    compute batch statistics, such as BatchNormalization, see each slice alone).
+
+    The gradient is summed over replicas before the optimizer sees it, so its
+    options mean what they mean on one device: clipnorm, global_clipnorm and
+    clipvalue clip the gradient of the global batch, and a
+    `LossScaleOptimizer` (mixed_float16, scaled here) skips a step for an inf
+    on any replica.
 
     Args:
       loss: scalar tensor from `ctx.average` (with `tape`), or a function returning one.
@@ -124,6 +142,10 @@ class StepContext:
       tape: the `tf.GradientTape` that recorded `loss` (tensor form only).
       variables: variables to update; default: the trainable variables of the
         model with the optimizer's name.
+      batch: this replica's batch (a tensor or a nested structure of them), passed
+        to the loss function (function form only).
+      micro_batches: how many slices of `batch` to accumulate the gradient over;
+        it must divide the per-replica batch size.
 
     Returns:
       The loss, marked as a global-batch value for the runner's reduction.
@@ -133,12 +155,29 @@ class StepContext:
                       f"first: ctx.minimize(loss, {loss!r}, tape=tape).")
     opt = self._optimizer(optimizer)
     variables = self._variables(optimizer, variables)
+    micro_batches = arguments.integer(
+        "micro_batches", micro_batches, minimum=1, meaning="slices of the batch to "
+        "accumulate the gradient over")
     if callable(loss):
       if tape is not None:
         raise ValueError("minimize: pass either a loss function or a loss tensor "
                          "with its tape, not both.")
-      value, grads = self._loss_and_gradients(loss, opt, variables, optimizer)
+      if micro_batches > 1 and batch is None:
+        raise ValueError(
+            f"minimize({optimizer!r}, micro_batches={micro_batches}): say which "
+            "batch to slice: pass batch=... and take it as the loss function's "
+            f"argument: ctx.minimize(lambda batch: ..., {optimizer!r}, batch=real, "
+            f"micro_batches={micro_batches}).")
+      value, grads = self._loss_and_gradients(loss, opt, variables, optimizer, batch,
+                                              micro_batches)
     else:
+      if batch is not None or micro_batches > 1:
+        raise ValueError(
+            f"minimize({optimizer!r}): batch= and micro_batches= need the loss as a "
+            "function of the batch, which ctl can call once per slice: "
+            f"ctx.minimize(lambda batch: ..., {optimizer!r}, batch=real, "
+            f"micro_batches={micro_batches}). A loss tensor was already computed "
+            "on the whole batch.")
       if tape is None:
         raise ValueError(f"minimize({optimizer!r}): a loss tensor needs the "
                          "GradientTape that recorded it: minimize(loss, "
@@ -151,7 +190,7 @@ class StepContext:
       self._check_loss(loss, optimizer)
       self._check_fresh_tape(tape, optimizer)
       value, grads = loss, _gradients(tape, loss, opt, variables)
-    opt.apply_gradients(zip(grads, variables))
+    self._apply(opt, grads, variables)
     return self._mark_global(value)
 
   def normal(self, shape: int | Sequence[int], stddev: float = 1.0,
@@ -235,8 +274,11 @@ class StepContext:
     # small for noise vectors and buys results that do not depend on the strategy.
     shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
     full = sampler([self.global_batch_size] + shape, self.seed())
-    start = tf.cast(self.replica_id, tf.int32) * self.per_replica_batch_size
-    rows = tf.slice(full, [start] + [0] * len(shape), [self.per_replica_batch_size] + shape)
+    start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
+    size = self._replica_rows
+    if self._rows is not None:  # a slice of micro_batches: its rows only
+      start, size = start + self._rows[0], self._rows[1]
+    rows = tf.slice(full, [start] + [0] * len(shape), [size] + shape)
     if self._sources is not None:
       self._watch_source(rows)
     return rows
@@ -330,15 +372,69 @@ class StepContext:
           f"pass the loss as a function: ctx.minimize(lambda: ..., {name!r}).")
     self._tape_updates.append((tape, name))
 
-  def _loss_and_gradients(self, loss_fn, opt, variables, name):
-    def compute():
+  def _apply(self, optimizer, grads, variables):
+    """`optimizer.apply_gradients` on the gradient of the global batch.
+
+    Keras would sum the replicas' gradients only after clipping them (and a
+    LossScaleOptimizer would test replica 0's for inf): summed here first, every
+    option of the optimizer acts on what it acts on with one device.
+    """
+    if self.num_replicas == 1:
+      optimizer.apply_gradients(zip(grads, variables))
+      return
+    with _tf_internal.gradients_summed_by_caller(optimizer) as summed_here:
+      if summed_here:
+        grads = _sum_over_replicas(grads)
+      optimizer.apply_gradients(zip(grads, variables))
+
+  def _loss_and_gradients(self, loss_fn, opt, variables, name, batch, micro_batches):
+    def one_pass(args):
       with tf.GradientTape() as tape:
-        value = loss_fn()
+        value = loss_fn(*args)
       self._check_loss(value, name)
       return value, _gradients(tape, value, opt, variables)
+
+    def compute():
+      if batch is None:
+        return one_pass(())
+      if micro_batches == 1:
+        return one_pass((batch,))
+      return self._accumulate(one_pass, batch, micro_batches, name)
+
     if self._compile_update is None:
       return compute()
     return self._compile_update(compute)()
+
+  def _accumulate(self, one_pass, batch, micro_batches, name):
+    """`one_pass` on each slice of `batch` in turn; the summed loss and gradients."""
+    size = self.per_replica_batch_size
+    if not isinstance(size, int) or size % micro_batches:
+      raise ValueError(
+          f"minimize({name!r}, micro_batches={micro_batches}): the per-replica "
+          f"batch size ({size}) must be a known multiple of micro_batches; batch "
+          "the data with drop_remainder=True and a global batch size divisible by "
+          f"num_replicas x micro_batches ({self.num_replicas} x {micro_batches}).")
+    slice_size = size // micro_batches
+    values, total, after = [], None, []
+    first_draw = self._draws
+    for i in range(micro_batches):
+      # Each slice waits for the gradients of the one before, so that only one
+      # slice's activations are alive at a time.
+      rows = slice(i * slice_size, (i + 1) * slice_size)
+      with tf.control_dependencies(after):
+        piece = tf.nest.map_structure(lambda t, rows=rows: t[rows], batch)
+      self._draws = first_draw  # every slice draws from the same seeds ...
+      self._rows = (i * slice_size, slice_size)  # ... and keeps its own rows
+      self.per_replica_batch_size = slice_size
+      try:
+        value, grads = one_pass((piece,))
+      finally:
+        self._rows, self.per_replica_batch_size = None, size
+      values.append(value)
+      total = grads if total is None else [
+          a if b is None else b if a is None else a + b for a, b in zip(total, grads)]
+      after = [g for g in grads if g is not None]
+    return self._mark_global(tf.add_n(values)), total
 
 
 StepFn: TypeAlias = Callable[[StepContext, Any], dict[str, tf.Tensor]]
@@ -355,6 +451,17 @@ class _Named(dict):
   def __missing__(self, name):
     raise KeyError(f"no {self._kind} named {name!r}; build() returned "
                       f"{self._kind}s {sorted(self)}")
+
+
+def _sum_over_replicas(grads):
+  """Each gradient summed over the replicas (a None, for a variable the loss does
+  not reach, stays None for the optimizer to report)."""
+  present = [g for g in grads if g is not None]
+  if not present:
+    return grads
+  summed = iter(tf.distribute.get_replica_context().all_reduce(
+      tf.distribute.ReduceOp.SUM, present))
+  return [None if g is None else next(summed) for g in grads]
 
 
 def _gradients(tape, loss, optimizer, variables):

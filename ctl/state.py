@@ -73,6 +73,7 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
     _refuse_shared_optimizers(optimizers)
     for name, optimizer in list(optimizers.items()):
       optimizers[name] = _prepare_optimizer(name, optimizer, models, mixed_precision)
+      _refuse_options_the_strategy_cannot_run(name, optimizers[name], strategy)
     _check_in_scope(strategy, models, optimizers)
     # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
     # parameter servers (see TF field notes).
@@ -154,3 +155,57 @@ def _refuse_shared_optimizers(optimizers):
           f"it cannot also update model {name!r}. Give each model an optimizer "
           f"of its own in build(): {{{other!r}: keras.optimizers.{kind}(...), "
           f"{name!r}: keras.optimizers.{kind}(...)}}.")
+
+
+# Strategies that update variables through merge calls from the replicas, which
+# TF cannot run inside a tf.cond in replica context: Keras puts the update
+# under one for gradient_accumulation_steps and ema_overwrite_frequency.
+# (TPUStrategy is not run here; it merges the same way.)
+_MERGING_STRATEGIES = {
+    tf.distribute.MirroredStrategy: "mirrored",
+    tf.distribute.MultiWorkerMirroredStrategy: "multi_worker",
+    tf.distribute.experimental.CentralStorageStrategy: "central_storage",
+    tf.distribute.TPUStrategy: "tpu",
+}
+
+
+def _refuse_options_the_strategy_cannot_run(name, optimizer, strategy):
+  """Refuses, before anything is traced, the Keras optimizer options that fail
+  inside the compiled step under `strategy`, with what to use instead.
+
+  Every other option keeps its one-device meaning: `StepContext.minimize` sums
+  the gradient over replicas before the optimizer clips it.
+  """
+  kind = next((k for cls, k in _MERGING_STRATEGIES.items() if isinstance(strategy, cls)),
+              None)
+  if kind is None:
+    return
+  inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
+  where = f"optimizers[{name!r}] ({type(inner).__name__})"
+  steps = inner.gradient_accumulation_steps
+  if steps:
+    raise ValueError(
+        f"{where} has gradient_accumulation_steps={steps}, which Keras cannot run "
+        f"under {kind} (it applies the update inside a tf.cond, where TF cannot "
+        "sum over replicas). Accumulate with ctl instead, which gives the same "
+        "update as the whole batch and keeps parity under every strategy: drop the "
+        "option and pass the loss as a function of the batch, "
+        f"ctx.minimize(lambda batch: ..., {name!r}, batch=real, micro_batches={steps}) "
+        f"(or a global batch {steps} times larger).")
+  if inner.use_ema and inner.ema_overwrite_frequency:
+    raise ValueError(
+        f"{where} has use_ema=True with ema_overwrite_frequency="
+        f"{inner.ema_overwrite_frequency}, which Keras cannot run under {kind} (it "
+        "overwrites the weights inside a tf.cond, where TF cannot update "
+        "replicated variables). Drop ema_overwrite_frequency and copy the average "
+        "in once training ends: optimizer.finalize_variable_values("
+        "model.trainable_variables); or keep the average as a model of its own, "
+        "updated in the step.")
+  if kind == "central_storage" and (inner.use_ema or inner is not optimizer):
+    option = "use_ema=True" if inner.use_ema else "a LossScaleOptimizer (mixed_float16)"
+    raise ValueError(
+        f"{where}: {option} cannot run under central_storage (Keras updates its "
+        "own variables from each replica, which central storage refuses). Use "
+        "mirrored, which keeps the same numbers, or drop the option"
+        + (": keep the average as a model of its own, updated in the step."
+           if inner.use_ema else " (mixed_bfloat16 needs no loss scaling)."))
