@@ -34,24 +34,29 @@ CONFIGS = {
     "jit_default": {"jit": True},
     "one_device": {"strategy": "one_device"},
     "jit_one_device": {"strategy": "one_device", "jit": True},
-    "mirrored_2": {"strategy": "mirrored", "logical_cpus": 2},
+    "mirrored_2": {"strategy": "mirrored", "logical_cpus": 2, "tasks": "gan,bigan,options"},
     "mirrored_2_steps_per_loop_5": {"strategy": "mirrored", "logical_cpus": 2,
                                     "steps_per_loop": 5},
     # bigan's tape form cannot be compiled under mirrored (see test_parity.py).
     "jit_mirrored_2": {"strategy": "mirrored", "logical_cpus": 2, "jit": True,
                        "tasks": "gan"},
-    "mirrored_4": {"strategy": "mirrored", "logical_cpus": 4},
+    "mirrored_4": {"strategy": "mirrored", "logical_cpus": 4, "tasks": "gan,bigan,options"},
     "mirrored_2_eager": {"strategy": "mirrored", "logical_cpus": 2, "eager": True},
     "central_storage_2": {"strategy": "central_storage", "logical_cpus": 2},
     "jit_central_storage_2": {"strategy": "central_storage", "logical_cpus": 2,
                               "jit": True},
 }
 DEFAULTS = {"strategy": "default", "logical_cpus": None, "tasks": "gan,bigan", "steps": 10,
-            "steps_per_loop": 1, "eager": False, "jit": False}
+            "steps_per_loop": 1, "eager": False, "jit": False, "perturbed": False}
 
 
 def options(config):
   return dict(DEFAULTS, **CONFIGS[config])
+
+
+def task_names(tasks):
+  """The task names in `tasks` (comma-separated), "options" standing for OPTION_TASKS."""
+  return ",".join(OPTION_TASKS if t == "options" else t for t in tasks.split(",")).split(",")
 
 
 def process_key(config):
@@ -67,13 +72,16 @@ def group(config):
 
 def parse_args():
   p = argparse.ArgumentParser()
-  p.add_argument("--tasks", default="gan,bigan")
+  p.add_argument("--tasks", default="gan,bigan", help='comma-separated; "options" for '
+                 "the optimizer options and micro_batches")
   p.add_argument("--strategy", default="default")
   p.add_argument("--logical-cpus", type=int)
   p.add_argument("--steps", type=int, default=10)
   p.add_argument("--steps-per-loop", type=int, default=1)
   p.add_argument("--eager", action="store_true")
   p.add_argument("--jit", action="store_true")
+  p.add_argument("--perturbed", action="store_true",
+                 help="move every initial weight by one ulp (the rounding floor's run)")
   p.add_argument("--configs", help="names of CONFIGS, comma-separated, one strategy")
   p.add_argument("--out", required=True)
   return p.parse_args()
@@ -158,7 +166,60 @@ def bigan_step(ctx, batches):
           "encoder_loss": e_loss}
 
 
-TASKS = {"gan": (build_gan, gan_step, 1), "bigan": (build_bigan, bigan_step, 2)}
+# Optimizer options a GAN recipe sets, each on the gan task (both models): the
+# update must mean under every strategy what it means on one device.
+OPTIMIZERS = {
+    "clipnorm": lambda: keras_optimizers().Adam(1e-2, clipnorm=0.05),
+    "global_clipnorm": lambda: keras_optimizers().Adam(1e-2, global_clipnorm=0.05),
+    "clipvalue": lambda: keras_optimizers().Adam(1e-2, clipvalue=0.01),
+    "adamw": lambda: keras_optimizers().AdamW(1e-2, weight_decay=0.1),
+    "ema": lambda: keras_optimizers().Adam(1e-2, use_ema=True, ema_momentum=0.9),
+    "loss_scale": lambda: keras_optimizers().LossScaleOptimizer(
+        keras_optimizers().Adam(1e-2), initial_scale=2.0 ** 10),
+    "schedule": lambda: keras_optimizers().Adam(
+        keras_optimizers().schedules.ExponentialDecay(1e-2, 3, 0.5)),
+    "rmsprop": lambda: keras_optimizers().RMSprop(1e-2, momentum=0.5, centered=True),
+    "sgd_momentum": lambda: keras_optimizers().SGD(1e-2, momentum=0.9, nesterov=True),
+    "lion": lambda: keras_optimizers().Lion(1e-3),
+}
+
+
+def keras_optimizers():
+  import keras
+  return keras.optimizers
+
+
+def build_with(option):
+  """The gan task's build, both optimizers made by OPTIMIZERS[option]."""
+  def build():
+    models, _ = build_gan()
+    return models, {name: OPTIMIZERS[option]() for name in models}
+  return build
+
+
+def accumulating_step(ctx, real):
+  """gan_step with each update's gradient accumulated over 2 slices of the batch."""
+  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+
+  def discriminator_loss(real):
+    fake = generator(ctx.normal([NOISE]), training=True)
+    return ctx.average(toy_gan.discriminator_loss(discriminator(real)[:, 0],
+                                                  discriminator(fake)[:, 0]))
+
+  def generator_loss(real):
+    del real  # the slice sets how many rows ctx.normal draws
+    return ctx.average(toy_gan.generator_loss(discriminator(generator(ctx.normal([NOISE])))[:, 0]))
+
+  return {"discriminator_loss": ctx.minimize(discriminator_loss, "discriminator", batch=real,
+                                             micro_batches=2),
+          "generator_loss": ctx.minimize(generator_loss, "generator", batch=real,
+                                         micro_batches=2)}
+
+
+TASKS = {"gan": (build_gan, gan_step, 1), "bigan": (build_bigan, bigan_step, 2),
+         "micro_batches": (build_gan, accumulating_step, 1)}
+TASKS.update({f"optimizer_{o}": (build_with(o), gan_step, 1) for o in OPTIMIZERS})
+OPTION_TASKS = ",".join(["micro_batches"] + [f"optimizer_{o}" for o in OPTIMIZERS])
 
 
 def train(task, strategy, o):
@@ -167,6 +228,9 @@ def train(task, strategy, o):
                       strategy=strategy, seed=7, steps_per_loop=o["steps_per_loop"],
                       eager=o["eager"], jit_compile=o["jit"],
                       batches_per_step=batches_per_step)
+  if o["perturbed"]:  # the rounding floor's run (ctl.parity)
+    with strategy.scope():
+      ctl.parity.perturb(runner.models)
   return toy_gan.results(runner.train(o["steps"]), runner.models, prefix=f"{task}/")
 
 
@@ -184,7 +248,7 @@ def main():
   results = {}
   for config, o in runs.items():
     prefix = f"{config}/" if config else ""
-    for task in o["tasks"].split(","):
+    for task in task_names(o["tasks"]):
       results.update({prefix + k: v for k, v in train(task, strategy, o).items()})
   if strategy.extended.should_checkpoint:  # the chief, under multi_worker
     np.savez(args.out, **results)

@@ -1,11 +1,16 @@
 """Parity: one seeded task gives the same numbers under every strategy.
 
-Each configuration of `parity_task.CONFIGS` trains two tasks for 10 steps:
-`gan` (two models, losses given as functions) and `bigan` (generator, encoder
+Each configuration of `parity_task.CONFIGS` trains its tasks for 10 steps:
+`gan` (two models, losses given as functions), `bigan` (generator, encoder
 and discriminator, three optimizers, two discriminator updates per step, tape
-form). Every step's reduced results and every model's final weights must be
-within 1e-5 (max absolute difference) of the eager run under the default
-strategy. The reference runs in a process of its own, and so does each
+form) and, under mirrored, the optimizer options (`parity_task.OPTIMIZERS`:
+clipping, weight decay, EMA, loss scaling, a schedule, RMSprop, SGD with
+momentum, Lion) and `micro_batches`. Every step's reduced results and every
+model's final weights must be within rounding of the eager run under the
+default strategy, by ctl.parity's criterion: each variable's difference,
+relative to its size, at most 10 times the rounding floor (the eager run again
+with its initial weights moved by one ulp), or within 16 float32 epsilons.
+The reference and the floor run in processes of their own, and so does each
 strategy: the configurations of one strategy share a process
 (`parity_task.group`), each with a fresh runner.
 """
@@ -14,16 +19,24 @@ import numpy as np
 import parity_task
 import pytest
 
+from ctl import parity
+
 import helpers
 
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
-TOLERANCE = 1e-5
+ALL_TASKS = ("--tasks", "gan,bigan,options")
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-  return helpers.run_task(tmp_path_factory.mktemp("reference"), "--eager")
+  return helpers.run_task(tmp_path_factory.mktemp("reference"), "--eager", *ALL_TASKS)
+
+
+@pytest.fixture(scope="module")
+def floor(tmp_path_factory):
+  return helpers.run_task(tmp_path_factory.mktemp("floor"), "--eager", "--perturbed",
+                          *ALL_TASKS)
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +56,27 @@ def runs(tmp_path_factory):
   return get
 
 
-def check(results, reference, label, tasks=("gan", "bigan")):
+def check(results, reference, floor, label, tasks=("gan", "bigan")):
   for task in tasks:
     part = {k: v for k, v in results.items() if k.startswith(task + "/")}
     expected = {k: v for k, v in reference.items() if k.startswith(task + "/")}
-    difference = helpers.max_difference(part, expected)
-    print(f"parity {task}/{label}: max abs difference {difference:.3g}")
-    assert difference <= TOLERANCE, f"{task}/{label}: {difference} > {TOLERANCE}"
+    rows = parity.compare(expected, floor, {label: part})
+    worst = max(rows, key=lambda r: r.difference / r.tolerance)
+    print(f"parity {task}/{label}: {worst.key} {worst.difference:.3g} "
+          f"(floor {worst.floor:.3g})")
+    bad = [f"{r.key}: {r.difference:.3g} > {r.tolerance:.3g}" for r in rows if not r.ok]
+    assert not bad, f"{task}/{label}: past rounding: {bad[:5]}"
 
 
 @pytest.mark.parametrize("config", list(parity_task.CONFIGS))
-def test_strategy_matches_eager_default(config, reference, runs):
-  check(runs(config), reference, config, parity_task.options(config)["tasks"].split(","))
+def test_strategy_matches_eager_default(config, reference, floor, runs):
+  check(runs(config), reference, floor, config,
+        parity_task.task_names(parity_task.options(config)["tasks"]))
 
 
-def test_multi_worker_two_processes_match(reference, tmp_path):
-  check(helpers.run_workers(tmp_path, 2), reference, "multi_worker_2")
+def test_multi_worker_two_processes_match(reference, floor, tmp_path):
+  check(helpers.run_workers(tmp_path, 2, *ALL_TASKS), reference, floor, "multi_worker_2",
+        parity_task.task_names("gan,bigan,options"))
 
 
 def test_jit_under_mirrored_refuses_the_tape_form(tmp_path):
@@ -86,3 +104,16 @@ def test_reference_is_a_real_training_run(reference):
     losses = reference[f"{task}/loss/discriminator_loss"]
     assert losses.shape == (10,), task
     assert np.isfinite(losses).all() and abs(losses[-1] - losses[0]) > 1e-3, task
+
+
+def test_micro_batches_equal_the_whole_batch(reference, floor):
+  """ctx.minimize(..., micro_batches=2) on the gan task: the same updates as one
+  pass over the whole batch (gan_step), within rounding, eagerly; the
+  configurations above check it compiled and under mirrored."""
+  whole = {k[len("gan/"):]: v for k, v in reference.items()
+           if k.startswith("gan/") and "real_score" not in k}
+  sliced = {k[len("micro_batches/"):]: v for k, v in reference.items()
+            if k.startswith("micro_batches/")}
+  floor_of_gan = {k[len("gan/"):]: v for k, v in floor.items() if k.startswith("gan/")}
+  rows = parity.compare(whole, floor_of_gan, {"micro_batches": sliced})
+  assert all(r.ok for r in rows), [r for r in rows if not r.ok][:3]

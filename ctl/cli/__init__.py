@@ -3,6 +3,7 @@
     ctl train examples/configs/dcgan.gin --workdir runs/dcgan --strategy mirrored
     ctl eval examples/configs/dcgan.gin --workdir runs/dcgan
     ctl check examples/configs/dcgan.gin            # what would fail on a TPU
+    ctl parity my_gan.py --against mirrored:2       # same numbers, up to rounding?
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
 
     from ctl import cli                             # the same from Python
@@ -25,10 +26,11 @@ from collections.abc import Iterator
 from ctl.cli import check
 from ctl.cli import experiments
 from ctl.cli import launch
+from ctl.cli import parity
 from ctl.cli import records
 
 # The modules that add subcommands, in the order `ctl --help` lists them.
-_SUBCOMMANDS = (experiments, check, launch, records)
+_SUBCOMMANDS = (experiments, check, parity, launch, records)
 
 
 def make_parser() -> argparse.ArgumentParser:
