@@ -339,6 +339,9 @@ def load_module(path: str) -> Any:
       raise FileNotFoundError(f"parity: no file {path!r}; give the path of a Python "
                               "file that defines build, step and data.")
     name = os.path.splitext(os.path.basename(path))[0]
+    # As `python path` would: the file's own folder first on the path, so
+    # that it can import the modules beside it.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -445,6 +448,14 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
   causes = {c.name: diagnose(c, [r for r in rows if r.config == c.name], reference, floor,
                              outputs[c.name][0], layers)
             for c in parsed if c.name in outputs}
+  # A difference that compiling on one device already makes shows again under
+  # every strategy, which compiles too: it is the one to fix first.
+  one_device = [c.name for c in parsed if causes.get(c.name) and c.strategy == "default"
+                and "eager" not in dict(c.options)]
+  for c in parsed:
+    if causes.get(c.name) and c.strategy != "default" and one_device:
+      causes[c.name].append(f"compiled on one device it differs already ({one_device[0]}, "
+                            "above): fix that first.")
   return Report(rows, causes, errors)
 
 

@@ -383,6 +383,41 @@ def minimize_twice_from_one_tape(s):
   _train(step=step)
 
 
+def keras_gradient_accumulation_under_mirrored(s):
+  def build():
+    return {"model": _model()}, {"model": keras.optimizers.Adam(gradient_accumulation_steps=4)}
+  _runner(build=build, strategy=_mirrored())
+
+
+def keras_ema_overwrite_under_mirrored(s):
+  def build():
+    optimizer = keras.optimizers.Adam(use_ema=True, ema_overwrite_frequency=100)
+    return {"model": _model()}, {"model": optimizer}
+  _runner(build=build, strategy=_mirrored())
+
+
+def _sliced_loss(ctx, x):
+  return ctx.average(tf.square(ctx.models["model"](x)[:, 0]))
+
+
+def micro_batches_of_a_loss_tensor(s):
+  def step(ctx, x):
+    with tf.GradientTape() as tape:
+      loss = _sliced_loss(ctx, x)
+    return {"loss": ctx.minimize(loss, "model", tape=tape, batch=x, micro_batches=2)}
+  _train(step=step)
+
+
+def micro_batches_without_the_batch(s):
+  _train(step=lambda ctx, x: {"loss": ctx.minimize(
+      lambda: _sliced_loss(ctx, x), "model", micro_batches=2)})
+
+
+def micro_batches_that_do_not_divide_the_batch(s):
+  _train(step=lambda ctx, x: {"loss": ctx.minimize(
+      lambda x: _sliced_loss(ctx, x), "model", batch=x, micro_batches=3)})
+
+
 def unknown_model_in_the_step(s):
   _train(step=lambda ctx, x: {"loss": ctx.average(ctx.models["generatr"](x)[:, 0])})
 
@@ -847,6 +882,42 @@ CASES = [
          minimize_twice_from_one_tape, ValueError,
          ("minimize('model') was called twice with the same tape", "stale",
           "Record each update under its own tape", "ctx.minimize(lambda: ..., 'model')",
+          "[global step 0]")),
+    Case("keras-gradient-accumulation-under-mirrored",
+         "ValueError from Runner: optimizers['model'] (Adam) has gradient_accumulation_steps=4, "
+         "which Keras cannot run under mirrored ...; ctx.minimize(lambda batch: ..., 'model', "
+         "batch=real, micro_batches=4)",
+         keras_gradient_accumulation_under_mirrored, ValueError,
+         ("optimizers['model'] (Adam) has gradient_accumulation_steps=4",
+          "cannot run under mirrored", "inside a tf.cond",
+          "ctx.minimize(lambda batch: ..., 'model', batch=real, micro_batches=4)")),
+    Case("keras-ema-overwrite-under-mirrored",
+         "ValueError from Runner: optimizers['model'] (Adam) has use_ema=True with "
+         "ema_overwrite_frequency=100, which Keras cannot run under mirrored ...; drop it and "
+         "call optimizer.finalize_variable_values(...) once training ends",
+         keras_ema_overwrite_under_mirrored, ValueError,
+         ("optimizers['model'] (Adam) has use_ema=True with ema_overwrite_frequency=100",
+          "cannot run under mirrored", "Drop ema_overwrite_frequency",
+          "optimizer.finalize_variable_values(model.trainable_variables)")),
+    Case("micro-batches-of-a-loss-tensor",
+         "ValueError from the step's first call: minimize('model'): batch= and micro_batches= "
+         "need the loss as a function of the batch ...",
+         micro_batches_of_a_loss_tensor, ValueError,
+         ("minimize('model'): batch= and micro_batches= need the loss as a function",
+          "ctx.minimize(lambda batch: ..., 'model', batch=real, micro_batches=2)",
+          "[global step 0]")),
+    Case("micro-batches-without-the-batch",
+         "ValueError from the step's first call: minimize('model', micro_batches=2): say which "
+         "batch to slice: pass batch=...",
+         micro_batches_without_the_batch, ValueError,
+         ("minimize('model', micro_batches=2): say which batch to slice", "pass batch=...",
+          "[global step 0]")),
+    Case("micro-batches-that-do-not-divide-the-batch",
+         "ValueError from the step's first call: minimize('model', micro_batches=3): the "
+         "per-replica batch size (8) must be a known multiple of micro_batches",
+         micro_batches_that_do_not_divide_the_batch, ValueError,
+         ("minimize('model', micro_batches=3)", "per-replica batch size (8)",
+          "must be a known multiple of micro_batches", "drop_remainder=True",
           "[global step 0]")),
     Case("unknown-model-in-the-step",
          "KeyError from the step's first call: no model named 'generatr'; build() returned "
