@@ -269,16 +269,16 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Mapping[str, np.nda
 def format_report(report: Report) -> str:
   """A table: per configuration, its worst variable against the rounding floor,
   and the variables past tolerance; then the causes."""
-  lines = [f"{'configuration':24} {'worst variable':40} {'difference':>10} "
+  lines = [f"{'configuration':28} {'worst variable':40} {'difference':>10} "
            f"{'floor':>9} {'verdict':>8}"]
   configs = list(dict.fromkeys(r.config for r in report.rows))
   for config in configs:
     row = report.worst(config)
     verdict = "rounding" if all(r.ok for r in report.rows if r.config == config) else "DIFFERS"
-    lines.append(f"{config:24} {row.key[:40]:40} {row.difference:10.2e} "
+    lines.append(f"{config:28} {row.key[:40]:40} {row.difference:10.2e} "
                  f"{row.floor:9.2e} {verdict:>8}")
   for config, error in report.errors.items():
-    lines.append(f"{config:24} failed: {error}")
+    lines.append(f"{config:28} failed: {error}")
   for config in configs:
     bad = [r for r in report.rows if r.config == config and not r.ok]
     if bad:
