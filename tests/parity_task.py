@@ -31,7 +31,7 @@ from toy_gan import NOISE
 CONFIGS = {
     "compiled_default": {},
     "steps_per_loop_5": {"steps_per_loop": 5},
-    "jit_default": {"jit": True},
+    "jit_default": {"jit": True, "tasks": "gan,bigan,micro_batches"},
     "one_device": {"strategy": "one_device"},
     "jit_one_device": {"strategy": "one_device", "jit": True},
     "mirrored_2": {"strategy": "mirrored", "logical_cpus": 2, "tasks": "gan,bigan,options"},
@@ -39,10 +39,11 @@ CONFIGS = {
                                     "steps_per_loop": 5},
     # bigan's tape form cannot be compiled under mirrored (see test_parity.py).
     "jit_mirrored_2": {"strategy": "mirrored", "logical_cpus": 2, "jit": True,
-                       "tasks": "gan"},
-    "mirrored_4": {"strategy": "mirrored", "logical_cpus": 4, "tasks": "gan,bigan,options"},
+                       "tasks": "gan,micro_batches"},
+    "mirrored_4": {"strategy": "mirrored", "logical_cpus": 4},
     "mirrored_2_eager": {"strategy": "mirrored", "logical_cpus": 2, "eager": True},
-    "central_storage_2": {"strategy": "central_storage", "logical_cpus": 2},
+    "central_storage_2": {"strategy": "central_storage", "logical_cpus": 2,
+                          "tasks": "gan,bigan,micro_batches"},
     "jit_central_storage_2": {"strategy": "central_storage", "logical_cpus": 2,
                               "jit": True},
 }
