@@ -5,9 +5,9 @@ Each configuration of `parity_task.CONFIGS` trains its tasks for 10 steps:
 and discriminator, three optimizers, two discriminator updates per step, tape
 form) and, under mirrored with 2 replicas and multi_worker, the optimizer
 options (`parity_task.OPTIMIZERS`: clipping, weight decay, EMA, loss scaling, a
-schedule, RMSprop, SGD with momentum, Lion) and `micro_batches`. Every step's reduced results and every
-model's final weights must be within rounding of the eager run under the
-default strategy, by ctl.parity's criterion: each variable's difference,
+schedule, RMSprop, SGD with momentum, Lion) and `micro_batches`. Every step's
+reduced results and every model's final weights must be within rounding of the
+eager run under the default strategy, by ctl.parity's criterion: each variable's difference,
 relative to its size, at most 10 times the rounding floor (the eager run again
 with its initial weights moved by one ulp), or within 16 float32 epsilons.
 The reference and the floor run in processes of their own, and so does each
