@@ -26,10 +26,12 @@ evidence: a loss scaled by the replica count, draws made per replica
 step that is not deterministic on its own (an unseeded Python-side draw).
 
 The user's module provides `build()`, `step(ctx, batch)` and `data()` (a
-dataset of global batches, or a function returning one), and may set
-`batches_per_step` and `seed`. Each configuration runs in its own process
-(`ctl parity` runs `python -m ctl.cli parity --run-one ...` for each), since
-TensorFlow fixes its devices and collectives once per process.
+function returning a dataset of global batches), and may set
+`batches_per_step` and `seed`; or a .gin file describes an experiment, whose
+runner (its build method) runs with each configuration's options. Each
+configuration runs in its own process (`ctl parity` runs `python -m ctl.cli
+parity --run-one ...` for each), since TensorFlow fixes its devices and
+collectives once per process.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class Row:
   reference, divided by the largest magnitude in the reference.
   """
   config: str
-  key: str  # "model/variable path", or "loss/<result key>"
+  key: str  # "model/variable path" (in `check`'s report), or "loss/<result key>"
   difference: float
   floor: float
 
@@ -303,6 +305,11 @@ def check_module(path: str) -> None:
   """Checks, without importing it (which would start TensorFlow here), that
   `path` is a Python file defining `build`, `step` and `data` at its top level,
   or the name of a module that can be found."""
+  if path.endswith(".gin"):
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"parity: no file {path!r}; give the path of a .gin file "
+                              "(or of a Python file that defines build, step and data).")
+    return
   if not (path.endswith(".py") or os.sep in path):
     if importlib.util.find_spec(path) is None:
       raise FileNotFoundError(f"parity: no module {path!r}; give a Python file's path "
@@ -353,40 +360,58 @@ def load_module(path: str) -> Any:
 
 
 def run_one(path: str, config: Config, steps: int, out: str, *,
-            perturbed: bool = False) -> None:
-  """Trains the module's step for `steps` steps under `config` in this process
-  and writes every step's results and every variable to `out` (npz), with a
-  JSON sidecar naming the layers that work per replica.
+            perturbed: bool = False, bindings: Sequence[str] = (),
+            experiment: str | None = None) -> None:
+  """Trains the module's step (or the experiment's, for a .gin file) for `steps`
+  steps under `config` in this process and writes every step's results and
+  every variable to `out` (npz), with a JSON sidecar naming the layers that
+  work per replica.
 
-  The strategy is made first, before the module is imported (which may run
-  TensorFlow ops).
+  The strategy is made first, before the module is imported or the gin file
+  parsed (either may run TensorFlow ops).
   """
   import ctl  # pylint: disable=import-outside-toplevel
   strategy = ctl.make_strategy(
       config.strategy,
       logical_cpus=config.replicas if config.strategy in ("mirrored", "central_storage")
       else None)
-  module = load_module(path)
-  data = module.data
-  runner = ctl.Runner(module.step, module.build, data(), strategy=strategy,
-                      seed=getattr(module, "seed", 0),
-                      batches_per_step=getattr(module, "batches_per_step", 1),
-                      **dict(config.options))
+  if path.endswith(".gin"):
+    runner = _experiment_runner(path, strategy, bindings, experiment)
+    if config.options:
+      runner = runner.with_options(**dict(config.options))
+  else:
+    module = load_module(path)
+    runner = ctl.Runner(module.step, module.build, module.data(), strategy=strategy,
+                        seed=getattr(module, "seed", 0),
+                        batches_per_step=getattr(module, "batches_per_step", 1),
+                        **dict(config.options))
   if perturbed:
     with strategy.scope():
       perturb(runner.models)
   history = runner.train(steps)
   arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
-  layers = {}
+  layers, paths = {}, {}
   for name, model in runner.models.items():
-    for variable in model.weights:
-      arrays[f"{name}/{variable.path}"] = np.asarray(variable.numpy())
+    # By position: a layer's name depends on how many Keras made before it.
+    for i, variable in enumerate(model.weights):
+      arrays[f"{name}/{i}"] = np.asarray(variable.numpy())
+      paths[f"{name}/{i}"] = f"{name}/{variable.path}"
     layers[name] = [type(layer).__name__ for layer in _layers(model)
                     if _works_per_replica(layer)]
   if strategy.extended.should_checkpoint:  # the chief, under multi_worker
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
-      json.dump({"layers": layers}, f)
+      json.dump({"layers": layers, "paths": paths}, f)
+
+
+def _experiment_runner(path, strategy, bindings, name):
+  """The runner of the experiment a .gin file describes (its build method)."""
+  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  experiments.require_config_file(path)
+  name = name or experiments.default_experiment()
+  make = experiments.resolve_experiment(name)
+  experiments.parse_gin([path], bindings)
+  return experiments.make_experiment(make, name, needs=("build",)).build(strategy=strategy)
 
 
 def _layers(model):
@@ -410,15 +435,21 @@ def _works_per_replica(layer):
 
 
 def check(path: str, configs: Sequence[str], *, steps: int = 10,
-          timeout: float = 900) -> Report:
+          timeout: float = 900, bindings: Sequence[str] = (),
+          experiment: str | None = None) -> Report:
   """Runs the module's step under the eager reference, the floor run and each of
   `configs`, each in a process of its own, and compares them.
 
   Args:
-    path: a Python file (or module name) defining `build`, `step` and `data`.
+    path: a Python file (or module name) defining `build`, `step` and `data`;
+      or a .gin file, whose experiment's runner (its build method) is run with
+      each configuration's options (`Runner.with_options`).
     configs: configuration names (`Config.parse`), e.g. ["compiled", "mirrored:2"].
     steps: steps each run trains.
     timeout: seconds a run may take before it counts as failed.
+    bindings: gin bindings for a .gin file (as `ctl train --gin`).
+    experiment: for a .gin file, what makes the experiment (as `ctl train
+      --experiment`); default: the installed one.
 
   Returns:
     A `Report`; `print` it for the table.
@@ -432,22 +463,25 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
             (FLOOR, Config.parse(REFERENCE), True)] + [(c.name, c, False) for c in parsed]
     for name, config, perturbed in runs:
       out = os.path.join(directory, f"{len(outputs) + len(errors)}.npz")
-      error = _run_process(path, config, steps, out, perturbed, timeout)
+      error = _run_process(path, config, steps, out, perturbed, timeout, bindings,
+                           experiment)
       if error:
         errors[name] = error
       else:
         with open(out + ".json") as f:
-          outputs[name] = (dict(np.load(out)), json.load(f)["layers"])
+          outputs[name] = (dict(np.load(out)), json.load(f))
   if REFERENCE in errors or FLOOR in errors:
     raise RuntimeError(f"parity: the eager reference run of {path} failed:\n"
                        f"{errors.get(REFERENCE) or errors.get(FLOOR)}")
-  reference, layers = outputs[REFERENCE]
+  reference, about = outputs[REFERENCE]
   floor = outputs[FLOOR][0]
   compared = {c.name: outputs[c.name][0] for c in parsed if c.name in outputs}
   rows = compare(reference, floor, compared)
   causes = {c.name: diagnose(c, [r for r in rows if r.config == c.name], reference, floor,
-                             outputs[c.name][0], layers)
+                             outputs[c.name][0], about["layers"])
             for c in parsed if c.name in outputs}
+  # Name variables by their paths in the reference run.
+  rows = [dataclasses.replace(r, key=about["paths"].get(r.key, r.key)) for r in rows]
   # A difference that compiling on one device already makes shows again under
   # every strategy, which compiles too: it is the one to fix first.
   one_device = [c.name for c in parsed if causes.get(c.name) and c.strategy == "default"
@@ -459,11 +493,15 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
   return Report(rows, causes, errors)
 
 
-def _run_process(path, config, steps, out, perturbed, timeout):
+def _run_process(path, config, steps, out, perturbed, timeout, bindings, experiment):
   """Runs `run_one` in a new process (under `ctl launch` for multi_worker);
   None, or the end of its error output."""
   one = [sys.executable, "-m", "ctl.cli", "parity", path, "--run-one", config.name,
          "--steps", str(steps), "--out", out] + (["--perturbed"] if perturbed else [])
+  for binding in bindings:
+    one += ["--gin", binding]
+  if experiment:
+    one += ["--experiment", experiment]
   if config.strategy == "multi_worker":
     command = [sys.executable, "-m", "ctl.cli", "launch", "--workers",
                str(config.replicas), "--"] + one

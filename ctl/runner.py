@@ -115,6 +115,12 @@ class Runner:
     self.steps_per_loop = steps_per_loop
     self.eager = eager
     self.seed = int(seed)
+    # What made it, for `with_options`.
+    self._arguments = dict(
+        step=step, build=build, data=data, strategy=strategy, seed=seed,
+        steps_per_loop=steps_per_loop, jit_compile=jit_compile, eager=eager,
+        mixed_precision=mixed_precision, global_batch_size=global_batch_size,
+        batches_per_step=batches_per_step)
     # Parameter-server training: this process coordinates; the workers run
     # the steps it schedules, asynchronously, each on its own copy of the data.
     self._coordinator = (
@@ -137,6 +143,21 @@ class Runner:
   def models(self) -> dict[str, keras.Model]:
     """name -> `keras.Model`, as `build` returned them."""
     return self.state.models
+
+  def with_options(self, **options: Any) -> Runner:
+    """A new runner of the same step, build function, data and seed, with some of
+    `Runner`'s keyword arguments changed (e.g. `eager=True`, `steps_per_loop=5`).
+
+    It builds models of its own (the same initial weights: the seed is the
+    same) and reads the data from its start: `ctl.parity` runs an experiment's
+    runner this way under other execution options.
+    """
+    allowed = set(self._arguments) - {"step", "build", "data"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+      raise TypeError(f"with_options: {unknown} are not options it changes; give any "
+                      f"of {sorted(allowed)}.")
+    return Runner(**{**self._arguments, **options})
 
   @property
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:

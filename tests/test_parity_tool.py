@@ -74,3 +74,16 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
     proc = helpers.ctl("parity", *args, check=False)
     assert proc.returncode == 2, (args, proc.stderr)
     assert words in proc.stderr, (args, proc.stderr)
+
+
+def test_the_command_on_a_gin_experiment():
+  """A .gin file: its experiment's runner, with each configuration's options."""
+  proc = helpers.ctl("parity", os.path.join(helpers.ROOT, "examples", "configs", "dcgan.gin"),
+                     *helpers.TINY_GAN, "--against", "mirrored:2", "--steps", "2",
+                     check=False)
+  print(proc.stdout)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  rows = [line.split() for line in proc.stdout.splitlines() if line.endswith("rounding")]
+  assert [row[0] for row in rows] == ["mirrored:2"]
+  model, _, rest = rows[0][1].partition("/")
+  assert not rest.isdigit(), rows  # a variable is named by its path, not its position

@@ -409,3 +409,61 @@ def test_result_keys_must_stay_the_same(eager):
       batch = runner.next_batch(runner.make_data_iterator())
       tf.function(lambda: runner.strategy.run(
           runner.replica_step, args=(batch, runner.global_step.read_value())))()
+
+
+# Optimizer options and gradient accumulation: the one-device update.
+
+def weights_after(step, strategy, optimizer, steps=3, **kwargs):
+  def build_with():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    return {"model": model}, {"model": optimizer()}
+  runner = ctl.Runner(step, build_with, data().repeat(), strategy=strategy, **kwargs)
+  history = runner.train(steps)
+  return history["loss"], [w.numpy() for w in runner.models["model"].weights]
+
+
+@pytest.mark.parametrize("option", [{"clipnorm": 0.5}, {"global_clipnorm": 0.5},
+                                    {"clipvalue": 0.5}])
+def test_clipping_acts_on_the_global_batch_gradient(option, mirrored):
+  """Keras clips before its own sum over replicas; ctl sums first. The gradient
+  here is hundreds of times the clip, so a per-replica clip would double the step."""
+  optimizer = lambda: keras.optimizers.SGD(0.01, **option)  # noqa: E731
+  one_device = weights_after(train_step, tf.distribute.get_strategy(), optimizer)
+  two_replicas = weights_after(train_step, mirrored, optimizer)
+  for a, b in zip(one_device[1], two_replicas[1]):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def sliced_step(micro_batches):
+  def step(ctx, x):
+    model = ctx.models["model"]
+
+    def loss(x):
+      noise = ctx.normal([1])  # each slice gets its rows of the whole batch's draws
+      return ctx.average(tf.square(model(x)[:, 0] - x[:, 0] - noise[:, 0]))
+
+    return {"loss": ctx.minimize(loss, "model", batch=x, micro_batches=micro_batches)}
+  return step
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_micro_batches_equal_the_whole_batch(eager, mirrored):
+  optimizer = lambda: keras.optimizers.Adam(0.1)  # noqa: E731
+  whole = weights_after(sliced_step(1), tf.distribute.get_strategy(), optimizer, eager=eager)
+  for strategy, slices in ((tf.distribute.get_strategy(), 4), (mirrored, 2)):
+    sliced = weights_after(sliced_step(slices), strategy, optimizer, eager=eager)
+    np.testing.assert_allclose(whole[0], sliced[0], rtol=1e-6)
+    for a, b in zip(whole[1], sliced[1]):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_with_options_runs_the_same_step_another_way():
+  runner = ctl.Runner(train_step, build, data().repeat(), seed=3)
+  eager = runner.with_options(eager=True)
+  assert eager.eager and not runner.eager and eager.seed == 3
+  for a, b in zip(runner.models["model"].weights, eager.models["model"].weights):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())  # the same initial weights
+  np.testing.assert_allclose(runner.train(3)["loss"], eager.train(3)["loss"], rtol=1e-6)
+  with pytest.raises(TypeError, match=r"\['stepz'\] are not options it changes; give any "
+                                      r"of \['batches_per_step', "):
+    runner.with_options(stepz=2)

@@ -10,7 +10,8 @@ from ctl.cli import experiments
 
 _DESCRIPTION = """\
 Trains the step of MODULE (a Python file defining build(), step(ctx, batch) and
-data(), and optionally batches_per_step and seed) for K steps eagerly under the
+data(), and optionally batches_per_step and seed; or a .gin file, whose
+experiment's runner is used, with --gin bindings as for ctl train) for K steps eagerly under the
 default strategy (the reference), again with every initial weight moved by one
 unit in the last place (the rounding floor), and under each configuration of
 --against, each in a process of its own. Reports per configuration the variable
@@ -36,7 +37,14 @@ def add_parser(subparsers: Any) -> None:
       epilog="example:\n  ctl parity my_gan.py --against compiled,mirrored:2 --steps 10"
              "\n\nExit code 0 if every configuration is within rounding, 1 if one is not "
              "or fails, 2 for a mistake in the command or the module.")
-  parser.add_argument("module", help="a Python file defining build, step and data")
+  parser.add_argument("module", help="a Python file defining build, step and data, or "
+                      "a .gin file (its experiment's build method makes the runner)")
+  parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
+                      help="a gin binding for a .gin file, e.g. 'gan.Experiment.batch_size "
+                           "= 16' (repeatable)")
+  parser.add_argument("--experiment", metavar="NAME",
+                      help="for a .gin file: what makes the experiment (default: the "
+                           "installed one), as for ctl train")
   parser.add_argument("--against", default="compiled,steps_per_loop:5,mirrored:2",
                       help="configurations, comma-separated (default "
                            "compiled,steps_per_loop:5,mirrored:2)")
@@ -65,10 +73,11 @@ def run(args: argparse.Namespace) -> int:
     return experiments.fail("parity", e, experiments.USAGE_ERROR)
   if args.run_one:
     parity.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
-                   perturbed=args.perturbed)
+                   perturbed=args.perturbed, bindings=args.gin, experiment=args.experiment)
     return 0
   try:
-    report = parity.check(args.module, [c.name for c in parsed], steps=args.steps)
+    report = parity.check(args.module, [c.name for c in parsed], steps=args.steps,
+                          bindings=args.gin, experiment=args.experiment)
   except RuntimeError as e:
     return experiments.fail("parity", e, experiments.FAILURE)
   print(report, flush=True)
