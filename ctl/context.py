@@ -97,10 +97,25 @@ class StepContext:
     runner does when the step returns it; its gradients are summed the same way
     by the optimizer, so the update equals the single-device one.
     """
+    self._check_slice(per_example_loss)
     value = tf.nn.compute_average_loss(
         per_example_loss, sample_weight=sample_weight,
         global_batch_size=self.global_batch_size)
     return self._mark_global(value)
+
+  def _check_slice(self, per_example_loss):
+    """Inside a loss function given micro_batches, the values must be the slice's:
+    a loss of the whole batch (taken from outside the function) would count k times."""
+    rows = tf.convert_to_tensor(per_example_loss).shape[:1]
+    if self._rows is None or not rows or rows[0] is None or rows[0] == self._rows[1]:
+      return
+    raise ValueError(
+        f"ctx.average got {rows[0]} per-example values inside a loss function run on "
+        f"slices of {self._rows[1]} rows (micro_batches): the loss must come from the "
+        "function's argument, the slice, and so must everything per example, such as "
+        "generated images: make them inside the function (ctx.normal there gives the "
+        "slice's rows). A value computed outside from the whole batch would be counted "
+        "once per slice.")
 
   def average_regularization(self, losses: Iterable[tf.Tensor]) -> tf.Tensor:
     """Weight penalties (e.g. `model.losses`) scaled so that replicas sum to one copy."""

@@ -10,15 +10,17 @@
 replicas in another order, oneDNN picks kernels by shape, XLA fuses. It means:
 
 1. One step from the same state agrees to float rounding: each variable's
-   largest difference, relative to its largest magnitude, within
+   largest difference, relative to the largest weight of its model, within
    `ONE_STEP_TOLERANCE` (a small multiple of float32's epsilon).
 2. Over many steps, the difference a configuration makes is no larger than
    what float rounding alone makes. The *rounding floor* is measured, not
    assumed: the reference run again with every initial weight moved by one
-   unit in the last place (`perturb`), a change no strategy can be blamed for.
-   Training amplifies both differences alike, so a configuration is within
-   rounding when its difference is at most `FLOOR_FACTOR` times the floor
-   (or within `ONE_STEP_TOLERANCE`, if the floor is smaller than that).
+   unit in the last place (`perturb`) and every gradient moved by epsilon
+   times its variable's largest gradient (`perturb_gradients`: what summing in
+   another order can do), changes no strategy can be blamed for. Training
+   amplifies both differences alike, so a configuration is within rounding
+   when its difference is at most `FLOOR_FACTOR` times the floor (or within
+   `ONE_STEP_TOLERANCE`, if the floor is smaller than that).
 
 A difference past that is a bug, and `diagnose` names the likely one from the
 evidence: a loss scaled by the replica count, draws made per replica
@@ -42,6 +44,8 @@ import importlib
 import importlib.util
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,7 +65,7 @@ ONE_STEP_TOLERANCE = 16 * FLOAT32_EPSILON
 FLOOR_FACTOR = 10.0
 
 REFERENCE = "eager"  # the eager default strategy: the step as written
-FLOOR = "floor"  # the reference with its initial weights perturbed by one ulp
+FLOOR = "floor"  # the reference, its weights and gradients perturbed by rounding
 # name -> (strategy, takes a count, Runner options)
 KINDS = {
     "eager": ("default", False, {"eager": True}),
@@ -115,7 +119,8 @@ class Row:
   """One variable (or one logged value over the steps) of one configuration.
 
   `difference` and `floor` are the largest absolute differences from the
-  reference, divided by the largest magnitude in the reference.
+  reference, divided by the largest weight of the variable's model (a logged
+  value's: its largest value).
   """
   config: str
   key: str  # "model/variable path" (in `check`'s report), or "loss/<result key>"
@@ -156,11 +161,17 @@ def compare(reference: Mapping[str, np.ndarray], floor: Mapping[str, np.ndarray]
             runs: Mapping[str, Mapping[str, np.ndarray]]) -> list[Row]:
   """A row per configuration in `runs` and per key of `reference`.
 
+  A variable's difference is relative to the largest weight of its model
+  (keys `model/...`), so that a bias that training brings near zero is judged
+  on the model's scale, not its own; a logged value's (`loss/...`) to its
+  largest value over the steps.
+
   Args:
     reference: the reference run's arrays (`run_one`'s output), by key.
-    floor: the same run with its initial weights perturbed (`perturb`).
+    floor: the same run under rounding perturbations (`perturb`, `perturb_gradients`).
     runs: configuration name -> its arrays.
   """
+  scales = _scales(reference)
   rows = []
   for config, run in runs.items():
     missing = sorted(set(reference) ^ set(run))
@@ -168,13 +179,28 @@ def compare(reference: Mapping[str, np.ndarray], floor: Mapping[str, np.ndarray]
       raise ValueError(f"parity: configuration {config!r} has other variables or "
                        f"results than the reference: {missing[:5]}")
     for key in reference:
-      rows.append(Row(config, key, relative_difference(reference[key], run[key]),
-                      relative_difference(reference[key], floor[key])))
+      scale = scales[key]
+      rows.append(Row(config, key, relative_difference(reference[key], run[key], scale),
+                      relative_difference(reference[key], floor[key], scale)))
   return rows
 
 
-def relative_difference(reference: np.ndarray, other: np.ndarray) -> float:
-  """max |other - reference| / max |reference| (absolute if the reference is 0)."""
+def _scales(reference):
+  """key -> the magnitude its differences are divided by."""
+  largest = {k: float(np.max(np.abs(np.asarray(v, np.float64)), initial=0.0))
+             for k, v in reference.items()}
+  by_model = {}
+  for key, value in largest.items():
+    if not key.startswith("loss/") and np.isfinite(value):
+      model = key.split("/")[0]
+      by_model[model] = max(by_model.get(model, 0.0), value)
+  return {k: largest[k] if k.startswith("loss/") else by_model.get(k.split("/")[0], 0.0)
+          for k in reference}
+
+
+def relative_difference(reference: np.ndarray, other: np.ndarray,
+                        scale: float | None = None) -> float:
+  """max |other - reference| / scale (default max |reference|; absolute if 0)."""
   reference = np.asarray(reference, np.float64)
   other = np.asarray(other, np.float64)
   if reference.shape != other.shape:
@@ -182,8 +208,9 @@ def relative_difference(reference: np.ndarray, other: np.ndarray) -> float:
   if not (np.isfinite(reference).all() and np.isfinite(other).all()):
     same = np.array_equal(reference, other, equal_nan=True)
     return 0.0 if same else float("inf")
-  scale = float(np.max(np.abs(reference))) if reference.size else 0.0
-  difference = float(np.max(np.abs(other - reference))) if reference.size else 0.0
+  if scale is None:
+    scale = float(np.max(np.abs(reference), initial=0.0))
+  difference = float(np.max(np.abs(other - reference), initial=0.0))
   return difference / scale if scale > 0 else difference
 
 
@@ -195,6 +222,42 @@ def perturb(models: Mapping[str, Any]) -> None:
       value = np.asarray(variable.numpy())
       if np.issubdtype(value.dtype, np.floating):
         variable.assign(np.nextafter(value, np.array(np.inf, value.dtype)))
+
+
+def perturb_gradients(optimizers: Mapping[str, Any]) -> None:
+  """Makes each optimizer add float rounding's error to every gradient it applies.
+
+  A sum of many terms is exact only up to about epsilon times their size, so
+  a strategy that sums in another order may give 3e-9 where one device gives
+  exactly 0; Adam turns even that into a sizeable step. Moving the weights by
+  one ulp does not reach such a gradient (it stays exactly 0), so the floor run
+  also adds to each gradient, element by element, +-epsilon times the
+  largest gradient of that variable (signs drawn from the optimizer's
+  iteration count, so the floor run is itself deterministic).
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  def wrap(optimizer):
+    apply_gradients = optimizer.apply_gradients
+
+    def perturbed(grads_and_vars):
+      pairs = list(grads_and_vars)
+      seed = tf.stack([tf.cast(optimizer.iterations, tf.int64), tf.constant(0, tf.int64)])
+      out = []
+      for i, (g, v) in enumerate(pairs):
+        if g is not None and g.dtype.is_floating:
+          g = tf.convert_to_tensor(g)
+          sign = tf.sign(tf.random.stateless_uniform(
+              tf.shape(g), seed=seed + tf.constant([0, i + 1], tf.int64), minval=-1.0,
+              maxval=1.0, dtype=g.dtype))
+          g = g + sign * (FLOAT32_EPSILON * tf.reduce_max(tf.abs(g)))
+        out.append((g, v))
+      return apply_gradients(out)
+
+    object.__setattr__(optimizer, "apply_gradients", perturbed)
+
+  for optimizer in optimizers.values():
+    wrap(optimizer)
 
 
 def diagnose(config: Config, rows: Sequence[Row], reference: Mapping[str, np.ndarray],
@@ -259,9 +322,10 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Mapping[str, np.nda
                     "reductions over large tensors), or randomness in a Keras layer.")
     elif config.strategy == "default" and replicas == 1:
       causes.append(
-          "compiling alone changes it: a Python value frozen when the step was "
-          "traced (a Python counter, np.random, time), or a Python branch on a "
-          "tensor's value.")
+          "compiling alone changes it: a draw that ctl does not make (tf.random.* "
+          "ops draw other numbers compiled than eagerly; use ctx.normal, ctx.uniform "
+          "or ctx.seed()), a Python value frozen when the step was traced (np.random, "
+          "random, time, a Python counter), or a Python branch on a tensor's value.")
     else:
       causes.append("no known cause matched: compare the first step's results "
                     "and each model's variables to see where it starts.")
@@ -292,9 +356,9 @@ def format_report(report: Report) -> str:
       for cause in report.causes.get(config, []):
         lines.append(f"  likely: {cause}")
   lines.append("")
-  lines.append(f"difference and floor: max |x - reference| / max |reference| per "
-               f"variable; within rounding when <= max({FLOOR_FACTOR:g} x floor, "
-               f"{ONE_STEP_TOLERANCE:.1e}).")
+  lines.append(f"difference and floor: max |x - reference| per variable / its model's "
+               f"largest weight (a logged value: its largest); within rounding when <= "
+               f"max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e}).")
   return "\n".join(lines)
 
 
@@ -388,12 +452,17 @@ def run_one(path: str, config: Config, steps: int, out: str, *,
   if perturbed:
     with strategy.scope():
       perturb(runner.models)
+    perturb_gradients(runner.optimizers)
   history = runner.train(steps)
   arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
   layers, paths = {}, {}
+  seen = set()  # a layer shared by two models is compared once, under the first
   for name, model in runner.models.items():
     # By position: a layer's name depends on how many Keras made before it.
     for i, variable in enumerate(model.weights):
+      if id(variable) in seen:
+        continue
+      seen.add(id(variable))
       arrays[f"{name}/{i}"] = np.asarray(variable.numpy())
       paths[f"{name}/{i}"] = f"{name}/{variable.path}"
     layers[name] = [type(layer).__name__ for layer in _layers(model)
@@ -495,7 +564,12 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
 
 def _run_process(path, config, steps, out, perturbed, timeout, bindings, experiment):
   """Runs `run_one` in a new process (under `ctl launch` for multi_worker);
-  None, or the end of its error output."""
+  None, or the error it ended with.
+
+  The process leads a process group of its own, and whatever stops this call
+  (Ctrl-C, a SIGTERM turned into an exception, the timeout) stops the whole
+  group: no run, launcher or worker outlives `check`.
+  """
   one = [sys.executable, "-m", "ctl.cli", "parity", path, "--run-one", config.name,
          "--steps", str(steps), "--out", out] + (["--perturbed"] if perturbed else [])
   for binding in bindings:
@@ -503,19 +577,53 @@ def _run_process(path, config, steps, out, perturbed, timeout, bindings, experim
   if experiment:
     one += ["--experiment", experiment]
   if config.strategy == "multi_worker":
+    # A short grace: a stopped parity run has nothing to save.
     command = [sys.executable, "-m", "ctl.cli", "launch", "--workers",
-               str(config.replicas), "--"] + one
+               str(config.replicas), "--grace", "3", "--"] + one
   else:
     command = one
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"))
   env.pop("TF_CONFIG", None)
+  proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True)
   try:
-    proc = subprocess.run(command, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    stdout, stderr = proc.communicate(timeout=timeout)
   except subprocess.TimeoutExpired:
     return f"took more than {timeout:g} s"
+  finally:
+    _stop_group(proc)
   if proc.returncode != 0 or not os.path.exists(out):
-    lines = [line for line in (proc.stderr + proc.stdout).splitlines()
-             if line.strip() and not line.startswith(("I0000", "W0000", "WARNING: All"))]
-    return "\n".join(lines[-12:]) or f"exited {proc.returncode}"
+    return _last_error(stderr + stdout) or f"exited {proc.returncode}"
   return None
+
+
+def _stop_group(proc):
+  """SIGTERM to `proc`'s process group, SIGKILL after 10 s; reaps `proc`.
+
+  (`ctl launch` stops its workers, which lead groups of their own, within its
+  --grace of 3 s.)
+  """
+  try:
+    os.killpg(proc.pid, signal.SIGTERM)
+  except (ProcessLookupError, PermissionError):
+    pass  # all gone
+  try:
+    proc.wait(timeout=10)
+  except subprocess.TimeoutExpired:
+    pass
+  try:
+    os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group
+  except (ProcessLookupError, PermissionError):
+    pass
+  proc.wait()
+
+
+def _last_error(output):
+  """The exception a run's output ends with (its last one, with what follows)."""
+  lines = [line for line in output.splitlines()
+           if line.strip() and not line.startswith(("I0000", "W0000", "WARNING: All"))]
+  starts = [i for i, line in enumerate(lines)
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\w*: ", line)]
+  if starts:
+    return "\n".join(lines[starts[-1]:][:12])
+  return "\n".join(lines[-12:])

@@ -418,6 +418,14 @@ def micro_batches_that_do_not_divide_the_batch(s):
       lambda x: _sliced_loss(ctx, x), "model", batch=x, micro_batches=3)})
 
 
+def micro_batches_with_a_value_of_the_whole_batch(s):
+  def step(ctx, x):
+    whole = tf.square(ctx.models["model"](x)[:, 0])  # outside the loss function
+    return {"loss": ctx.minimize(lambda x: _sliced_loss(ctx, x) + ctx.average(whole),
+                                 "model", batch=x, micro_batches=2)}
+  _train(step=step)
+
+
 def unknown_model_in_the_step(s):
   _train(step=lambda ctx, x: {"loss": ctx.average(ctx.models["generatr"](x)[:, 0])})
 
@@ -919,6 +927,13 @@ CASES = [
          ("minimize('model', micro_batches=3)", "per-replica batch size (8)",
           "must be a known multiple of micro_batches", "drop_remainder=True",
           "[global step 0]")),
+    Case("micro-batches-with-a-value-of-the-whole-batch",
+         "ValueError from the step's first call: ctx.average got 8 per-example values inside a "
+         "loss function run on slices of 4 rows (micro_batches) ...; make them inside the "
+         "function",
+         micro_batches_with_a_value_of_the_whole_batch, ValueError,
+         ("ctx.average got 8 per-example values", "slices of 4 rows (micro_batches)",
+          "make them inside the function", "[global step 0]")),
     Case("unknown-model-in-the-step",
          "KeyError from the step's first call: no model named 'generatr'; build() returned "
          "models ['model']",

@@ -4,9 +4,20 @@
 """
 
 import argparse
+import signal
+import sys
 from typing import Any
 
 from ctl.cli import experiments
+from ctl.constants import INTERRUPTED_EXIT_CODE
+
+
+class _Terminated(Exception):
+  """A SIGTERM, raised where `ctl parity` waits for its runs."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+  raise _Terminated()
 
 _DESCRIPTION = """\
 Trains the step of MODULE (a Python file defining build(), step(ctx, batch) and
@@ -75,10 +86,19 @@ def run(args: argparse.Namespace) -> int:
     parity.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
                    perturbed=args.perturbed, bindings=args.gin, experiment=args.experiment)
     return 0
+  # A SIGTERM (or `timeout`) becomes an exception, so that the runs in flight
+  # are stopped and the temporary files removed, as for Ctrl-C.
+  signal.signal(signal.SIGTERM, _raise_terminated)
   try:
     report = parity.check(args.module, [c.name for c in parsed], steps=args.steps,
                           bindings=args.gin, experiment=args.experiment)
   except RuntimeError as e:
     return experiments.fail("parity", e, experiments.FAILURE)
+  except KeyboardInterrupt:
+    print("ctl parity: interrupted; the runs in progress were stopped.", file=sys.stderr)
+    return INTERRUPTED_EXIT_CODE
+  except _Terminated:
+    print("ctl parity: SIGTERM; the runs in progress were stopped.", file=sys.stderr)
+    return 128 + signal.SIGTERM
   print(report, flush=True)
   return 0 if report.ok else experiments.FAILURE
