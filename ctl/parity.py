@@ -15,12 +15,13 @@ replicas in another order, oneDNN picks kernels by shape, XLA fuses. It means:
 2. Over many steps, the difference a configuration makes is no larger than
    what float rounding alone makes. The *rounding floor* is measured, not
    assumed: the reference run again with every initial weight moved by one
-   unit in the last place (`perturb`) and every gradient moved by epsilon
-   times its variable's largest gradient (`perturb_gradients`: what summing in
-   another order can do), changes no strategy can be blamed for. Training
-   amplifies both differences alike, so a configuration is within rounding
-   when its difference is at most `FLOOR_FACTOR` times the floor (or within
-   `ONE_STEP_TOLERANCE`, if the floor is smaller than that).
+   unit in the last place (`perturb`), a change no strategy can be blamed for.
+   Training amplifies both differences alike, so a configuration is within
+   rounding when its difference is at most `FLOOR_FACTOR` times the floor, or
+   within `ONE_STEP_TOLERANCE` per step trained: each step can add a
+   rounding that a moved weight does not reproduce (a gradient that sums to
+   exactly 0 on one device and to 4e-9 over two replicas, which Adam turns
+   into a step of its own).
 
 A difference past that is a bug, and `diagnose` names the likely one from the
 evidence: a loss scaled by the replica count, draws made per replica
@@ -65,7 +66,7 @@ ONE_STEP_TOLERANCE = 16 * FLOAT32_EPSILON
 FLOOR_FACTOR = 10.0
 
 REFERENCE = "eager"  # the eager default strategy: the step as written
-FLOOR = "floor"  # the reference, its weights and gradients perturbed by rounding
+FLOOR = "floor"  # the reference with its initial weights moved by one ulp
 # name -> (strategy, takes a count, Runner options)
 KINDS = {
     "eager": ("default", False, {"eager": True}),
@@ -126,10 +127,11 @@ class Row:
   key: str  # "model/variable path" (in `check`'s report), or "loss/<result key>"
   difference: float
   floor: float
+  steps: int = 1  # steps trained
 
   @property
   def tolerance(self) -> float:
-    return max(FLOOR_FACTOR * self.floor, ONE_STEP_TOLERANCE)
+    return max(FLOOR_FACTOR * self.floor, ONE_STEP_TOLERANCE * self.steps)
 
   @property
   def ok(self) -> bool:
@@ -168,10 +170,12 @@ def compare(reference: Mapping[str, np.ndarray], floor: Mapping[str, np.ndarray]
 
   Args:
     reference: the reference run's arrays (`run_one`'s output), by key.
-    floor: the same run under rounding perturbations (`perturb`, `perturb_gradients`).
+    floor: the same run with its initial weights perturbed (`perturb`).
     runs: configuration name -> its arrays.
   """
   scales = _scales(reference)
+  # The steps trained: the length of a logged value's history.
+  steps = max([np.size(v) for k, v in reference.items() if k.startswith("loss/")] or [1])
   rows = []
   for config, run in runs.items():
     missing = sorted(set(reference) ^ set(run))
@@ -181,7 +185,7 @@ def compare(reference: Mapping[str, np.ndarray], floor: Mapping[str, np.ndarray]
     for key in reference:
       scale = scales[key]
       rows.append(Row(config, key, relative_difference(reference[key], run[key], scale),
-                      relative_difference(reference[key], floor[key], scale)))
+                      relative_difference(reference[key], floor[key], scale), steps))
   return rows
 
 
@@ -222,42 +226,6 @@ def perturb(models: Mapping[str, Any]) -> None:
       value = np.asarray(variable.numpy())
       if np.issubdtype(value.dtype, np.floating):
         variable.assign(np.nextafter(value, np.array(np.inf, value.dtype)))
-
-
-def perturb_gradients(optimizers: Mapping[str, Any]) -> None:
-  """Makes each optimizer add float rounding's error to every gradient it applies.
-
-  A sum of many terms is exact only up to about epsilon times their size, so
-  a strategy that sums in another order may give 3e-9 where one device gives
-  exactly 0; Adam turns even that into a sizeable step. Moving the weights by
-  one ulp does not reach such a gradient (it stays exactly 0), so the floor run
-  also adds to each gradient, element by element, +-epsilon times the
-  largest gradient of that variable (signs drawn from the optimizer's
-  iteration count, so the floor run is itself deterministic).
-  """
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
-  def wrap(optimizer):
-    apply_gradients = optimizer.apply_gradients
-
-    def perturbed(grads_and_vars):
-      pairs = list(grads_and_vars)
-      seed = tf.stack([tf.cast(optimizer.iterations, tf.int64), tf.constant(0, tf.int64)])
-      out = []
-      for i, (g, v) in enumerate(pairs):
-        if g is not None and g.dtype.is_floating:
-          g = tf.convert_to_tensor(g)
-          sign = tf.sign(tf.random.stateless_uniform(
-              tf.shape(g), seed=seed + tf.constant([0, i + 1], tf.int64), minval=-1.0,
-              maxval=1.0, dtype=g.dtype))
-          g = g + sign * (FLOAT32_EPSILON * tf.reduce_max(tf.abs(g)))
-        out.append((g, v))
-      return apply_gradients(out)
-
-    object.__setattr__(optimizer, "apply_gradients", perturbed)
-
-  for optimizer in optimizers.values():
-    wrap(optimizer)
 
 
 def diagnose(config: Config, rows: Sequence[Row], reference: Mapping[str, np.ndarray],
@@ -356,9 +324,10 @@ def format_report(report: Report) -> str:
       for cause in report.causes.get(config, []):
         lines.append(f"  likely: {cause}")
   lines.append("")
+  steps = report.rows[0].steps if report.rows else 1
   lines.append(f"difference and floor: max |x - reference| per variable / its model's "
                f"largest weight (a logged value: its largest); within rounding when <= "
-               f"max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e}).")
+               f"max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e} x {steps} steps).")
   return "\n".join(lines)
 
 
@@ -452,7 +421,6 @@ def run_one(path: str, config: Config, steps: int, out: str, *,
   if perturbed:
     with strategy.scope():
       perturb(runner.models)
-    perturb_gradients(runner.optimizers)
   history = runner.train(steps)
   arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
   layers, paths = {}, {}

@@ -82,7 +82,7 @@ def parse_args():
   p.add_argument("--eager", action="store_true")
   p.add_argument("--jit", action="store_true")
   p.add_argument("--perturbed", action="store_true",
-                 help="perturb the weights and gradients by rounding (the floor's run)")
+                 help="move every initial weight by one ulp (the rounding floor's run)")
   p.add_argument("--configs", help="names of CONFIGS, comma-separated, one strategy")
   p.add_argument("--out", required=True)
   return p.parse_args()
@@ -232,7 +232,6 @@ def train(task, strategy, o):
   if o["perturbed"]:  # the rounding floor's run (ctl.parity)
     with strategy.scope():
       ctl.parity.perturb(runner.models)
-    ctl.parity.perturb_gradients(runner.optimizers)
   return toy_gan.results(runner.train(o["steps"]), runner.models, prefix=f"{task}/")
 
 

@@ -9,8 +9,8 @@ schedule, RMSprop, SGD with momentum, Lion) and `micro_batches`. Every step's
 reduced results and every model's final weights must be within rounding of the
 eager run under the default strategy, by ctl.parity's criterion: each variable's difference,
 relative to its model's largest weight, at most 10 times the rounding floor
-(the eager run again with its initial weights moved by one ulp and its
-gradients by epsilon), or within 16 float32 epsilons.
+(the eager run again with its initial weights moved by one ulp), or within 16
+float32 epsilons per step.
 The reference and the floor run in processes of their own, and so does each
 strategy: the configurations of one strategy share a process
 (`parity_task.group`), each with a fresh runner.
