@@ -396,6 +396,12 @@ def keras_ema_overwrite_under_mirrored(s):
   _runner(build=build, strategy=_mirrored())
 
 
+def keras_ema_under_central_storage(s):
+  def build():
+    return {"model": _model()}, {"model": keras.optimizers.Adam(use_ema=True)}
+  _runner(build=build, strategy=ctl.make_strategy("central_storage", logical_cpus=2))
+
+
 def _sliced_loss(ctx, x):
   return ctx.average(tf.square(ctx.models["model"](x)[:, 0]))
 
@@ -907,6 +913,12 @@ CASES = [
          ("optimizers['model'] (Adam) has use_ema=True with ema_overwrite_frequency=100",
           "cannot run under mirrored", "Drop ema_overwrite_frequency",
           "optimizer.finalize_variable_values(model.trainable_variables)")),
+    Case("keras-ema-under-central-storage",
+         "ValueError from Runner: optimizers['model'] (Adam): use_ema=True cannot run under "
+         "central_storage ...; use mirrored, or keep the average as a model of its own",
+         keras_ema_under_central_storage, ValueError,
+         ("optimizers['model'] (Adam): use_ema=True cannot run under central_storage",
+          "Use mirrored", "keep the average as a model of its own")),
     Case("micro-batches-of-a-loss-tensor",
          "ValueError from the step's first call: minimize('model'): batch= and micro_batches= "
          "need the loss as a function of the batch ...",

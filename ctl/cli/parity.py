@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     configs = [c for c in args.against.split(",") if c.strip()]
     if not configs:
       raise ValueError("--against: name at least one configuration, e.g. mirrored:2.")
-    parsed = [parity.Config.parse(c) for c in configs]
+    for config in configs:  # each name checked before any process starts
+      parity.Config.parse(config)
     if not args.run_one:
       parity.check_module(args.module)  # before any process starts
   except (ValueError, FileNotFoundError, AttributeError) as e:
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
   # are stopped and the temporary files removed, as for Ctrl-C.
   signal.signal(signal.SIGTERM, _raise_terminated)
   try:
-    report = parity.check(args.module, [c.name for c in parsed], steps=args.steps,
+    report = parity.check(args.module, configs, steps=args.steps,
                           bindings=args.gin, experiment=args.experiment)
   except RuntimeError as e:
     return experiments.fail("parity", e, experiments.FAILURE)
