@@ -26,6 +26,7 @@ _EXPORTS = {
     "PREEMPTED_EXIT_CODE": "ctl.constants", "INTERRUPTED_EXIT_CODE": "ctl.constants",
     "Preempted": "ctl.stopping", "Interrupted": "ctl.stopping",
     "WorkdirInUse": "ctl.workdir",
+    "History": "ctl.history", "EachStep": "ctl.history", "read_history": "ctl.history",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
@@ -56,4 +57,5 @@ __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
            "configure_logical_cpus", "STRATEGY_NAMES", "Action", "FitContext",
            "Every", "Checkpoint",
            "Summaries", "Samples", "Evaluate", "Export", "PREEMPTED_EXIT_CODE",
-           "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse"]
+           "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse",
+           "History", "EachStep", "read_history"]

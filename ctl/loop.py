@@ -22,7 +22,6 @@ import os
 import tempfile
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from ctl import actions as actions_lib
 from ctl import arguments
 from ctl import checkpoints
 from ctl import export as export_lib
+from ctl import history as history_lib
 from ctl import stopping
 from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
@@ -38,16 +38,14 @@ from ctl.progress import Progress
 from ctl.schedule import check_every
 from ctl.strategies import num_workers
 
-if TYPE_CHECKING:
-  from ctl.steps import Results
-
 _log = logging.getLogger("ctl")
 
 
 def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
         checkpoint: bool | checkpoints.Checkpoint = True,
         summaries: bool | actions_lib.Summaries = True,
-        actions: Sequence[actions_lib.Action] = (), progress: bool = True) -> Results:
+        actions: Sequence[actions_lib.Action] = (),
+        progress: bool = True) -> history_lib.History:
   """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
   num_steps = arguments.integer("num_steps", num_steps, minimum=0,
                                 meaning="the global step to train up to")
@@ -78,7 +76,13 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
     if checkpoint:
       checkpointer = checkpoint.open(runner, workdir)
       context.step = context.start_step = checkpointer.restore()
-    return _train(context, num_steps, checkpoint, checkpointer, actions, progress)
+    history_file = _open_history(context)
+    try:
+      return _train(context, num_steps, checkpoint, checkpointer, actions, progress,
+                    history_file)
+    finally:
+      if history_file is not None:
+        history_file.close()
   finally:
     if context.lock is not None:
       context.lock.release()
@@ -133,12 +137,31 @@ def _check_action(action):
                     "True (runs on every worker) or False (the chief only).")
 
 
-def _train(context, num_steps, checkpoint, checkpointer, actions, progress):
+def _open_history(context):
+  """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
+  first; `runner.history` starts as those steps (or, without a file, as the
+  steps the runner trained in memory before this one)."""
+  history = context.runner.history
+  if context.workdir is None or not context.is_chief:
+    history.drop_from(context.step)
+    return None
+  history_file = history_lib.HistoryFile(context.workdir)
+  earlier = history_file.open(context.step)
+  if len(earlier.steps):
+    history.drop_from(0)
+    history.extend(earlier)
+  else:
+    history.drop_from(context.step)
+  return history_file
+
+
+def _train(context, num_steps, checkpoint, checkpointer, actions, progress, history_file):
+  ran = history_lib.History()  # what this call returns: the steps it trains
   if context.step >= num_steps:
     _log.info("already at step %d of %d: nothing to train", context.step, num_steps)
     if checkpointer and not _finished(context):  # stopped after the last save
       _finish(context, None, actions, None)
-    return {}
+    return ran
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
   for every in timers:
@@ -146,14 +169,17 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress):
   bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
   stopper = stopping.Stopper(context.runner, checkpointer)
   stopper.before_exit = context.flush  # a signal's thread may end the process
-  history = []
   try:
     while context.step < num_steps:
       ends = [context.runner.steps_per_loop, num_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
       results = context.runner.run_steps(n)
+      # Kept before the NaN check: the steps up to a NaN, and its own, are seen.
+      for history in (ran, context.runner.history):
+        history.append(context.step, results)
+      if history_file is not None:
+        history_file.write(context.step, results)
       _check_finite(results, context.step, checkpointer)
-      history.append(results)
       context.step, context.results = context.step + n, results
       bar.update(context.step, results)
       if context.step < num_steps:  # the last step's work is the end's
@@ -172,7 +198,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress):
     stopper.close()
     bar.close()
     context.close()
-  return {k: np.concatenate([h[k] for h in history]) for k in history[0]}
+  return ran
 
 
 def _finish(context, checkpointer, actions, stopper):

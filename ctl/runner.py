@@ -9,6 +9,7 @@
     runner = ctl.Runner(step, build, dataset, strategy="mirrored", steps_per_loop=10)
     history = runner.train(1000)   # {"generator_loss": array of 1000 values, ...}
     runner.fit(10_000, "runs/x")   # resumable: checkpoints, summaries, progress
+    runner.history.plot()          # every step trained, as curves
     metrics = runner.evaluate(eval_step, eval_dataset)
     runner.export("generator", "runs/x/export")
 
@@ -28,7 +29,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from ctl import arguments
@@ -36,6 +36,7 @@ from ctl import checkpoints
 from ctl import data as data_lib
 from ctl import evaluation
 from ctl import export as export_lib
+from ctl import history as history_lib
 from ctl import loop as loop_lib
 from ctl import state as state_lib
 from ctl import steps
@@ -138,6 +139,9 @@ class Runner:
         jit_compile=jit_compile, coordinator=self._coordinator)
     self._evaluator = evaluation.Evaluator(self.state, strategy, seed=self.seed,
                                            eager=eager)
+    # Every step's results: `train` and `fit` append; `fit` with a workdir
+    # starts it from the run's history file (`ctl.history`).
+    self.history = history_lib.History()
 
   @property
   def models(self) -> dict[str, keras.Model]:
@@ -216,7 +220,7 @@ class Runner:
   def fit(self, num_steps: int, workdir: str | None = None, *,
           checkpoint: bool | checkpoints.Checkpoint = True,
           summaries: bool | Summaries = True, actions: Sequence[Action] = (),
-          progress: bool = True) -> steps.Results:
+          progress: bool = True) -> history_lib.History:
     """Trains until the global step is `num_steps`; resumes from `workdir`.
 
     With a `workdir`, training starts from the newest checkpoint in
@@ -243,8 +247,13 @@ class Runner:
         `ctl.Action`): `ctl.Samples`, `ctl.Evaluate`, `ctl.Export`, or your own.
       progress: show a progress bar (log lines when stderr is not a terminal).
 
+    Every step's results are appended to `<workdir>/history.jsonl` (on the
+    chief; a resume first drops the steps after its checkpoint) and to
+    `runner.history`, which a resumed `fit` starts from the file.
+
     Returns:
-      Each result key's per-step values for the steps this call ran (numpy).
+      A `ctl.History`: each result key's per-step values (numpy) for the steps
+      this call ran.
     """
     return loop_lib.fit(self, num_steps, workdir, checkpoint=checkpoint,
                         summaries=summaries, actions=actions, progress=progress)
@@ -298,16 +307,20 @@ class Runner:
           "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
     return checkpointer.restore()
 
-  def train(self, num_steps: int) -> steps.Results:
-    """Runs `num_steps` steps; returns each result key's per-step values (numpy)."""
+  def train(self, num_steps: int) -> history_lib.History:
+    """Runs `num_steps` steps; returns a `ctl.History` of them (each result
+    key's per-step values, numpy), also appended to `runner.history`."""
     arguments.integer("num_steps", num_steps, minimum=1)
-    chunks = []
+    ran = history_lib.History()
+    step = int(self.global_step.numpy())
     done = 0
     while done < num_steps:
       n = min(self.steps_per_loop, num_steps - done)
-      chunks.append(self.run_steps(n))
+      results = self.run_steps(n)
+      ran.append(step + done, results)
+      self.history.append(step + done, results)
       done += n
-    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    return ran
 
   def run_steps(self, num_steps: int) -> steps.Results:
     """Runs `num_steps` steps in one call (one compiled loop unless eager)."""

@@ -1,0 +1,337 @@
+"""Every step's results: in memory (`History`), in a file (`HistoryFile`), and
+given to an action as they come (`EachStep`).
+
+    history = runner.fit(2000, "runs/x")        # this call's steps: a History
+    runner.history["generator_loss"]            # every step this runner trained
+    runner.history.plot()                       # the curves, as a matplotlib Figure
+    ctl.read_history("runs/x")                  # the whole run, read back from its file
+    pandas.read_json("runs/x/history.jsonl", lines=True)   # the same, as a DataFrame
+
+`fit` appends one JSON line per step to `<workdir>/history.jsonl` on the chief,
+`{"step": 0, "discriminator_loss": 1.386, ...}`, where "step" is `ctx.step` while
+that step ran (0 for the first step). A resumed run first drops the lines of the
+steps after its checkpoint (they are trained again), so the file holds each step
+once, in order, across any number of resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ctl.schedule import Every
+
+FILE_NAME = "history.jsonl"
+
+_log = logging.getLogger("ctl")
+
+
+class History(Mapping):
+  """Per-step values: `history[key]` is a numpy array with a value per step,
+  `history.steps` the steps they belong to (`ctx.step` as each ran).
+
+  A mapping from result key to values, like the dict `train` returned before,
+  so `history["generator_loss"]`, `dict(history)` and `pandas.DataFrame(history,
+  index=history.steps)` work. A key that some steps did not return is NaN there.
+  """
+
+  def __init__(self) -> None:
+    self._chunks: list[tuple[int, dict[str, np.ndarray]]] = []  # (first step, values)
+    self._cache: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
+
+  def append(self, first_step: int, results: Mapping[str, Any]) -> None:
+    """Adds the values of the steps `first_step`, `first_step + 1`, ..."""
+    values = {k: np.asarray(v).reshape(-1) for k, v in results.items()}
+    lengths = {len(v) for v in values.values()}
+    if len(lengths) > 1:
+      raise ValueError(f"History.append: the keys have different numbers of steps, "
+                       f"{ {k: len(v) for k, v in values.items()} }.")
+    if lengths and lengths != {0}:
+      self._chunks.append((int(first_step), values))
+      self._cache = None
+
+  def extend(self, other: History) -> None:
+    """Adds every step of `other` (after this history's)."""
+    self._chunks.extend(other._chunks)  # pylint: disable=protected-access
+    self._cache = None
+
+  def drop_from(self, step: int) -> None:
+    """Forgets the values of `step` and every later step."""
+    kept = []
+    for first, values in self._chunks:
+      n = min(len(next(iter(values.values()))), max(step - first, 0))
+      if n:
+        kept.append((first, {k: v[:n] for k, v in values.items()}))
+    self._chunks, self._cache = kept, None
+
+  @property
+  def steps(self) -> np.ndarray:
+    """The step of each value (int64)."""
+    return self._arrays()[0]
+
+  def __getitem__(self, key: str) -> np.ndarray:
+    arrays = self._arrays()[1]
+    if key not in arrays:
+      raise KeyError(f"{key!r}: the step returned no such value; its keys are "
+                     f"{sorted(arrays)}.")
+    return arrays[key]
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self._arrays()[1])
+
+  def __len__(self) -> int:
+    return len(self._arrays()[1])
+
+  def __repr__(self) -> str:
+    steps = self.steps
+    span = f"steps {steps[0]}..{steps[-1]}" if len(steps) else "no steps"
+    return f"History({span}, keys={list(self)})"
+
+  def rows(self) -> Iterator[dict[str, float]]:
+    """One dict per step: `{"step": s, key: value, ...}` (as the file holds them)."""
+    for first, values in self._chunks:
+      columns = {k: v.astype(np.float64).tolist() for k, v in values.items()}
+      for i in range(len(next(iter(columns.values())))):
+        yield {"step": first + i, **{k: v[i] for k, v in columns.items()}}
+
+  def plot(self, keys: str | list[str] | None = None, *, smoothing: float = 0.0,
+           title: str | None = None) -> Any:
+    """Plots each key's values against the step; returns the matplotlib Figure.
+
+    In a notebook the figure shows as the cell's output; elsewhere save it with
+    `history.plot().savefig("losses.png")`. Needs matplotlib (`pip install
+    'ctl-loops[notebook]'`).
+
+    Args:
+      keys: a key or keys to plot (default: all), each in its own panel.
+      smoothing: 0 to below 1; each point is drawn as an exponential moving
+        average with this weight on the past (as TensorBoard's slider), over
+        the raw values drawn faintly.
+      title: the figure's title.
+    """
+    keys = list(self) if keys is None else [keys] if isinstance(keys, str) else list(keys)
+    for key in keys:
+      self[key]  # KeyError naming the keys there are  # noqa: B018
+    if not 0.0 <= smoothing < 1.0:
+      raise ValueError(f"plot(smoothing={smoothing!r}): give a number from 0 to below 1, "
+                       "e.g. 0.9.")
+    if not keys or not len(self.steps):
+      raise ValueError("plot: the history has no steps yet; train first.")
+    try:
+      from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise ImportError("History.plot needs matplotlib: pip install 'ctl-loops[notebook]' "
+                        "(or pip install matplotlib).") from e
+    figure, axes = pyplot.subplots(len(keys), 1, sharex=True, squeeze=False,
+                                   figsize=(7, 1.2 + 1.8 * len(keys)))
+    for axis, key in zip(axes[:, 0], keys):
+      values = self[key]
+      if smoothing:
+        axis.plot(self.steps, values, alpha=0.25, color="C0", linewidth=0.8)
+        values = _smooth(values, smoothing)
+      axis.plot(self.steps, values, color="C0", linewidth=1.2)
+      axis.set_ylabel(key)
+      axis.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    if title:
+      figure.suptitle(title)
+    figure.tight_layout()
+    pyplot.close(figure)  # shown once, as the returned value, not again by pyplot
+    return figure
+
+  def _arrays(self):
+    if self._cache is None:
+      keys = list(dict.fromkeys(k for _, values in self._chunks for k in values))
+      steps, columns = [], {k: [] for k in keys}
+      for first, values in self._chunks:
+        n = len(next(iter(values.values())))
+        steps.append(np.arange(first, first + n, dtype=np.int64))
+        for k in keys:
+          columns[k].append(values[k] if k in values else np.full(n, np.nan, np.float32))
+      self._cache = (np.concatenate(steps) if steps else np.zeros([0], np.int64),
+                     {k: np.concatenate(v) for k, v in columns.items()})
+    return self._cache
+
+
+def _smooth(values, weight):
+  out, last = np.empty(len(values)), None
+  for i, v in enumerate(values):
+    last = v if last is None or not math.isfinite(last) else weight * last + (1 - weight) * v
+    out[i] = last
+  return out
+
+
+class HistoryFile:
+  """`<workdir>/history.jsonl`: one JSON line per step, appended as training goes.
+
+  `open(start_step)` keeps the lines of the steps before `start_step` (the step
+  a run starts or resumes from), drops later ones and a line cut short by a
+  crash, and returns what it kept as a `History`. Lines reach the file after
+  every compiled call; the OS has them at once, the disk at each `flush`.
+  """
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, FILE_NAME)
+    self._file = None
+
+  def open(self, start_step: int) -> History:
+    kept, dropped = _read(self.path, before=start_step)
+    if dropped:
+      _write_rows(self.path, kept.rows())
+      _log.info("%s: dropped %d line(s) of steps from %d on, trained again from the "
+                "checkpoint", self.path, dropped, start_step)
+    self._reopen()
+    return kept
+
+  def _reopen(self):
+    if self._file is not None:
+      self._file.close()
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+
+  def write(self, first_step: int, results: Mapping[str, Any]) -> None:
+    """Appends the lines of the steps `first_step`, `first_step + 1`, ..."""
+    if not os.path.exists(self.path):  # the work directory was deleted or moved
+      self._reopen()
+    chunk = History()
+    chunk.append(first_step, results)
+    self._file.write("".join(_line(row) for row in chunk.rows()))
+    self._file.flush()
+
+  def flush(self) -> None:
+    if self._file is not None:
+      self._file.flush()
+      os.fsync(self._file.fileno())
+
+  def close(self) -> None:
+    if self._file is not None:
+      self._file.close()
+      self._file = None
+
+
+def read_history(path: str) -> History:
+  """Reads a run's history: `path` is its work directory or its `history.jsonl`.
+
+  Raises FileNotFoundError if there is none (`fit` writes it when given a workdir).
+  """
+  if os.path.isdir(path):
+    path = os.path.join(path, FILE_NAME)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no history at {path}: `fit(num_steps, workdir)` writes "
+                            f"<workdir>/{FILE_NAME} as it trains; pass a work directory "
+                            "it trained in.")
+  return _read(path, before=None)[0]
+
+
+def _line(row):
+  # NaN and Infinity are written as such: Python's json and pandas read them.
+  return json.dumps({k: _number(v) for k, v in row.items()}) + "\n"
+
+
+def _number(value):
+  if isinstance(value, int) or not math.isfinite(value):
+    return value
+  return float(f"{value:.9g}")  # 9 significant digits: a float32 exactly
+
+
+def _read(path, before):
+  """(History of the lines whose step is below `before`, count of lines dropped)."""
+  history, dropped = History(), 0
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = f.readlines()
+  except FileNotFoundError:
+    return history, 0
+  run_first, run = None, []
+  for line in lines:
+    try:
+      row = json.loads(line)
+      step = int(row.pop("step"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+      dropped += 1  # a line cut short by a crash
+      continue
+    if before is not None and step >= before:
+      dropped += 1
+      continue
+    values = {k: float(v) for k, v in row.items()}
+    if run and (step != run_first + len(run) or set(values) != set(run[0])):
+      history.append(run_first, _columns(run))
+      run = []
+    if not run:
+      run_first = step
+    run.append(values)
+  if run:
+    history.append(run_first, _columns(run))
+  return history, dropped
+
+
+def _columns(rows):
+  return {k: np.array([r[k] for r in rows], np.float32) for k in rows[0]}
+
+
+def _write_rows(path, rows):
+  temporary = path + ".tmp"
+  with open(temporary, "w", encoding="utf-8") as f:
+    f.write("".join(_line(row) for row in rows))
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(temporary, path)
+
+
+class _AfterEachCall(Every):
+  """Due after every compiled call; never shortens one."""
+
+  def __init__(self):
+    super().__init__(steps=1)
+    self.steps = None
+
+  def due(self, step: int) -> bool:
+    del step
+    return True
+
+  def __repr__(self) -> str:
+    return "after each call"
+
+
+class EachStep:
+  """An action given every step's values, in order, without shortening calls.
+
+      runner.fit(10_000, "runs/x", actions=[
+          ctl.EachStep(lambda step, values: wandb.log(values, step=step))])
+
+  After each compiled call (and at the end) it calls `fn(step, values)` once per
+  step that call ran, `step` being `ctl.step` as it ran and `values` a dict of
+  floats, on the chief. A call of `steps_per_loop` steps stays one call.
+
+  Args:
+    fn: function `(step: int, values: dict[str, float]) -> None`.
+  """
+  collective = False
+
+  def __init__(self, fn: Callable[[int, dict[str, float]], None]):
+    if not callable(fn):
+      raise TypeError(f"EachStep fn must be a function (step, values) -> None, got {fn!r}.")
+    self.fn = fn
+    self.every = _AfterEachCall()
+    self._done = None  # the step reached when fn last had values
+
+  def check(self, runner: Any, workdir: str | None) -> None:
+    del runner, workdir
+
+  def __call__(self, context: Any) -> None:
+    if not context.results or self._done == context.step:
+      return  # nothing trained, or these steps were given already
+    n = len(next(iter(context.results.values())))
+    chunk = History()
+    chunk.append(context.step - n, context.results)
+    for row in chunk.rows():
+      self.fn(row.pop("step"), row)
+    self._done = context.step

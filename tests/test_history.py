@@ -1,0 +1,160 @@
+"""Every step's numbers: `ctl.History`, `<workdir>/history.jsonl` across resumes,
+`runner.history`, and `ctl.EachStep`."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import ctl
+from ctl import history as history_lib
+
+import toy_gan
+
+GLOBAL_BATCH = 8
+NOISE = 3
+
+
+def build():
+  models = {"generator": toy_gan.mlp("generator", NOISE, 2, hidden=None),
+            "discriminator": toy_gan.mlp("discriminator", 2, 1, hidden=None)}
+  optimizers = {name: keras.optimizers.SGD(0.05) for name in models}
+  return models, optimizers
+
+
+def data(poison_batch=None):
+  x = np.linspace(-2, 2, 64 * 2, dtype="float32").reshape(64, 2)
+  if poison_batch is not None:
+    x[poison_batch * GLOBAL_BATCH] = np.nan
+  return toy_gan.batches(x, GLOBAL_BATCH)
+
+
+def runner(steps_per_loop=4, poison_batch=None):
+  return ctl.Runner(toy_gan.make_step(NOISE), build, data(poison_batch).repeat(),
+                    steps_per_loop=steps_per_loop, seed=3)
+
+
+def lines(workdir):
+  with open(workdir / "history.jsonl") as f:
+    return [json.loads(line) for line in f]
+
+
+def test_history_is_a_mapping_of_per_step_arrays():
+  history = ctl.History()
+  history.append(0, {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 4.0])})
+  history.append(2, {"a": np.array([5.0])})  # a step that did not return "b"
+  np.testing.assert_array_equal(history.steps, [0, 1, 2])
+  np.testing.assert_array_equal(history["a"], [1, 2, 5])
+  np.testing.assert_array_equal(history["b"], [3, 4, np.nan])
+  assert sorted(history) == ["a", "b"] and len(history) == 2
+  assert list(history.rows())[2] == {"step": 2, "a": 5.0}
+  history.drop_from(1)
+  np.testing.assert_array_equal(history.steps, [0])
+  with pytest.raises(KeyError, match="its keys are \\['a', 'b'\\]"):
+    history["c"]  # noqa: B018
+
+
+def test_plot_draws_a_panel_per_key():
+  pytest.importorskip("matplotlib")
+  history = ctl.History()
+  history.append(10, {"d_loss": np.linspace(1, 0, 50), "g_loss": np.linspace(0, 1, 50)})
+  figure = history.plot(smoothing=0.9, title="toy")
+  assert [axis.get_ylabel() for axis in figure.axes] == ["d_loss", "g_loss"]
+  assert figure.axes[0].lines[-1].get_xdata()[0] == 10
+  assert len(history.plot("g_loss").axes) == 1
+  with pytest.raises(ValueError, match="smoothing=1"):
+    history.plot(smoothing=1)
+  with pytest.raises(ValueError, match="no steps yet"):
+    ctl.History().plot()
+
+
+def test_fit_writes_every_step_once_and_returns_a_history(tmp_path):
+  r = runner()
+  returned = r.fit(10, tmp_path, progress=False)
+  assert isinstance(returned, ctl.History)
+  rows = lines(tmp_path)
+  assert [row["step"] for row in rows] == list(range(10))
+  for key in ("discriminator_loss", "generator_loss"):
+    np.testing.assert_array_equal(np.float32([row[key] for row in rows]), returned[key])
+    np.testing.assert_array_equal(r.history[key], returned[key])
+  np.testing.assert_array_equal(ctl.read_history(str(tmp_path)).steps, np.arange(10))
+  pandas = pytest.importorskip("pandas")
+  frame = pandas.read_json(tmp_path / "history.jsonl", lines=True)
+  assert list(frame.columns) == ["step", "discriminator_loss", "generator_loss"]
+  assert len(frame) == 10
+
+
+def test_a_resume_drops_the_steps_after_its_checkpoint(tmp_path):
+  reference = runner().fit(8, None, progress=False)
+  runner().fit(4, tmp_path, progress=False)  # checkpoint at step 4
+  # As after a crash at step 7: lines of steps 4-6 past the checkpoint, the last cut short.
+  with open(tmp_path / "history.jsonl", "a") as f:
+    f.write("".join(json.dumps({"step": s, "discriminator_loss": 99.0,
+                                "generator_loss": 99.0}) + "\n" for s in (4, 5, 6)))
+    f.write('{"step": 7, "discrimin')
+  resumed = runner()
+  ran = resumed.fit(8, tmp_path, progress=False)
+  np.testing.assert_array_equal(ran.steps, np.arange(4, 8))
+  rows = lines(tmp_path)
+  assert [row["step"] for row in rows] == list(range(8))
+  for key in reference:
+    np.testing.assert_array_equal(np.float32([row[key] for row in rows]), reference[key])
+    # A new runner's history starts from the file: the whole run, not only this call.
+    np.testing.assert_array_equal(resumed.history[key], reference[key])
+  assert resumed.fit(8, tmp_path, progress=False) == {}  # done: nothing appended
+  assert len(lines(tmp_path)) == 8
+
+
+def test_train_appends_to_the_runner_history():
+  r = runner(steps_per_loop=3)
+  first, second = r.train(4), r.train(3)
+  np.testing.assert_array_equal(second.steps, [4, 5, 6])
+  np.testing.assert_array_equal(r.history.steps, np.arange(7))
+  np.testing.assert_array_equal(
+      r.history["generator_loss"],
+      np.concatenate([first["generator_loss"], second["generator_loss"]]))
+
+
+def test_the_steps_up_to_a_nan_are_written(tmp_path):
+  with pytest.raises(FloatingPointError, match="step 5"):
+    runner(steps_per_loop=4, poison_batch=5).fit(8, tmp_path, progress=False)
+  rows = lines(tmp_path)
+  assert [row["step"] for row in rows] == list(range(8))  # the call of steps 4-7
+  assert np.isfinite(rows[4]["discriminator_loss"])
+  assert np.isnan(rows[5]["discriminator_loss"])
+
+
+def test_each_step_gets_every_step_without_shortening_calls(tmp_path):
+  seen = []
+  r = runner(steps_per_loop=4)
+  calls = []
+  run_steps = r.run_steps
+  r.run_steps = lambda n: calls.append(n) or run_steps(n)
+  ran = r.fit(10, tmp_path, progress=False, summaries=False,
+              actions=[ctl.EachStep(lambda step, values: seen.append((step, values)))])
+  assert calls == [4, 4, 2]
+  assert [step for step, _ in seen] == list(range(10))
+  np.testing.assert_allclose([v["generator_loss"] for _, v in seen], ran["generator_loss"])
+  with pytest.raises(TypeError, match="EachStep fn must be a function"):
+    ctl.EachStep("print")
+
+
+def test_read_history_names_the_fix_when_there_is_none(tmp_path):
+  with pytest.raises(FileNotFoundError, match="history.jsonl as it trains"):
+    ctl.read_history(str(tmp_path))
+
+
+def test_history_file_is_not_written_without_a_workdir(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  runner().fit(4, None, progress=False)
+  assert not list(tmp_path.iterdir())
+
+
+def test_lines_hold_float32_exactly(tmp_path):
+  values = np.float32([0.1, 1 / 3, 1e-30, 3.4e38]) * np.float32(3)
+  file = history_lib.HistoryFile(str(tmp_path))
+  file.open(0)
+  file.write(0, {"x": values})
+  file.close()
+  np.testing.assert_array_equal(ctl.read_history(str(tmp_path))["x"], values)
