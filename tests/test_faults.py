@@ -171,6 +171,13 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, reference, strategy):
   resumed = load(tmp_path / "b.npz")
   assert int(resumed["first_step"]) == 4
   assert_same_run(resumed, reference(strategy))
+  # The history file: steps 4 to 6, written before the kill, were dropped and
+  # trained again; each step is there once, with the uninterrupted run's values.
+  history = ctl.read_history(str(work))
+  np.testing.assert_array_equal(history.steps, np.arange(STEPS))
+  for key, values in reference(strategy).items():
+    if key.startswith("loss/"):
+      np.testing.assert_array_equal(history[key[len("loss/"):]], values, err_msg=key)
 
 
 def test_crash_during_checkpoint_write_leaves_previous_restorable(tmp_path, reference):
