@@ -169,6 +169,8 @@ class StepContext:
       raise TypeError(f"minimize: got the name {loss!r} as the loss; the loss comes "
                       f"first: ctx.minimize(loss, {loss!r}, tape=tape).")
     opt = self._optimizer(optimizer)
+    updates = ("the variables passed" if variables is not None else
+               f"the trainable variables of model {optimizer!r}")
     variables = self._variables(optimizer, variables)
     micro_batches = arguments.integer(
         "micro_batches", micro_batches, minimum=1, meaning="slices of the batch to "
@@ -185,6 +187,7 @@ class StepContext:
             f"micro_batches={micro_batches}).")
       value, grads = self._loss_and_gradients(loss, opt, variables, optimizer, batch,
                                               micro_batches)
+      _check_some_gradient(grads, optimizer, updates)
     else:
       if batch is not None or micro_batches > 1:
         raise ValueError(
@@ -205,6 +208,7 @@ class StepContext:
       self._check_loss(loss, optimizer)
       self._check_fresh_tape(tape, optimizer)
       value, grads = loss, _gradients(tape, loss, opt, variables)
+      _check_some_gradient(grads, optimizer, updates, tape=tape, variables=variables)
     self._apply(opt, grads, variables)
     return self._mark_global(value)
 
@@ -477,6 +481,30 @@ def _sum_over_replicas(grads):
   summed = iter(tf.distribute.get_replica_context().all_reduce(
       tf.distribute.ReduceOp.SUM, present))
   return [None if g is None else next(summed) for g in grads]
+
+
+def _check_some_gradient(grads, name, updates, *, tape=None, variables=()):
+  """Refuses an update whose every gradient is None (Keras would say only "No
+  gradients provided for any variable"); some None, for variables the loss
+  does not reach (an unused layer), are left to the optimizer, which skips them."""
+  if not grads or any(g is not None for g in grads):
+    return
+  if tape is not None:
+    watched = {id(v) for v in tape.watched_variables()}
+    if not any(id(v) in watched or id(getattr(v, "value", v)) in watched for v in variables):
+      raise ValueError(
+          f"minimize({name!r}): the loss was not recorded by the tape passed to "
+          f"ctx.minimize: none of the {len(grads)} variables it updates ({updates}) "
+          "was read under that tape, so every gradient is None. Compute the loss "
+          "inside the `with tf.GradientTape() as tape:` block, or pass it as a "
+          f"function: ctx.minimize(lambda: ..., {name!r}).")
+  what = "the loss function's result" if tape is None else "the loss"
+  raise ValueError(
+      f"minimize({name!r}): {what} does not depend on any of the {len(grads)} "
+      f"variables it updates ({updates}), so every gradient is None. Pass the loss "
+      f"that model {name!r} should lower (e.g. the discriminator's loss for "
+      "'discriminator', not the generator's), and look for a tf.stop_gradient "
+      "between those variables and the loss.")
 
 
 def _gradients(tape, loss, optimizer, variables):

@@ -383,6 +383,29 @@ def minimize_twice_from_one_tape(s):
   _train(step=step)
 
 
+def loss_computed_outside_the_tape(s):
+  def step(ctx, x):
+    with tf.GradientTape() as tape:
+      fake = ctx.normal([1])
+    loss = ctx.average(tf.square(ctx.models["model"](fake)[:, 0]))  # after the block
+    return {"loss": ctx.minimize(loss, "model", tape=tape)}
+  _train(step=step)
+
+
+def loss_of_another_model(s):
+  def build():
+    return ({"generator": _model(), "discriminator": _model()},
+            {"generator": keras.optimizers.SGD(), "discriminator": keras.optimizers.SGD()})
+
+  def step(ctx, x):
+    with tf.GradientTape() as tape:
+      fake = ctx.models["generator"](x)
+      d_fake = ctx.models["discriminator"](tf.stop_gradient(fake))
+      g_loss = ctx.average(tf.square(fake[:, 0]))
+    return {"loss": ctx.minimize(g_loss, "discriminator", tape=tape), "d": tf.reduce_mean(d_fake)}
+  _train(step=step, build=build)
+
+
 def keras_gradient_accumulation_under_mirrored(s):
   def build():
     return {"model": _model()}, {"model": keras.optimizers.Adam(gradient_accumulation_steps=4)}
@@ -896,6 +919,24 @@ CASES = [
          minimize_twice_from_one_tape, ValueError,
          ("minimize('model') was called twice with the same tape", "stale",
           "Record each update under its own tape", "ctx.minimize(lambda: ..., 'model')",
+          "[global step 0]")),
+    Case("loss-computed-outside-the-tape",
+         "ValueError from the step's first call: minimize('model'): the loss was not recorded by "
+         "the tape passed to ctx.minimize ...; compute the loss inside the `with "
+         "tf.GradientTape() as tape:` block",
+         loss_computed_outside_the_tape, ValueError,
+         ("minimize('model'): the loss was not recorded by the tape passed to ctx.minimize",
+          "(the trainable variables of model 'model')", "every gradient is None",
+          "Compute the loss inside the `with tf.GradientTape() as tape:` block",
+          "ctx.minimize(lambda: ..., 'model')", "[global step 0]")),
+    Case("loss-of-another-model",
+         "ValueError from the step's first call: minimize('discriminator'): the loss does not "
+         "depend on any of the 2 variables it updates ...; pass the loss that model "
+         "'discriminator' should lower",
+         loss_of_another_model, ValueError,
+         ("minimize('discriminator'): the loss does not depend on any of the 2 variables",
+          "(the trainable variables of model 'discriminator')",
+          "Pass the loss that model 'discriminator' should lower", "tf.stop_gradient",
           "[global step 0]")),
     Case("keras-gradient-accumulation-under-mirrored",
          "ValueError from Runner: optimizers['model'] (Adam) has gradient_accumulation_steps=4, "

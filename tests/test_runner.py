@@ -378,6 +378,80 @@ def test_minimize_misuse_names_the_fix():
     run(unknown)
 
 
+def build_pair():
+  pair = {n: keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)], name=n)
+          for n in ("generator", "discriminator")}
+  return pair, {n: keras.optimizers.SGD(0.01) for n in pair}
+
+
+def loss_outside_the_tape(ctx, x):
+  with tf.GradientTape() as tape:
+    pass
+  d_loss = ctx.average(tf.square(ctx.models["discriminator"](x)[:, 0]))
+  return {"d": ctx.minimize(d_loss, "discriminator", tape=tape)}
+
+
+def another_models_loss(ctx, x):
+  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+  with tf.GradientTape() as tape:
+    discriminator(x)  # read under the tape, but not in the loss
+    g_loss = ctx.average(tf.square(generator(x)[:, 0]))
+  return {"g": ctx.minimize(g_loss, "discriminator", tape=tape)}
+
+
+def another_models_loss_function(ctx, x):
+  generator = ctx.models["generator"]
+  return {"g": ctx.minimize(lambda: ctx.average(tf.square(generator(x)[:, 0])),
+                            "discriminator")}
+
+
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+@pytest.mark.parametrize("step, message", [
+    (loss_outside_the_tape,
+     r"minimize\('discriminator'\): the loss was not recorded by the tape passed to "
+     r"ctx.minimize: none of the 2 variables it updates \(the trainable variables of model "
+     r"'discriminator'\) was read under that tape, .* Compute the loss inside the `with "
+     r"tf.GradientTape\(\) as tape:` block, or pass it as a function: "
+     r"ctx.minimize\(lambda: ..., 'discriminator'\)"),
+    (another_models_loss,
+     r"minimize\('discriminator'\): the loss does not depend on any of the 2 variables it "
+     r"updates .* Pass the loss that model 'discriminator' should lower"),
+    (another_models_loss_function,
+     r"minimize\('discriminator'\): the loss function's result does not depend on any of "
+     r"the 2 variables"),
+], ids=["outside-the-tape", "another-models-loss", "function-form"])
+def test_a_loss_with_no_gradient_says_why(step, message, strategy_name, eager, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+  with pytest.raises(ValueError, match=message) as raised:
+    run(step, strategy, build=build_pair, eager=eager)
+  assert "No gradients provided" not in str(raised.value)
+  assert not any("ctl: " in n for n in getattr(raised.value, "__notes__", ()))  # no data note
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_gradient_missing_for_some_variables_still_trains(eager, mirrored):
+  """A variable the loss does not reach (an unused layer) keeps its value, as before."""
+  def build_joint():
+    models, optimizers = build_pair()
+    optimizers["discriminator"].build(models["discriminator"].trainable_variables +
+                                      models["generator"].trainable_variables)
+    return models, optimizers
+
+  def step(ctx, x):
+    generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+    with tf.GradientTape() as tape:
+      loss = ctx.average(tf.square(discriminator(x)[:, 0]))
+    variables = discriminator.trainable_variables + generator.trainable_variables
+    return {"loss": ctx.minimize(loss, "discriminator", tape=tape, variables=variables)}
+
+  runner = ctl.Runner(step, build_joint, data(), strategy=mirrored, eager=eager)
+  before = [w.numpy().copy() for w in runner.models["generator"].weights]
+  assert np.isfinite(runner.train(2)["loss"]).all()
+  for w, w0 in zip(runner.models["generator"].weights, before):
+    np.testing.assert_array_equal(w.numpy(), w0)
+
+
 @pytest.mark.parametrize("eager", [False, True])
 def test_data_running_out_says_so(eager):
   with pytest.raises(ValueError, match=r"data ran out at step 8: .* call .repeat\(\)"):
