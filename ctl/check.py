@@ -5,7 +5,7 @@
     print(check.format_findings(findings))         # a table, one row per check
     ok = all(finding.ok for finding in findings)
 
-    ctl check examples/configs/dcgan.gin --steps 3  # the same for an experiment
+    ctl check dcgan --steps 3                       # the same for an experiment
 
 A TPU runs the step as one XLA program compiled for fixed shapes, fed batches
 from the host. XLA on the CPU (`jit_compile=True`) is the nearest stand-in,

@@ -14,6 +14,8 @@ configuration and call one method. `--experiment NAME` names what makes it
 parsed): its gin name, or `module.path:attribute`. Without it, the command
 takes the one that an installed package registers under the entry points
 `ctl.experiments` (pyproject.toml), as ctl's core names no experiment of its own.
+The configuration is a .gin file's path or the name of one an installed
+package ships (`find_config`; ctl/configs.py), e.g. `ctl train dcgan`.
 
 A mistake in the configuration (a misspelt configurable or parameter, a
 syntax error, a missing file, an experiment without the method a command
@@ -41,6 +43,7 @@ from typing import Protocol
 import gin
 
 from ctl import _tf_internal
+from ctl import configs
 
 if TYPE_CHECKING:  # no TensorFlow at run time: the command reports config typos before loading it
   import tensorflow as tf
@@ -92,7 +95,36 @@ def require_config_file(path: str) -> None:
            if os.path.isdir(directory) else [])
   hint = did_you_mean(os.path.basename(path), names)
   raise ConfigError(f"config file {path} not found{hint}; give the path of a .gin "
-                    "file, e.g. examples/configs/dcgan.gin.")
+                    f"file, or the name of a shipped config{_shipped_names()}.")
+
+
+def find_config(config: str) -> str:
+  """The path of the .gin file `config` gives: a path, or a shipped config's name.
+
+  A file that exists is taken as it is, so that every path works as before;
+  otherwise a name (no `.gin` ending, no directory: `configs.is_name`) is one
+  of the .gin files that installed packages ship (ctl/configs.py), e.g.
+  `dcgan`.
+
+  Raises:
+    ConfigError: no such file, or no shipped config of that name; the message
+      lists the shipped names.
+  """
+  if os.path.isfile(config) or not configs.is_name(config):
+    require_config_file(config)
+    return config
+  shipped = configs.shipped()
+  if config in shipped:
+    return shipped[config]
+  raise ConfigError(f"config {config!r} is neither a file nor a shipped config's name"
+                    f"{did_you_mean(config, shipped)}; give the name of a shipped config"
+                    f"{_shipped_names(shipped)}, or the path of a .gin file.")
+
+
+def _shipped_names(shipped=None):
+  """` (one of a, b, c)` for the shipped configs, or "" if none is installed."""
+  names = list(configs.shipped() if shipped is None else shipped)
+  return f" (one of {', '.join(names)})" if names else ""
 
 
 def make_experiment(make: Callable[[], Any], name: str,

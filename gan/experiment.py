@@ -7,7 +7,7 @@
     experiment.evaluate("runs/wgan_gp")      # {"step": 1000, "classifier_fid": ...}
     experiment.export("runs/wgan_gp")        # the generator: .keras and a SavedModel
 
-    ctl train examples/configs/wgan_gp.gin   # the same, from a .gin file
+    ctl train wgan_gp                        # the same, from gan/configs/wgan_gp.gin
 
 `Experiment` says what the experiment is (data, models, loss family, penalty,
 optimizers, EMA, `Schedule`); its methods build, train, evaluate and export

@@ -1,13 +1,13 @@
 """The `ctl` command: train, evaluate, export, check and launch runs from .gin files.
 
-    ctl train examples/configs/dcgan.gin --workdir runs/dcgan --strategy mirrored
-    ctl eval examples/configs/dcgan.gin --workdir runs/dcgan
-    ctl check examples/configs/dcgan.gin            # what would fail on a TPU
+    ctl train dcgan --strategy mirrored             # a config the GAN kit ships, by name
+    ctl eval examples/configs/dcgan.gin --workdir runs/dcgan   # or any .gin file, by path
+    ctl check dcgan                                 # what would fail on a TPU
     ctl parity my_gan.py --against mirrored:2       # same numbers, up to rounding?
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
 
     from ctl import cli                             # the same from Python
-    code = cli.main(["eval", "examples/configs/dcgan.gin", "--workdir", "runs/dcgan"])
+    code = cli.main(["eval", "dcgan", "--workdir", "runs/dcgan"])
 
 The command line is its own layer over the library: each module here adds
 subcommands with `add_parser(subparsers)`, setting `run=function(args) -> exit

@@ -1,6 +1,7 @@
 """`ctl check`: report what in an experiment would fail on a TPU (ctl/check.py checks).
 
-    ctl check examples/configs/dcgan.gin --steps 3     # a table; exit 1 if anything fails
+    ctl check dcgan --steps 3      # a shipped config, by name; a table; exit 1 if anything fails
+    ctl check my.gin --steps 3     # any .gin file, by path
 """
 
 import argparse
@@ -27,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
   parser = subparsers.add_parser(
       "check", help="report what in an experiment would fail on a TPU",
       description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-      epilog="example:\n  ctl check examples/configs/dcgan.gin --gin "
+      epilog="example:\n  ctl check dcgan --gin "
              "'gan.Experiment.batch_size = 16' --steps 3\n\nExit code 0 if every check "
              "passes, 1 if one fails, 2 for a mistake in the command or config.")
   experiments.add_config_arguments(parser)

@@ -1,18 +1,21 @@
 """`ctl train`, `ctl eval` and `ctl export`: run an experiment described by a .gin file.
 
-    ctl train examples/configs/dcgan.gin --gin "gan.Schedule.num_steps = 100"
-    ctl train examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2
-    ctl eval examples/configs/dcgan.gin --workdir runs/dcgan  # {"step": 100, "classifier_fid": 9.1}
-    ctl export examples/configs/dcgan.gin --workdir runs/dcgan --out exported/
+    ctl train dcgan --gin "gan.Schedule.num_steps = 100"   # a shipped config, by name
+    ctl train my.gin --strategy mirrored --logical-cpus 2  # any .gin file, by path
+    ctl eval dcgan                       # runs/dcgan: {"step": 100, "classifier_fid": 9.1}
+    ctl export dcgan --out exported/
 
-Each subcommand makes the experiment once the .gin file is parsed and calls
-one of its methods: train, evaluate, export (ctl/experiments.py defines the
-contract). `--experiment` names what makes it, as gin knows it or as
-`module.path:attribute`; by default, the one an installed package registers
-under the entry points `ctl.experiments`. A mistake in the configuration
-exits with code 2 and one paragraph naming the binding and the closest known
-names, not a traceback. The library (gin, TensorFlow) is imported when a
-subcommand runs, not to build the parser.
+The configuration is a .gin file's path or the name of one an installed
+package ships (ctl/configs.py; the GAN kit ships bigan, conditional_dcgan,
+dcgan, hinge_sn and wgan_gp), and the work directory is runs/<name> unless
+--workdir says otherwise. Each subcommand makes the experiment once the .gin
+file is parsed and calls one of its methods: train, evaluate, export
+(ctl/experiments.py defines the contract). `--experiment` names what makes it,
+as gin knows it or as `module.path:attribute`; by default, the one an installed
+package registers under the entry points `ctl.experiments`. A mistake in the
+configuration exits with code 2 and one paragraph naming the binding and the
+closest known names, not a traceback. The library (gin, TensorFlow) is imported
+when a subcommand runs, not to build the parser.
 """
 
 import argparse
@@ -26,11 +29,12 @@ USAGE_ERROR = 2  # what argparse exits with for a bad command line
 FAILURE = 1
 
 _TRAIN = """\
-Makes the experiment a .gin file describes (e.g. the bindings of
-examples/configs/dcgan.gin) and calls its train method. Checkpoints, TensorBoard
-events, sample grids and the export go to the work directory; the operative gin
-config is saved next to the checkpoints. Rerunning the same command resumes from
-the newest checkpoint (and does nothing if the run is complete)."""
+Makes the experiment a .gin file describes (a path, or the name of a config an
+installed package ships, e.g. dcgan) and calls its train method. Checkpoints,
+TensorBoard events, sample grids and the export go to the work directory
+(default runs/<name>); the operative gin config is saved next to the
+checkpoints. Rerunning the same command resumes from the newest checkpoint (and
+does nothing if the run is complete)."""
 
 _EVAL = """\
 Makes the experiment and calls its evaluate method: it restores the newest
@@ -51,12 +55,12 @@ def add_parser(subparsers: Any) -> None:
   """Adds `train`, `eval` and `export` to the `ctl` command's subparsers."""
   for name, run, summary, description, example in (
       ("train", run_train, "train an experiment from a .gin file (resumes)", _TRAIN,
-       "ctl train examples/configs/dcgan.gin --gin 'gan.Schedule.num_steps = 100'\n"
-       "  ctl train examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2"),
+       "ctl train dcgan --gin 'gan.Schedule.num_steps = 100'\n"
+       "  ctl train my.gin --strategy mirrored --logical-cpus 2"),
       ("eval", run_eval, "evaluate the newest checkpoint; print JSON metrics", _EVAL,
-       "ctl eval examples/configs/dcgan.gin --workdir runs/dcgan"),
+       "ctl eval dcgan --workdir runs/dcgan"),
       ("export", run_export, "export the model of the newest checkpoint", _EXPORT,
-       "ctl export examples/configs/dcgan.gin --workdir runs/dcgan --out exported/dcgan"),
+       "ctl export dcgan --workdir runs/dcgan --out exported/dcgan"),
   ):
     parser = subparsers.add_parser(
         name, help=summary, description=description, epilog=f"example:\n  {example}",
@@ -68,7 +72,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--logical-cpus", type=int, metavar="N", help="split the CPU "
                         "into N devices first (e.g. for --strategy mirrored)")
     parser.add_argument("--workdir", metavar="DIR",
-                        help="the run's directory (default: runs/<config file stem>)")
+                        help="the run's directory (default: runs/<config name or "
+                        "file stem>)")
     if name == "export":
       parser.add_argument("--out", metavar="DIR",
                           help="where to export (default: <workdir>/export)")
@@ -77,7 +82,10 @@ def add_parser(subparsers: Any) -> None:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
   """The options every experiment subcommand shares: the .gin file and bindings."""
-  parser.add_argument("config", metavar="CONFIG.gin", help="the experiment's .gin file")
+  from ctl import configs  # pylint: disable=import-outside-toplevel
+  shipped = ", ".join(configs.shipped()) or "none installed"
+  parser.add_argument("config", metavar="CONFIG.gin", help="the experiment's .gin file, "
+                      f"or the name of a config a package ships ({shipped})")
   parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
                       help="an extra binding, e.g. 'gan.Schedule.num_steps = 100' "
                       "(repeatable; applied after the file)")
@@ -164,7 +172,7 @@ def fail(command: str, error: BaseException | str, code: int) -> int:
 
 
 def default_workdir(config: str) -> str:
-  """`runs/<config file stem>`: where a run goes without --workdir."""
+  """`runs/<config file stem>` (a shipped config's name): where a run goes without --workdir."""
   return os.path.join("runs", os.path.splitext(os.path.basename(config))[0])
 
 
@@ -173,7 +181,8 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
 
   Args:
     args: parsed arguments with `config`, `gin`, `experiment` and optionally
-      `logical_cpus` and `strategy`.
+      `logical_cpus` and `strategy`; a shipped config's name in `config` is
+      replaced by its file's path.
 
   Returns:
     `(name, make)`: the experiment's name and what makes it (gin-configured),
@@ -184,7 +193,7 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
       binding and the fix.
   """
   from ctl import experiments  # pylint: disable=import-outside-toplevel
-  experiments.require_config_file(args.config)  # before TensorFlow: a typo fails at once
+  args.config = experiments.find_config(args.config)  # before TensorFlow: a typo fails at once
   if getattr(args, "logical_cpus", None) is not None:
     if args.logical_cpus < 1:
       raise experiments.ConfigError(

@@ -1,9 +1,12 @@
 """`ctl parity`: the user's own step under several configurations, against rounding.
 
     ctl parity my_gan.py --against compiled,mirrored:2,multi_worker:2 --steps 10
+    ctl parity dcgan --gin 'gan.Experiment.batch_size = 16'   # a shipped config, by name
 """
 
 import argparse
+import importlib.util
+import os
 import signal
 import sys
 from typing import Any
@@ -49,7 +52,8 @@ def add_parser(subparsers: Any) -> None:
              "\n\nExit code 0 if every configuration is within rounding, 1 if one is not "
              "or fails, 2 for a mistake in the command or the module.")
   parser.add_argument("module", help="a Python file defining build, step and data, or "
-                      "a .gin file (its experiment's build method makes the runner)")
+                      "a .gin file or the name of a config a package ships (its "
+                      "experiment's build method makes the runner)")
   parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
                       help="a gin binding for a .gin file, e.g. 'gan.Experiment.batch_size "
                            "= 16' (repeatable)")
@@ -68,6 +72,20 @@ def add_parser(subparsers: Any) -> None:
   parser.set_defaults(run=run)
 
 
+def shipped_config(module: str) -> str:
+  """The path of the config a package ships named `module` (e.g. dcgan), or `module`
+  as given if it is a file, an importable module or no shipped config's name."""
+  from ctl import configs  # pylint: disable=import-outside-toplevel
+  if not configs.is_name(module) or os.path.exists(module):
+    return module
+  try:
+    if importlib.util.find_spec(module) is not None:
+      return module
+  except (ImportError, ValueError):  # e.g. a dotted name whose package is missing
+    pass
+  return configs.shipped().get(module, module)
+
+
 def run(args: argparse.Namespace) -> int:
   """`ctl parity`: runs and compares (or, with --run-one, is one of the runs)."""
   from ctl import parity  # pylint: disable=import-outside-toplevel
@@ -80,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for config in configs:  # each name checked before any process starts
       parity.Config.parse(config)
     if not args.run_one:
+      args.module = shipped_config(args.module)  # each run's process is given the path
       parity.check_module(args.module)  # before any process starts
   except (ValueError, FileNotFoundError, AttributeError) as e:
     return experiments.fail("parity", e, experiments.USAGE_ERROR)

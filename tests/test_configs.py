@@ -1,0 +1,90 @@
+"""Configs by name: `ctl train dcgan` runs the .gin file the GAN kit ships.
+
+The names come from the entry points `ctl.configs` (pyproject.toml), found
+without importing the package; a path works as before, and a misspelt name
+fails at once, listing the names. tests/test_wheel.py runs a name from an
+installed wheel, outside the repo.
+"""
+
+import os
+
+import pytest
+
+from ctl import cli
+from ctl import configs
+from ctl import experiments
+from ctl.cli import experiments as cli_experiments
+from ctl.cli import parity as cli_parity
+
+from helpers import ROOT
+
+NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "wgan_gp"]
+
+
+def test_the_kit_ships_every_example_config_by_name():
+  shipped = configs.shipped()
+  assert list(shipped) == NAMES
+  for name, path in shipped.items():
+    assert path == os.path.join(ROOT, "gan", "configs", name + ".gin")
+    # examples/configs/ is the same directory (a link), so its paths keep working
+    assert os.path.samefile(path, os.path.join(ROOT, "examples", "configs", name + ".gin"))
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("dcgan", True), ("conditional_dcgan", True), ("dcgan.gin", False),
+    (os.path.join("examples", "configs", "dcgan.gin"), False), ("configs/dcgan", False)])
+def test_a_name_has_no_gin_ending_and_no_directory(config, expected):
+  assert configs.is_name(config) is expected
+
+
+def test_a_name_becomes_its_path_and_a_path_stays_as_given(tmp_path, monkeypatch):
+  assert experiments.find_config("wgan_gp") == configs.shipped()["wgan_gp"]
+  path = os.path.join(ROOT, "examples", "configs", "dcgan.gin")
+  assert experiments.find_config(path) == path
+  # a file that exists is a path, even without .gin: what worked before still does
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "dcgan").write_text("")
+  assert experiments.find_config("dcgan") == "dcgan"
+
+
+def test_the_default_workdir_of_a_name_is_runs_name():
+  path = experiments.find_config("hinge_sn")
+  assert cli_experiments.default_workdir(path) == os.path.join("runs", "hinge_sn")
+
+
+def test_a_misspelt_name_names_the_closest_and_lists_the_shipped():
+  with pytest.raises(experiments.ConfigError) as error:
+    experiments.find_config("dcgn")
+  message = str(error.value)
+  assert "'dcgn' is neither a file nor a shipped config's name" in message
+  assert "(did you mean 'dcgan'?)" in message
+  assert f"(one of {', '.join(NAMES)})" in message
+  assert "or the path of a .gin file" in message
+
+
+def test_a_missing_path_lists_the_shipped_names_too():
+  with pytest.raises(experiments.ConfigError) as error:
+    experiments.find_config(os.path.join("nowhere", "dcgan.gin"))
+  assert "not found" in str(error.value) and ", ".join(NAMES) in str(error.value)
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "export", "check"])
+def test_each_command_refuses_a_misspelt_name_before_tensorflow(command, capsys):
+  assert cli.main([command, "wgan-gp"]) == 2
+  err = capsys.readouterr().err
+  assert f"ctl {command}: error: config 'wgan-gp'" in err and "did you mean 'wgan_gp'" in err
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "export", "check"])
+def test_each_commands_help_lists_the_names(command, capsys):
+  with pytest.raises(SystemExit):
+    cli.main([command, "--help"])
+  help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+  assert ", ".join(NAMES) in help_text
+
+
+def test_parity_takes_a_name_too(tmp_path, monkeypatch):
+  assert cli_parity.shipped_config("bigan") == configs.shipped()["bigan"]
+  monkeypatch.chdir(tmp_path)
+  for module in ("my_gan.py", "json", "dcgan.gin", "nothing_shipped"):
+    assert cli_parity.shipped_config(module) == module  # a file or a module: as given
