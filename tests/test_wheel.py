@@ -11,6 +11,7 @@ trains the packaged config for a few steps.
 """
 
 import glob
+import json
 import os
 import shutil
 import site
@@ -110,14 +111,15 @@ def test_the_wheel_installs_and_trains_a_shipped_config_outside_the_repo(install
   assert "Requirement already satisfied: tensorflow" in pip.stdout
   assert "Successfully installed ctl-loops-0.1.0" in pip.stdout
 
-  # ctl and gan are the wheel's, not the repo's (nor the editable install's)
-  where = _run([os.path.join(env_dir, "bin", "python"), "-c",
-                "import ctl, gan; from ctl import configs; "
-                "print(ctl.__file__); print(gan.__file__); print(configs.shipped()['dcgan'])"],
-               cwd=workdir).stdout.split()
-  site_packages = os.path.realpath(env_dir)
-  for path in where:
-    assert os.path.realpath(path).startswith(site_packages + os.sep), where
+  # ctl, gan and every config are the wheel's, not the repo's (nor the editable install's)
+  where = json.loads(_run([
+      os.path.join(env_dir, "bin", "python"), "-c", "import json, ctl, gan; from ctl import "
+      "configs; print(json.dumps([ctl.__file__, gan.__file__, configs.shipped()]))"],
+      cwd=workdir).stdout)
+  assert list(where[2]) == NAMES, where
+  venv_root = os.path.realpath(env_dir)
+  for path in where[:2] + list(where[2].values()):
+    assert os.path.realpath(path).startswith(venv_root + os.sep), where
     assert not os.path.realpath(path).startswith(os.path.realpath(ROOT) + os.sep), where
 
   assert f"outputs in {os.path.join('runs', 'dcgan')}" in train.stdout
