@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
+from ctl import notebook
 from ctl.data import check_evaluation_data
 from ctl.schedule import Every
 from ctl.strategies import is_parameter_server
@@ -176,17 +177,24 @@ class Samples(Action):
     every: an `Every`, or None for the end only.
     name: file prefix and summary tag.
     value_range: the (low, high) of `fn`'s pixels; tanh outputs are (-1, 1).
+    show: show the newest grid under the running cell, replaced in place as
+      training goes; None (the default): when running in a Jupyter notebook.
   """
   collective = False
 
   def __init__(self, fn: Callable[[dict], object], every: Every | None = None, *,
-               name: str = "samples", value_range: tuple[float, float] = (-1.0, 1.0)):
+               name: str = "samples", value_range: tuple[float, float] = (-1.0, 1.0),
+               show: bool | None = None):
     if not callable(fn):
       raise TypeError(f"Samples fn must be a function of the models dict, got {fn!r}.")
+    if show not in (None, True, False):
+      raise TypeError(f"Samples(show={show!r}): pass True, False, or None (in a notebook).")
     self.fn = fn
     self.every = every
     self.name = name
     self.value_range = value_range
+    self.show = show
+    self._shown = (None, None)  # (fit context, the notebook display of its grids)
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
@@ -196,7 +204,14 @@ class Samples(Action):
     grid = image_grid(images, self.value_range)
     path = os.path.join(context.workdir, "samples", f"{self.name}_{context.step:08d}.png")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tf.io.write_file(path, tf.io.encode_png(grid))
+    png = tf.io.encode_png(grid)
+    tf.io.write_file(path, png)
+    if self.show or (self.show is None and notebook.in_notebook()):
+      width = max(grid.shape[1], 256)  # small grids (28x28 digits) drawn larger
+      shown_in, handle = self._shown  # each fit (each cell) shows its own
+      handle = notebook.show_png(png.numpy(), handle if shown_in is context else None,
+                                 width=width)
+      self._shown = (context, handle)
     with context.writer("train").as_default(step=context.step):
       tf.summary.image(self.name, grid[None])
     _log.debug("wrote %s", path)

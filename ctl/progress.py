@@ -4,9 +4,11 @@
     progress.update(100, {"generator_loss": array([...])})   # after each call
     progress.close()
 
-A bar needs a terminal to redraw in place; in a log file or a notebook's
-captured output it would print a line per refresh, so there we log one line
-every 30 seconds (and at the end) instead.
+A bar needs a terminal to redraw in place; in a log file or CI's captured
+output it would print a line per refresh, so there we log one line every 30
+seconds (and at the end) instead. In a Jupyter notebook the bar is tqdm's
+widget (with ipywidgets installed: `pip install 'ctl-loops[notebook]'`; else
+its text bar, which a notebook also redraws in place).
 """
 
 import logging
@@ -17,6 +19,8 @@ from collections.abc import Mapping
 from typing import TextIO
 
 import numpy as np
+
+from ctl import notebook
 
 _log = logging.getLogger("ctl")
 
@@ -46,8 +50,10 @@ class Progress:
     self._step = initial
     self._bar = None
     self._enabled = enabled
-    if enabled and getattr(stream, "isatty", lambda: False)():
-      from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+    if enabled and notebook.in_notebook():
+      self._bar = _notebook_bar(total=total, initial=initial, unit="step", smoothing=0.1)
+    elif enabled and getattr(stream, "isatty", lambda: False)():
+      from tqdm import tqdm  # pylint: disable=import-outside-toplevel
       self._bar = tqdm(total=total, initial=initial, unit="step", file=stream,
                        dynamic_ncols=True, smoothing=0.1)
 
@@ -78,6 +84,16 @@ class Progress:
   def close(self) -> None:
     if self._bar is not None:
       self._bar.close()
+
+
+def _notebook_bar(**options):
+  """tqdm's widget bar; its text bar if ipywidgets is missing."""
+  from tqdm import notebook as tqdm_notebook  # pylint: disable=import-outside-toplevel
+  try:
+    return tqdm_notebook.tqdm(**options)
+  except ImportError:  # "IProgress not found": no ipywidgets
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+    return tqdm(file=sys.stderr, **options)
 
 
 def _duration(seconds):

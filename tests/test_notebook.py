@@ -1,8 +1,10 @@
 """Runs examples/notebooks/debug_step.ipynb top to bottom; any cell error fails.
 
 The notebook asserts its own results (finite losses, 2 replicas, eager/mirrored
-parity), so executing it is the test. It runs in a fresh kernel, i.e. its own
-process, as its device setup requires.
+parity), so executing it is the test; this file also checks that what it shows
+are pictures: the sample grid and the loss curves as PNG images, and `fit`'s
+progress as a widget. It runs in a fresh kernel, i.e. its own process, as its
+device setup requires.
 """
 
 import os
@@ -31,3 +33,13 @@ def test_notebook_runs(monkeypatch):
       nb, timeout=600, kernel_name="python3",
       resources={"metadata": {"path": os.path.dirname(NOTEBOOK)}})
   client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
+  shown = {}  # mime type -> the cells that show one
+  for cell in nb.cells:
+    for output in cell.get("outputs", []):
+      for mime in output.get("data", {}):
+        shown.setdefault(mime, []).append(cell.source)
+  images = shown.get("image/png", [])
+  assert any("ctl.Samples" in source for source in images), shown  # the grid, by fit
+  assert any(".plot(" in source for source in images), shown  # the loss curves
+  widgets = shown.get("application/vnd.jupyter.widget-view+json", [])
+  assert any(".fit(" in source for source in widgets), sorted(shown)  # fit's progress bar
