@@ -85,8 +85,16 @@ def _call_build(build, seed, mixed_precision):
   previous_policy = keras.mixed_precision.global_policy()
   keras.mixed_precision.set_global_policy(mixed_precision or "float32")
   keras.utils.set_random_seed(seed)
+  created = []  # every variable build() makes, to tell a model made before it
+
+  def record(next_creator, **kwargs):
+    variable = next_creator(**kwargs)
+    created.append(variable)
+    return variable
+
   try:
-    built = build()
+    with tf.variable_creator_scope(record):
+      built = build()
   finally:  # the policy is for this runner's models, not for later ones
     keras.mixed_precision.set_global_policy(previous_policy)
   if not (isinstance(built, tuple) and len(built) == 2 and
@@ -105,7 +113,23 @@ def _call_build(build, seed, mixed_precision):
     if not model.built or not model.variables:
       raise ValueError(f"model {name!r} has no variables yet; give it an input "
                        "shape (keras.Input) or call it once inside build().")
+  _refuse_models_made_before_build(models, created)
   return models, optimizers
+
+
+def _refuse_models_made_before_build(models, created):
+  """A model whose weights existed before build() ran escapes `Runner(seed=)` (its
+  initial weights were drawn earlier) and the strategy's scope, and every runner
+  given it trains the same weights: refused under every strategy."""
+  made = {id(v) for v in created}
+  for name, model in models.items():
+    if any(id(getattr(v, "value", v)) not in made for v in model.variables):
+      raise ValueError(
+          f"model {name!r} was made before build() was called (its variables "
+          "existed already), so Runner(seed=...) does not fix its initial weights, "
+          "they are outside the strategy's scope, and every runner given it would "
+          "train the same weights. Construct the model inside build(), e.g. "
+          f"build = lambda: ({{{name!r}: make_{name}(), ...}}, {{...}}).")
 
 
 def _prepare_optimizer(name, optimizer, models, mixed_precision):

@@ -264,6 +264,11 @@ def model_made_outside_the_scope(s):
   _runner(build=lambda: outside, strategy=_mirrored())
 
 
+def model_made_before_build(s):
+  generator = _model()  # a global model, built before the runner calls build()
+  _runner(build=lambda: ({"model": generator}, {"model": keras.optimizers.SGD()}))
+
+
 def optimizer_made_outside_the_scope(s):
   optimizer = keras.optimizers.SGD(0.01)
   _runner(build=lambda: ({"model": _model()}, {"model": optimizer}), strategy=_mirrored())
@@ -555,6 +560,22 @@ def export_of_an_unknown_model(s):
 def export_action_of_an_unknown_model(s):
   runner = _runner()
   _steps(runner, runner.fit, 3, str(s.path), actions=[ctl.Export("gen")], progress=False)
+
+
+def profile_from_step_0(s):
+  ctl.Profile(start=0, steps=5)
+
+
+def profile_under_parameter_servers(s):
+  strategy = _stand_in(tf.distribute.experimental.ParameterServerStrategy)
+  ctl.Profile(start=10, steps=5).check(mock.Mock(strategy=strategy), str(s.path))
+
+
+def profile_option_not_start_steps(s):
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exited:
+    cli.main(["train", CONFIG, "--workdir", str(s.path), "--profile", "100"])
+  raise CommandFailed(f"exit code {exited.value.code}\n{err.getvalue()}")
 
 
 # The work directory and its checkpoints.
@@ -880,10 +901,20 @@ CASES = [
          model_without_variables, ValueError,
          ("model 'model' has no variables yet", "give it an input shape (keras.Input)")),
     Case("model-made-outside-the-scope",
-         "ValueError from Runner: model 'model' was created outside the strategy's scope; create "
-         "it inside build()",
+         "ValueError from Runner (mirrored): model 'model' was made before build() was called "
+         "..., they are outside the strategy's scope ...; construct the model inside build()",
          model_made_outside_the_scope, ValueError,
-         ("model 'model' was created outside the strategy's scope", "inside build()")),
+         ("model 'model' was made before build() was called", "outside the strategy's scope",
+          "Construct the model inside build()")),
+    Case("model-made-before-build",
+         "ValueError from Runner (any strategy): model 'model' was made before build() was "
+         "called ..., so Runner(seed=...) does not fix its initial weights ...; construct the "
+         "model inside build()",
+         model_made_before_build, ValueError,
+         ("model 'model' was made before build() was called (its variables existed already)",
+          "Runner(seed=...) does not fix its initial weights",
+          "Construct the model inside build(), e.g. build = lambda: ({'model': make_model(), "
+          "...}, {...})")),
     Case("optimizer-made-outside-the-scope",
          "ValueError from Runner: optimizer 'model' was created outside the strategy's scope; "
          "create it inside build()",
@@ -1185,6 +1216,24 @@ CASES = [
          "that name; its models are ['model']",
          export_action_of_an_unknown_model, ValueError,
          ("ctl.Export('gen')", "no model of that name", "['model']", "[global step 0]")),
+    Case("profile-from-step-0",
+         "ValueError from Profile: ctl.Profile: start must be an int >= 1 (the step after "
+         "which the trace starts), got 0. The first call traces and compiles the step; start "
+         "at 1 or later",
+         profile_from_step_0, ValueError,
+         ("ctl.Profile: start must be an int >= 1", "got 0", "start at 1 or later")),
+    Case("profile-under-parameter-servers",
+         "ValueError from fit, before step 0: ctl.Profile cannot run under parameter_server: "
+         "the steps run on the workers ...; capture a worker's trace from TensorBoard's "
+         "Profile tab",
+         profile_under_parameter_servers, ValueError,
+         ("ctl.Profile cannot run under parameter_server", "the steps run on the workers",
+          "capture a worker's trace")),
+    Case("profile-option-not-start-steps",
+         "exit code 2 from ctl train: argument --profile: '100' is not START:STEPS with "
+         "START >= 1 and STEPS >= 1; e.g. --profile 100:5",
+         profile_option_not_start_steps, CommandFailed,
+         ("exit code 2", "--profile: '100' is not START:STEPS", "--profile 100:5")),
     # The work directory and its checkpoints.
     Case("unwritable-workdir",
          "OSError from fit, before step 0: workdir ... cannot be written (Not a directory ...); "

@@ -228,9 +228,12 @@ def test_xla_draws_the_same_numbers():
 
 def test_loss_scale_optimizer_gives_the_plain_update():
   def updated(optimizer):
-    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, kernel_initializer="ones")])
-    return run(train_step, build=lambda: ({"model": model}, {"model": optimizer}),
-               steps=3), model.get_weights()
+    def build_ones():
+      return {"model": keras.Sequential([
+          keras.Input((1,)), keras.layers.Dense(1, kernel_initializer="ones")])}, {
+              "model": optimizer}
+    runner = ctl.Runner(train_step, build_ones, data())
+    return runner.train(3), runner.models["model"].get_weights()
   plain_history, plain = updated(keras.optimizers.SGD(0.01))
   scaled_history, scaled = updated(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01)))
   np.testing.assert_allclose(scaled_history["loss"], plain_history["loss"], rtol=1e-6)
@@ -320,6 +323,31 @@ def test_seed_fixes_the_initial_weights():
     return runner.models["model"].get_weights()[0]
   np.testing.assert_array_equal(weights(3), weights(3))
   assert not np.array_equal(weights(3), weights(4))
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_a_model_made_before_build_is_refused(strategy_name, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+  made_before = build()[0]["model"]
+  with pytest.raises(ValueError, match=r"model 'model' was made before build\(\) was called "
+                     r".* Construct the model inside build\(\)"):
+    ctl.Runner(train_step, lambda: ({"model": made_before}, {"model": keras.optimizers.SGD()}),
+               data(), strategy=strategy)
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_models_made_in_build_may_share_layers_and_build_lazily(strategy_name, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+
+  def build_shared():
+    trunk = keras.layers.Dense(2)  # one layer in two models, built by the first
+    lazy = keras.Sequential([trunk, keras.layers.Dense(1)])
+    lazy(tf.zeros([1, 1]))  # no keras.Input: built by a call in build()
+    other = keras.Sequential([keras.Input((1,)), trunk, keras.layers.Dense(1)])
+    return {"model": lazy, "other": other}, {"model": keras.optimizers.SGD(0.01)}
+
+  runner = ctl.Runner(train_step, build_shared, data(), strategy=strategy)
+  assert np.isfinite(runner.train(1)["loss"]).all()
 
 
 def test_history_has_every_step():
