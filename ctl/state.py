@@ -120,7 +120,10 @@ def _call_build(build, seed, mixed_precision):
 def _refuse_models_made_before_build(models, created):
   """A model whose weights existed before build() ran escapes `Runner(seed=)` (its
   initial weights were drawn earlier) and the strategy's scope, and every runner
-  given it trains the same weights: refused under every strategy."""
+  given it trains the same weights: refused under every strategy. Not seen: a model
+  constructed before build() without weights yet and built by a call inside it;
+  its variables are made in build(), but Keras 3 drew each initializer's seed
+  from Python's `random` when the layer was constructed, before the seed was set."""
   made = {id(v) for v in created}
   for name, model in models.items():
     if any(id(getattr(v, "value", v)) not in made for v in model.variables):
