@@ -20,6 +20,7 @@ _EXPORTS = {
     "Runner": "ctl.runner", "StepContext": "ctl.context",
     "make_strategy": "ctl.strategies", "choose_strategy": "ctl.strategies",
     "configure_logical_cpus": "ctl.strategies", "STRATEGY_NAMES": "ctl.strategies",
+    "worker": "ctl.strategies", "Worker": "ctl.strategies",
     "Action": "ctl.actions", "FitContext": "ctl.actions",
     "Every": "ctl.schedule", "Checkpoint": "ctl.checkpoints", "Summaries": "ctl.actions",
     "Samples": "ctl.actions", "Evaluate": "ctl.actions", "Export": "ctl.actions",
@@ -54,7 +55,8 @@ def __dir__() -> list[str]:
 _logging.getLogger("ctl").addHandler(_logging.NullHandler())
 
 __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
-           "configure_logical_cpus", "STRATEGY_NAMES", "Action", "FitContext",
+           "configure_logical_cpus", "STRATEGY_NAMES", "worker", "Worker", "Action",
+           "FitContext",
            "Every", "Checkpoint",
            "Summaries", "Samples", "Evaluate", "Export", "PREEMPTED_EXIT_CODE",
            "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse",

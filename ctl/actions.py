@@ -38,6 +38,7 @@ from ctl import notebook
 from ctl.data import check_evaluation_data
 from ctl.schedule import Every
 from ctl.strategies import is_parameter_server
+from ctl.strategies import worker
 
 if TYPE_CHECKING:
   import numpy.typing as npt
@@ -72,7 +73,7 @@ class FitContext:
     self.start_time = time.perf_counter()
     self.results: dict[str, np.ndarray] = {}
     self.metrics: dict[str, float] = {}
-    self.is_chief: bool = runner.strategy.extended.should_checkpoint
+    self.is_chief: bool = worker(runner.strategy).is_chief
     self.lock: ctl.workdir.Lock | None = None
     self._writers = {}
 

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
+from typing import NamedTuple
 from typing import TypeAlias
 
 import tensorflow as tf
@@ -389,6 +390,41 @@ def num_workers(strategy: tf.distribute.Strategy) -> int:
   resolver = strategy.cluster_resolver
   jobs = resolver.cluster_spec().as_dict() if resolver else {}
   return max(1, len(jobs.get("chief", [])) + len(jobs.get("worker", [])))
+
+
+class Worker(NamedTuple):
+  """This process's place among those that run the training program: `worker(strategy)`.
+
+  Attributes:
+    index: 0 to `count - 1`; the chief (TF_CONFIG's `chief`, else worker 0) is 0.
+    count: processes that run the replicas in sync (`num_workers`).
+    is_chief: whether this process writes summaries, samples, exports and kept
+      checkpoints (what `FitContext.is_chief` says inside an action).
+  """
+  index: int
+  count: int
+  is_chief: bool
+
+
+def worker(strategy: tf.distribute.Strategy | None = None) -> Worker:
+  """Which process this is, from `strategy` (default: the current one), not TF_CONFIG.
+
+      me = ctl.worker(runner.strategy)
+      if me.is_chief: print(f"worker {me.index} of {me.count}")
+
+  One process (default, one_device, mirrored, ...) is `Worker(0, 1, True)`.
+  Under `parameter_server` only the coordinator runs the program (workers and
+  parameter servers run `serve`), so it is `Worker(0, 1, True)` too.
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  count = num_workers(strategy)
+  is_chief = bool(strategy.extended.should_checkpoint)
+  if count == 1:
+    return Worker(0, 1, is_chief)
+  resolver = strategy.cluster_resolver
+  chiefs = len(resolver.cluster_spec().as_dict().get("chief", []))
+  index = 0 if resolver.task_type == "chief" else chiefs + int(resolver.task_id)
+  return Worker(index, count, is_chief)
 
 
 def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:

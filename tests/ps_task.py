@@ -67,6 +67,7 @@ def main():
   p.add_argument("--out", required=True)
   args = p.parse_args()
   strategy = ctl.make_strategy("parameter_server")  # workers and ps serve here
+  assert ctl.worker(strategy) == (0, 1, True), ctl.worker(strategy)  # the coordinator runs this
   runner = ctl.Runner(toy_gan.make_step(NOISE), build, dataset(), strategy=strategy,
                       seed=3, steps_per_loop=args.steps_per_loop)
   noise = np.random.default_rng(1).normal(size=(4, NOISE)).astype("float32")

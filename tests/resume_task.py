@@ -27,6 +27,7 @@ with `--out-every-worker` to `<out>.<task index>.npz` on every worker.
 
 import argparse
 import glob
+import json
 import os
 import resource
 import signal
@@ -289,10 +290,17 @@ def main():
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
   results = toy_gan.results(history, runner.models)
   results["first_step"] = np.array(args.steps - len(next(iter(history.values()))))
+  me = ctl.worker(strategy)
+  config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+  workers = len(config.get("cluster", {}).get("worker", []))
+  if args.strategy == "multi_worker" and workers:  # ctl launch: workers only, no chief job
+    index = config["task"]["index"]
+    assert me == (index, workers, index == 0), (me, config["task"])
+  else:
+    assert me == (0, 1, True), me
   if args.out_every_worker:
-    index = strategy.cluster_resolver.task_id if strategy.cluster_resolver else 0
-    np.savez(f"{args.out}.{index}.npz", **results)
-  elif strategy.extended.should_checkpoint:
+    np.savez(f"{args.out}.{me.index}.npz", **results)
+  elif me.is_chief:
     np.savez(args.out, **results)
 
 

@@ -2,6 +2,7 @@
 
 import json
 import re
+from unittest import mock
 
 import pytest
 import tensorflow as tf
@@ -143,3 +144,27 @@ def test_the_same_arguments_give_the_same_strategy():
   assert ctl.make_strategy("mirrored", logical_cpus=2) is first
   other = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops="reduce_to_one_device")
   assert other is not first
+
+
+@pytest.mark.parametrize("name", ["default", "one_device", "mirrored"])
+def test_one_process_is_worker_0_of_1_and_the_chief(name):
+  strategy = ctl.make_strategy(name)
+  assert ctl.worker(strategy) == ctl.Worker(index=0, count=1, is_chief=True)
+  with strategy.scope():
+    assert ctl.worker() == (0, 1, True)  # the current strategy
+
+
+@pytest.mark.parametrize("cluster, task, expected", [
+    ({"worker": ["a:1", "b:1", "c:1"]}, ("worker", 0), (0, 3, True)),
+    ({"worker": ["a:1", "b:1", "c:1"]}, ("worker", 2), (2, 3, False)),
+    ({"chief": ["a:1"], "worker": ["b:1", "c:1"]}, ("chief", 0), (0, 3, True)),
+    ({"chief": ["a:1"], "worker": ["b:1", "c:1"]}, ("worker", 0), (1, 3, False)),
+])
+def test_multi_worker_index_counts_the_chief_first(cluster, task, expected):
+  # A stand-in: a real MultiWorkerMirroredStrategy needs a cluster (the real
+  # one is checked by tests/resume_task.py under tests/test_multi_worker.py).
+  strategy = mock.Mock(spec=tf.distribute.MultiWorkerMirroredStrategy)
+  strategy.cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(cluster), task_type=task[0], task_id=task[1])
+  strategy.extended.should_checkpoint = expected[2]
+  assert ctl.worker(strategy) == expected
