@@ -8,6 +8,7 @@ the `FitContext` an action is given, and the built-in actions.
                    ctl.Samples(lambda models: models["generator"](z), ctl.Every(steps=500)),
                    ctl.Evaluate(eval_step, eval_data, ctl.Every(steps=2000)),
                    ctl.Export("generator"),          # every=None: at the end only
+               ctl.Profile(start=100, steps=5),  # a profiler trace of steps 100-105
                ])
 
 Every action, built in or the user's, meets one contract (`Action`): an
@@ -34,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
+from ctl import arguments
 from ctl import notebook
 from ctl.data import check_evaluation_data
 from ctl.schedule import Every
@@ -76,6 +78,7 @@ class FitContext:
     self.is_chief: bool = worker(runner.strategy).is_chief
     self.lock: ctl.workdir.Lock | None = None
     self._writers = {}
+    self._on_close = []  # what `close` also ends (a profiler trace in progress)
 
   def writer(self, name: str) -> tf.summary.SummaryWriter:
     """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
@@ -93,10 +96,14 @@ class FitContext:
       writer.flush()
 
   def close(self) -> None:
-    """Closes the summary writers; `writer()` makes new ones."""
+    """Closes the summary writers (`writer()` makes new ones) and ends a profiler
+    trace in progress: `fit` calls this however it ends, and when the workdir
+    disappears."""
     for writer in self._writers.values():
       writer.close()
     self._writers = {}
+    while self._on_close:
+      self._on_close.pop()()
 
 
 class Action(Protocol):
@@ -275,6 +282,121 @@ class Export(Action):
 
   def __call__(self, context: FitContext) -> None:
     context.runner.export(self.model, os.path.join(context.workdir, "export"))
+
+
+class Profile(Action):
+  """Captures a TensorFlow profiler trace of steps `start` to `start + steps`, on the chief.
+
+      runner.fit(1000, "runs/x", actions=[ctl.Profile(start=100, steps=5)])
+      # tensorboard --logdir runs/x/events: the Profile tab (pip install 'ctl-loops[profile]')
+
+  The loop lands a compiled call on step `start` and one on `start + steps`;
+  the trace starts after the first and stops after the second, so it holds the
+  calls of steps `start` to `start + steps` (in calls of up to `steps_per_loop`)
+  and the outer loop's work between them. It is written to
+  `<workdir>/events/train/plugins/profile/<date_time>/<host>.xplane.pb`, where
+  TensorBoard's profile plugin finds it, as the run `train`. A fit that ends
+  (or is stopped) mid-trace stops it there. A run resumed at or past `start`
+  is not profiled (a log line says so). Traces the chief's process only.
+
+  Args:
+    start: the step after which tracing starts, at least 1: the first call
+      also traces and compiles the step, which would swamp the trace.
+    steps: how many steps to trace, at least 1.
+  """
+  collective = False
+
+  def __init__(self, start: int, steps: int):
+    start = arguments.integer(
+        "ctl.Profile: start", start, minimum=1, meaning="the step after which the trace "
+        "starts", fix="the first call traces and compiles the step; start at 1 or later, "
+        "e.g. past the warm-up")
+    steps = arguments.integer("ctl.Profile: steps", steps, minimum=1,
+                              meaning="how many steps to trace", fix="e.g. steps=5")
+    self.every = _Window(start, start + steps)
+    self._stop_trace = None  # while tracing: the function that stops it
+
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
+    _needs_workdir(self, workdir)
+    if is_parameter_server(runner.strategy):
+      raise ValueError("ctl.Profile cannot run under parameter_server: the steps run "
+                       "on the workers, and it traces this process, the coordinator. "
+                       "Drop it and capture a worker's trace from TensorBoard's Profile "
+                       "tab (CAPTURE PROFILE, the worker's address).")
+
+  def __call__(self, context: FitContext) -> None:
+    window = self.every
+    if self._stop_trace is not None:  # its last step, or the end of the fit
+      self._stop_trace()
+    elif window.due_at == context.step == window.first:  # not at the end of a fit
+      self._start(context)
+
+  def _start(self, context):
+    logdir = os.path.join(context.workdir, "events", "train")
+    try:
+      tf.profiler.experimental.start(logdir)
+    except tf.errors.AlreadyExistsError:
+      _log.warning("ctl.Profile: another profiler is running in this process (a "
+                   "tf.profiler.experimental.start elsewhere); not profiling steps %d to %d.",
+                   self.every.first, self.every.last)
+      return
+    first = context.step
+
+    def stop():
+      self._stop_trace = None
+      try:
+        tf.profiler.experimental.stop()
+      except tf.errors.UnavailableError:  # stopped elsewhere: nothing of ours to write
+        return
+      short = (f" (the fit ended {self.every.last - context.step} steps early)"
+               if context.step < self.every.last else "")
+      _log.info("ctl.Profile: traced steps %d to %d%s into %s; open it in TensorBoard's "
+                "Profile tab", first, context.step, short,
+                os.path.join(logdir, "plugins", "profile"))
+
+    self._stop_trace = stop
+    context._on_close.append(lambda: self._stop_trace and self._stop_trace())  # pylint: disable=protected-access
+
+
+class _Window(Every):
+  """`ctl.Profile`'s schedule: due at exactly two steps, where the trace starts
+  and where it stops, unless the fit starts at or past the first."""
+
+  def __init__(self, first: int, last: int):  # pylint: disable=super-init-not-called
+    self.first, self.last = first, last
+    self.seconds = None
+    self.passed = False  # this fit started at or past `first`: no trace in it
+    self.due_at = None  # the step `due` last said yes at
+    self._reached = 0  # the latest step the loop asked about
+
+  @property
+  def steps(self) -> int | None:
+    """The window's length while the loop has a step of it to land a call on."""
+    return None if self.passed or self._reached >= self.last else self.last - self.first
+
+  def start(self, step: int) -> None:
+    self.passed, self._reached = step >= self.first, step
+    if self.passed and step < self.last:
+      _log.info("ctl.Profile: this fit starts at step %d, not before step %d where its "
+                "trace starts; not profiling. Pass a later start to profile this run.",
+                step, self.first)
+
+  def due(self, step: int) -> bool:
+    self._reached = step
+    if not self.passed and step in (self.first, self.last):
+      self.due_at = step
+      return True
+    return False
+
+  def fired(self, step: int) -> None:
+    del step
+
+  def steps_to_next(self, step: int) -> int | None:
+    ahead = [s - step for s in (self.first, self.last) if s > step]
+    return min(ahead) if ahead else None
+
+  def __repr__(self) -> str:
+    return f"ctl.Profile's window (steps {self.first} to {self.last})"
 
 
 def image_grid(images: npt.ArrayLike, value_range: tuple[float, float] = (-1.0, 1.0),

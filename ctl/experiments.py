@@ -67,8 +67,14 @@ class Experiment(Protocol):
   def build(self, strategy: str | tf.distribute.Strategy = "default") -> Runner:
     """The runner, untrained (`ctl check` compiles its step)."""
 
-  def train(self, workdir: str, strategy: str | tf.distribute.Strategy = "default") -> Runner:
-    """Trains, resuming from the newest checkpoint in the work directory; the runner."""
+  def train(self, workdir: str, strategy: str | tf.distribute.Strategy = "default", *,
+            profile: tuple[int, int] | None = None) -> Runner:
+    """Trains, resuming from the newest checkpoint in the work directory; the runner.
+
+    `ctl train --profile START:STEPS` passes `profile=(start, steps)` (and only
+    then: an experiment without the option still trains); add `ctl.Profile(start,
+    steps)` to the fit's actions.
+    """
 
   def evaluate(self, workdir: str,
                strategy: str | tf.distribute.Strategy = "default") -> dict[str, Any]:

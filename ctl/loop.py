@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Sequence
 
 import numpy as np
+import tensorflow as tf
 
 import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import actions as actions_lib
@@ -173,7 +174,10 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
     while context.step < num_steps:
       ends = [context.runner.steps_per_loop, num_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
-      results = context.runner.run_steps(n)
+      # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
+      # TF's profiler guide marks a custom loop's steps: one per compiled call.
+      with tf.profiler.experimental.Trace("train", step_num=context.step, _r=1):
+        results = context.runner.run_steps(n)
       # Kept before the NaN check: the steps up to a NaN, and its own, are seen.
       for history in (ran, context.runner.history):
         history.append(context.step, results)

@@ -322,12 +322,13 @@ class Experiment:
     return self._runner(strategy)[0]
 
   def train(self, workdir: str, strategy: Strategy = "default", *,
-            progress: bool = True) -> ctl.Runner:
+            progress: bool = True, profile: tuple[int, int] | None = None) -> ctl.Runner:
     """Trains to `schedule.num_steps`, resuming from `<workdir>/checkpoints`; the runner.
 
     Writes checkpoints (and the operative gin config beside them), TensorBoard
     events, sample grids from fixed noise (`samples/`), the classifier FID of
     28x28x1 images (`events/eval`) and the export (`export/`) to `workdir`.
+    `profile=(start, steps)` adds a profiler trace of those steps (`ctl.Profile`).
     """
     runner, image_shape = self._runner(strategy)
     schedule = self.schedule
@@ -338,6 +339,8 @@ class Experiment:
     fid = self._fid(image_shape)
     if fid is not None and schedule.fid_every != 0:
       actions.append(fid)
+    if profile is not None:
+      actions.append(ctl.Profile(*profile))
     runner.fit(schedule.num_steps, workdir,
                checkpoint=ctl.Checkpoint(ctl.Every(steps=schedule.checkpoint_every)),
                actions=actions, progress=progress)

@@ -74,6 +74,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--workdir", metavar="DIR",
                         help="the run's directory (default: runs/<config name or "
                         "file stem>)")
+    if name == "train":
+      parser.add_argument("--profile", type=profile_steps, metavar="START:STEPS",
+                          help="capture a TensorFlow profiler trace of STEPS steps from "
+                          "step START (e.g. 100:5) into <workdir>/events/train, for "
+                          "TensorBoard's Profile tab")
     if name == "export":
       parser.add_argument("--out", metavar="DIR",
                           help="where to export (default: <workdir>/export)")
@@ -95,6 +100,20 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                       "package registers under the entry points ctl.experiments)")
 
 
+def profile_steps(value: str) -> tuple[int, int]:
+  """`--profile START:STEPS` as `(start, steps)`; argparse reports a bad form."""
+  start, _, steps = value.partition(":")
+  try:
+    start, steps = int(start), int(steps)
+  except ValueError:
+    start = steps = None
+  if start is None or start < 1 or steps < 1:
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is not START:STEPS with START >= 1 and STEPS >= 1; e.g. --profile "
+        "100:5 traces steps 100 to 105")
+  return start, steps
+
+
 def run_train(args: argparse.Namespace) -> int:
   """`ctl train`: returns the exit code."""
   def report(runner, workdir):
@@ -106,7 +125,8 @@ def run_train(args: argparse.Namespace) -> int:
     for name in ("checkpoints", "events", "samples", "export"):
       if os.path.exists(os.path.join(workdir, name)):
         print(f"  {os.path.join(workdir, name)}")
-  return _run(args, "train", report)
+  kwargs = {"profile": args.profile} if args.profile else {}  # an experiment may lack it
+  return _run(args, "train", report, **kwargs)
 
 
 def run_eval(args: argparse.Namespace) -> int:
