@@ -43,8 +43,13 @@ class History(Mapping):
   index=history.steps)` work. A key that some steps did not return is NaN there.
   """
 
+  _MERGE = 256  # calls' values kept apart before they are joined into one chunk
+
   def __init__(self) -> None:
     self._chunks: list[tuple[int, dict[str, np.ndarray]]] = []  # (first step, values)
+    # The latest calls' values, contiguous and of the same keys, not yet joined:
+    # a million calls of one step each cost a million arrays otherwise.
+    self._pending: list[tuple[int, dict[str, np.ndarray]]] = []
     self._cache: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
 
   def append(self, first_step: int, results: Mapping[str, Any]) -> None:
@@ -54,17 +59,35 @@ class History(Mapping):
     if len(lengths) > 1:
       raise ValueError(f"History.append: the keys have different numbers of steps, "
                        f"{ {k: len(v) for k, v in values.items()} }.")
-    if lengths and lengths != {0}:
-      self._chunks.append((int(first_step), values))
-      self._cache = None
+    if not lengths or lengths == {0}:
+      return
+    if self._pending:
+      first, last = self._pending[-1]
+      if (first + len(next(iter(last.values()))) != first_step or last.keys() != values.keys()
+          or len(self._pending) >= self._MERGE):
+        self._join()
+    self._pending.append((int(first_step), values))
+    self._cache = None
+
+  def _join(self):
+    """Moves the pending calls' values into one chunk."""
+    if self._pending:
+      first = self._pending[0][0]
+      keys = self._pending[0][1].keys()
+      self._chunks.append((first, {k: np.concatenate([v[k] for _, v in self._pending])
+                                   for k in keys}))
+      self._pending = []
 
   def extend(self, other: History) -> None:
     """Adds every step of `other` (after this history's)."""
+    self._join()
+    other._join()  # pylint: disable=protected-access
     self._chunks.extend(other._chunks)  # pylint: disable=protected-access
     self._cache = None
 
   def drop_from(self, step: int) -> None:
     """Forgets the values of `step` and every later step."""
+    self._join()
     kept = []
     for first, values in self._chunks:
       n = min(len(next(iter(values.values()))), max(step - first, 0))
@@ -97,6 +120,7 @@ class History(Mapping):
 
   def rows(self) -> Iterator[dict[str, float]]:
     """One dict per step: `{"step": s, key: value, ...}` (as the file holds them)."""
+    self._join()
     for first, values in self._chunks:
       columns = {k: v.astype(np.float64).tolist() for k, v in values.items()}
       for i in range(len(next(iter(columns.values())))):
@@ -149,6 +173,7 @@ class History(Mapping):
 
   def _arrays(self):
     if self._cache is None:
+      self._join()
       keys = list(dict.fromkeys(k for _, values in self._chunks for k in values))
       steps, columns = [], {k: [] for k in keys}
       for first, values in self._chunks:

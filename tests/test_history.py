@@ -55,6 +55,16 @@ def test_history_is_a_mapping_of_per_step_arrays():
     history["c"]  # noqa: B018
 
 
+def test_many_one_step_calls_are_joined_into_few_arrays():
+  history = ctl.History()
+  for step in range(1000):  # fit with steps_per_loop=1: one append per step
+    history.append(step, {"a": np.float32([step])})
+  history.append(2000, {"a": np.float32([7, 8])})  # not contiguous: a chunk of its own
+  np.testing.assert_array_equal(history.steps, list(range(1000)) + [2000, 2001])
+  np.testing.assert_array_equal(history["a"], list(range(1000)) + [7, 8])
+  assert sum(1 for _ in history.rows()) == 1002
+
+
 def test_plot_draws_a_panel_per_key():
   pytest.importorskip("matplotlib")
   history = ctl.History()
