@@ -11,7 +11,9 @@ out of range. TensorFlow-free, for the launcher and the command line.
 
 from __future__ import annotations
 
+import difflib
 import numbers
+from collections.abc import Iterable
 
 
 def integer(name: str, value: object, *, minimum: int | None = None, meaning: str = "",
@@ -35,6 +37,26 @@ def number(name: str, value: object, *, minimum: float | None = None,
   if (minimum is not None and value < minimum) or (above is not None and value <= above):
     raise ValueError(_message(name, what, value, fix))
   return float(value)
+
+
+def did_you_mean(name: str, candidates: Iterable[str], prefix: str = "") -> str:
+  """` (did you mean 'x'?)` for the candidates closest to `name`, or "".
+
+  Case, spaces around it and `-` for `_` do not count: `"Mirrored "` and
+  `"multi-worker"` get `'mirrored'` and `'multi_worker'` first.
+  """
+  keyed = {}
+  for candidate in candidates:
+    keyed.setdefault(_key(candidate), candidate)
+  key = _key(name)
+  close = [key] if key in keyed else difflib.get_close_matches(key, list(keyed), n=3,
+                                                               cutoff=0.6)
+  shown = " or ".join(repr(prefix + keyed[k]) for k in close)
+  return f" (did you mean {shown}?)" if close else ""
+
+
+def _key(name):
+  return str(name).strip().lower().replace("-", "_")
 
 
 def _what(kind, minimum, meaning):

@@ -27,13 +27,11 @@ call refused.
 from __future__ import annotations
 
 import ast
-import difflib
 import importlib
 import inspect
 import os
 import re
 from collections.abc import Callable
-from collections.abc import Iterable
 from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING
@@ -44,6 +42,7 @@ import gin
 
 from ctl import _tf_internal
 from ctl import configs
+from ctl.arguments import did_you_mean  # also the command line's, as experiments.did_you_mean
 
 if TYPE_CHECKING:  # no TensorFlow at run time: the command reports config typos before loading it
   import tensorflow as tf
@@ -291,13 +290,6 @@ def _parameters_of(selector):
     return list(inspect.signature(configurable.wrapped).parameters)
   except (TypeError, ValueError):
     return []
-
-
-def did_you_mean(name: str, candidates: Iterable[str], prefix: str = "") -> str:
-  """` (did you mean 'x'?)` for the candidates closest to `name`, or ""."""
-  matches = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
-  shown = " or ".join(repr(prefix + m) for m in matches)
-  return f" (did you mean {shown}?)" if matches else ""
 
 
 # gin appends where a binding came from: `\n  In file "x.gin", line 3\n    text`

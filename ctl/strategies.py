@@ -91,7 +91,8 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
       TensorFlow already ran an op, or when no TPU or cluster is reachable.
   """
   if name not in NAMES:
-    raise ValueError(f"strategy {name!r} is not known; use one of {', '.join(NAMES)}.")
+    raise ValueError(f"strategy {name!r} is not known{arguments.did_you_mean(name, NAMES)}; "
+                     f"use one of {', '.join(NAMES)}.")
   launch.watch_launcher()  # in a task of `ctl launch`: stop if the launcher dies
   for knob, value, default, users in (
       ("cross_device_ops", cross_device_ops, None, ("mirrored",)),

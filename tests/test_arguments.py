@@ -32,3 +32,18 @@ def test_number_at_least_a_bound():
   assert arguments.number("grace", 0, minimum=0) == 0.0
   with pytest.raises(ValueError, match=r"grace must be a number >= 0 \(seconds\), got -1\.$"):
     arguments.number("grace", -1, minimum=0, meaning="seconds")
+
+
+@pytest.mark.parametrize("name, hint", [
+    ("mirored", " (did you mean 'mirrored'?)"),
+    ("Mirrored ", " (did you mean 'mirrored'?)"),  # case and spaces do not count
+    ("MULTI-WORKER", " (did you mean 'multi_worker'?)"),  # nor - for _
+    ("zzz", ""),
+])
+def test_did_you_mean_suggests_the_nearest_names(name, hint):
+  assert arguments.did_you_mean(name, ["mirrored", "multi_worker", "default"]) == hint
+
+
+def test_did_you_mean_keeps_the_candidates_spelling_and_a_prefix():
+  assert arguments.did_you_mean("lr", ["LR", "lr_decay"], prefix="Adam.") == (
+      " (did you mean 'Adam.LR'?)")

@@ -169,6 +169,14 @@ def unknown_strategy(s):
   ctl.make_strategy("mirorred")
 
 
+def strategy_name_with_a_space(s):
+  ctl.make_strategy("Mirrored ")
+
+
+def runner_strategy_misspelt(s):
+  _runner(strategy="mirored")
+
+
 def unknown_strategy_on_the_command_line(s):
   _cli("train", CONFIG, "--workdir", str(s.path), "--strategy", "mirroed")
 
@@ -781,10 +789,22 @@ def multi_worker_peer_never_starts(s):
 CASES = [
     # Strategies.
     Case("unknown-strategy",
-         "ValueError from make_strategy: strategy 'mirorred' is not known; use one of auto, "
+         "ValueError from make_strategy: strategy 'mirorred' is not known (did you mean "
+         "'mirrored'?); use one of auto, "
          "default, ...",
          unknown_strategy, ValueError,
-         ("strategy 'mirorred' is not known", "use one of auto, default, one_device, mirrored")),
+         ("strategy 'mirorred' is not known (did you mean 'mirrored'?)",
+          "use one of auto, default, one_device, mirrored")),
+    Case("strategy-name-with-a-space",
+         "ValueError from make_strategy: strategy 'Mirrored ' is not known (did you mean "
+         "'mirrored'?); use one of auto, default, ...",
+         strategy_name_with_a_space, ValueError,
+         ("strategy 'Mirrored ' is not known (did you mean 'mirrored'?)", "use one of auto")),
+    Case("runner-strategy-misspelt",
+         "ValueError from Runner: strategy 'mirored' is not known (did you mean 'mirrored'?); "
+         "use one of auto, default, ...",
+         runner_strategy_misspelt, ValueError,
+         ("strategy 'mirored' is not known (did you mean 'mirrored'?)", "use one of auto")),
     Case("unknown-strategy-on-the-command-line",
          "ctl train exits 2: --strategy 'mirroed' is not a strategy name (did you mean "
          "'mirrored'?)",
