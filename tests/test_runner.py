@@ -325,6 +325,28 @@ def test_seed_fixes_the_initial_weights():
   assert not np.array_equal(weights(3), weights(4))
 
 
+def test_the_seed_fixes_the_draws_and_two_calls_differ(mirrored):
+  """README's Seeds paragraph: the numbers each example draws, by run."""
+  def step(ctx, x):
+    first, second = ctx.normal([1])[:, 0], ctx.normal([1])[:, 0]
+    # Example i's draw, placed in row i of the global batch (a share, summed).
+    rows = tf.one_hot(tf.cast(x[:, 0], tf.int32) % GLOBAL_BATCH, GLOBAL_BATCH)
+    return {f"{name}_{i}": ctx.average(GLOBAL_BATCH * rows[:, i] * value)
+            for name, value in (("first", first), ("second", second))
+            for i in range(GLOBAL_BATCH)}
+
+  def draws(seed, strategy=None, eager=False):
+    history = run(step, strategy, steps=2, seed=seed, eager=eager)
+    return np.array([[history[f"{name}_{i}"] for i in range(GLOBAL_BATCH)]
+                     for name in ("first", "second")])
+
+  compiled = draws(3)
+  assert not np.allclose(compiled[0], compiled[1])  # two calls, two draws
+  np.testing.assert_allclose(draws(3, eager=True), compiled, rtol=1e-6)
+  np.testing.assert_allclose(draws(3, mirrored), compiled, rtol=1e-6)
+  assert not np.allclose(draws(4), compiled)
+
+
 @pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
 def test_a_model_made_before_build_is_refused(strategy_name, mirrored):
   strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
