@@ -259,6 +259,8 @@ def _data_note(error, element_spec):
       return None
     return (f"ctl: the batch is a dict with keys {sorted(element_spec)}; "
             f"{missing.group(1)!r} is not one of them.")
+  if re.search(r"(^|Error: )minimize\(", text):  # ctx.minimize said what is wrong
+    return None
   specs = [s for s in tf.nest.flatten(element_spec) if hasattr(s, "shape")]
   about_data = any(w in text for w in _INPUT_MISMATCH) or any(
       str(tuple(s.shape)) in text or str(s.shape) in text or

@@ -263,6 +263,16 @@ def test_the_data_note_is_only_for_errors_about_the_data():
   with pytest.raises(ValueError) as error:
     ctl.Runner(buggy, build, data().repeat()).train(1)
   assert "data elements" not in "".join(getattr(error.value, "__notes__", []))
+
+  def loss_outside_the_tape(ctx, x):
+    with tf.GradientTape() as tape:
+      pass
+    loss = ctx.average(tf.square(ctx.models["discriminator"](x)[:, 0]))
+    return {"loss": ctx.minimize(loss, "discriminator", tape=tape)}  # x: (8, 2), in the trace
+  for eager in (False, True):
+    with pytest.raises(ValueError, match="not recorded by the tape") as error:
+      ctl.Runner(loss_outside_the_tape, build, data().repeat(), eager=eager).train(1)
+    assert "data elements" not in "".join(getattr(error.value, "__notes__", []))
   wrong = tf.data.Dataset.from_tensor_slices(np.zeros((16, 5), "float32")).batch(8).repeat()
   with pytest.raises(Exception) as error:
     ctl.Runner(step, build, wrong).train(1)
