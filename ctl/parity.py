@@ -550,7 +550,7 @@ def _run_process(path, config, steps, out, perturbed, timeout, bindings, experim
                str(config.replicas), "--grace", "3", "--"] + one
   else:
     command = one
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"))
+  env = dict(os.environ)  # quiet unless CTL_VERBOSE: the run is a `ctl` command (ctl.cli.quiet)
   env.pop("TF_CONFIG", None)
   proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True)

@@ -2,6 +2,7 @@
 
     python examples/mnist_dcgan.py                       # 2-3 minutes on a 2-core CPU
     python examples/mnist_dcgan.py --strategy mirrored --logical-cpus 2 --steps 50
+    python examples/mnist_dcgan.py --verbose             # with TensorFlow's own log lines
 
 Paper: Radford et al. 2016 (DCGAN), loss of Goodfellow et al. 2014. Writes to
 --workdir: checkpoints (rerun to resume), TensorBoard events, an 8x8 grid of
@@ -16,7 +17,10 @@ import os
 import sys
 
 import ctl
-import gan
+from ctl.cli import quiet
+
+quiet.from_command_line()  # TensorFlow's own log lines only with --verbose or CTL_VERBOSE=1
+import gan  # noqa: E402  (TensorFlow logs while it loads: after the line above)
 
 NOISE_DIM = 64
 LOSS = gan.losses.non_saturating  # both players' losses, one family
@@ -56,6 +60,7 @@ def main(argv=None):
   p.add_argument("--samples-every", type=int, default=500)
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
+  p.add_argument("--verbose", action="store_true", help="show TensorFlow's own log lines")
   args = p.parse_args(argv)
   log_to_stderr()
 

@@ -14,7 +14,8 @@ subcommands with `add_parser(subparsers)`, setting `run=function(args) -> exit
 code`, and imports the library module that does the work inside `run`. So
 `ctl --help` and `ctl COMMAND --help` import no TensorFlow and answer at once.
 While a command runs, the "ctl" logger's INFO lines go to stderr as `ctl: ...`
-(the library itself installs no handler).
+(the library itself installs no handler), and TensorFlow's own log lines are
+hidden unless `--verbose` or CTL_VERBOSE=1 (`ctl.cli.quiet`).
 """
 
 import argparse
@@ -27,10 +28,13 @@ from ctl.cli import check
 from ctl.cli import experiments
 from ctl.cli import launch
 from ctl.cli import parity
+from ctl.cli import quiet
 from ctl.cli import records
 
 # The modules that add subcommands, in the order `ctl --help` lists them.
 _SUBCOMMANDS = (experiments, check, parity, launch, records)
+_VERBOSE_HELP = (f"show TensorFlow's own log lines too (hidden by default), also in the "
+                 f"processes ctl starts; the same as {quiet.VERBOSE_VARIABLE}=1")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -38,16 +42,20 @@ def make_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="ctl", description="Custom training loops over several models: run an "
       "experiment described by a .gin file on any tf.distribute strategy.")
+  parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
   subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
   for module in _SUBCOMMANDS:
     module.add_parser(subparsers)
+  for subparser in subparsers.choices.values():  # `ctl train ... --verbose` too
+    subparser.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                           help=_VERBOSE_HELP)
   return parser
 
 
 def main(argv: list[str] | None = None) -> int:
   """Runs `ctl ARGV...` (default: the process's arguments); returns the exit code."""
   args = make_parser().parse_args(argv)
-  with log_to_stderr():
+  with quiet.unless_verbose(args.verbose), log_to_stderr():
     return args.run(args)
 
 

@@ -1,0 +1,160 @@
+"""Quiet by default: TensorFlow's start-up chatter kept off the `ctl` command's stderr.
+
+    from ctl.cli import quiet
+    quiet.from_command_line()    # a script, before it imports TensorFlow: --verbose keeps it all
+    with quiet.unless_verbose(args.verbose):   # what `ctl` does around each command
+      ...
+
+A new user should not read error-level lines when nothing is wrong. Without a
+GPU driver, TensorFlow logs `E... failed call to cuInit: ... UNKNOWN ERROR (303)`
+on every run, and while it loads, its bundled absl logs INFO lines (oneDNN,
+no CUDA driver) before `absl::InitializeLog`, which no environment variable
+reaches (TensorFlow 2.21: not TF_CPP_MIN_LOG_LEVEL, GLOG_minloglevel,
+ABSL_MIN_LOG_LEVEL or GRPC_VERBOSITY). Quiet means, for what runs inside:
+
+- TF_CPP_MIN_LOG_LEVEL=3 (no C++ INFO, WARNING or ERROR lines), unless the user
+  set it; processes ctl starts inherit it.
+- While `tensorflow` is first imported, stderr is read and passed on without
+  the lines below that level (and absl's "All log messages before
+  absl::InitializeLog()" notice); anything else it printed still shows.
+- The "tensorflow" and "absl" Python loggers at ERROR, unless configured.
+
+`--verbose` or CTL_VERBOSE=1 keeps it all; `--verbose` sets CTL_VERBOSE=1 so
+that processes ctl starts (`ctl launch` workers, `ctl parity` runs) are verbose
+too. The library (`import ctl`, `import gan`) changes none of this: only the
+command line and the examples call it. Leaving the `with` puts back what it
+changed.
+"""
+
+import contextlib
+import importlib.abc
+import importlib.util
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from collections.abc import Iterator
+
+VERBOSE_VARIABLE = "CTL_VERBOSE"
+_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+_SEVERITIES = "IWEF"  # absl's line prefixes, in TF_CPP_MIN_LOG_LEVEL's order 0..3
+_ABSL_LINE = re.compile(r"([IWEF])\d{4} ")
+_ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+
+
+def verbose_requested(argv: list[str] | None = None) -> bool:
+  """Whether `--verbose` is in `argv` (default: the process's arguments) or CTL_VERBOSE is set."""
+  argv = sys.argv[1:] if argv is None else argv
+  return "--verbose" in argv or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
+
+
+def apply(verbose: bool = False) -> Callable[[], None]:
+  """Quiets TensorFlow unless `verbose` or CTL_VERBOSE; returns what puts it back.
+
+  See the module's synopsis for what quiet means.
+  """
+  verbose = verbose or verbose_requested([])
+  saved_env = {name: os.environ.get(name) for name in (VERBOSE_VARIABLE, _LEVEL_VARIABLE)}
+  tf_logger = logging.getLogger("tensorflow")
+  saved_level = tf_logger.level
+  finder = _FilteredImport()
+  if verbose:
+    os.environ[VERBOSE_VARIABLE] = "1"
+  else:
+    os.environ.setdefault(_LEVEL_VARIABLE, "3")
+    if tf_logger.level == logging.NOTSET:
+      tf_logger.setLevel(logging.ERROR)
+    if "tensorflow" not in sys.modules and _min_level() > 0:
+      sys.meta_path.insert(0, finder)
+
+  def restore() -> None:
+    if finder in sys.meta_path:
+      sys.meta_path.remove(finder)
+    for name, value in saved_env.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+    tf_logger.setLevel(saved_level)
+    if finder.quieted_absl:
+      logging.getLogger("absl").setLevel(logging.NOTSET)
+
+  return restore
+
+
+def from_command_line() -> None:
+  """A script's one call, before it imports TensorFlow: quiet unless --verbose or CTL_VERBOSE."""
+  apply(verbose_requested())
+
+
+@contextlib.contextmanager
+def unless_verbose(verbose: bool = False) -> Iterator[None]:
+  """Quiets TensorFlow meanwhile, unless `verbose` or CTL_VERBOSE; puts it back afterwards."""
+  restore = apply(verbose)
+  try:
+    yield
+  finally:
+    restore()
+
+
+def _min_level() -> int:
+  try:
+    return int(os.environ.get(_LEVEL_VARIABLE, "0"))
+  except ValueError:
+    return 0
+
+
+def _is_chatter(line: str, min_level: int) -> bool:
+  match = _ABSL_LINE.match(line)
+  if match:
+    return _SEVERITIES.index(match.group(1)) < min_level
+  return line.startswith(_ABSL_NOTICE)
+
+
+class _FilteredImport(importlib.abc.MetaPathFinder):
+  """Finds `tensorflow` (once) with a loader that filters stderr while it runs."""
+
+  quieted_absl = False  # whether the import set the "absl" logger to ERROR
+
+  def find_spec(self, name, path=None, target=None):
+    if name != "tensorflow":
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(name)  # by the finders after this one
+    if spec is not None and spec.loader is not None:
+      spec.loader = _FilteredLoader(spec.loader, self)
+    return spec
+
+
+class _FilteredLoader(importlib.abc.Loader):
+  def __init__(self, loader, finder):
+    self._loader = loader
+    self._finder = finder
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    module.__loader__ = self._loader
+    with tempfile.TemporaryFile() as captured:
+      sys.stderr.flush()
+      saved = os.dup(2)
+      os.dup2(captured.fileno(), 2)
+      try:
+        self._loader.exec_module(module)
+      finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        captured.seek(0)
+        level = _min_level()
+        text = captured.read().decode(errors="replace")
+        sys.stderr.write("".join(
+            line for line in text.splitlines(keepends=True) if not _is_chatter(line, level)))
+        sys.stderr.flush()
+    absl = logging.getLogger("absl")  # made by `import tensorflow`, which imports absl
+    if absl.level == logging.NOTSET:
+      absl.setLevel(logging.ERROR)
+      self._finder.quieted_absl = True
