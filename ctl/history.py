@@ -224,11 +224,15 @@ class HistoryFile:
 
   def write(self, first_step: int, results: Mapping[str, Any]) -> None:
     """Appends the lines of the steps `first_step`, `first_step + 1`, ..."""
-    if not os.path.exists(self.path):  # the work directory was deleted or moved
-      self._reopen()
     chunk = History()
     chunk.append(first_step, results)
-    self._file.write("".join(_line(row) for row in chunk.rows()))
+    self.write_history(chunk)
+
+  def write_history(self, history: History) -> None:
+    """Appends a line for each step of `history`."""
+    if not os.path.exists(self.path):  # the work directory was deleted or moved
+      self._reopen()
+    self._file.write("".join(_line(row) for row in history.rows()))
     self._file.flush()
 
   def flush(self) -> None:

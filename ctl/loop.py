@@ -140,19 +140,23 @@ def _check_action(action):
 
 def _open_history(context):
   """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
-  first; `runner.history` starts as those steps (or, without a file, as the
-  steps the runner trained in memory before this one)."""
+  first; `runner.history` then holds those steps too.
+
+  A file that is new starts with the steps the runner trained in memory before
+  this `fit` (say, a `train` in a notebook), so it holds every step of the
+  weights it follows.
+  """
   history = context.runner.history
+  history.drop_from(context.step)  # restored from a checkpoint: later steps are undone
   if context.workdir is None or not context.is_chief:
-    history.drop_from(context.step)
     return None
   history_file = history_lib.HistoryFile(context.workdir)
   earlier = history_file.open(context.step)
   if len(earlier.steps):
-    history.drop_from(0)
+    history.drop_from(int(earlier.steps[0]))
     history.extend(earlier)
-  else:
-    history.drop_from(context.step)
+  elif len(history.steps):
+    history_file.write_history(history)
   return history_file
 
 

@@ -64,13 +64,19 @@ def test_ctrl_c_saves_and_exits_with_130_without_a_traceback(tmp_path):
 def test_readme_example_runs(tmp_path):
   with open(os.path.join(helpers.ROOT, "README.md")) as f:
     blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-  # The quick look, the outer loop, showing ctl's log lines, an action of one's own.
-  assert len(blocks) == 4
+  # The quick look, the outer loop, showing ctl's log lines, an action of one's
+  # own, every step's numbers.
+  assert len(blocks) == 5
   code = "\n".join(textwrap.dedent(block) for block in blocks)
   code = code.replace("runner.train(1000)", "runner.train(4)")
-  code = code.replace("runner.fit(2000, \"runs/readme\"", f"runner.fit(8, {str(tmp_path)!r}")
+  code = code.replace("runner.fit(2000,", "runner.fit(8,").replace("runner.fit(2500,",
+                                                                   "runner.fit(12,")
+  code = code.replace('"runs/readme', '"' + str(tmp_path))
   code += ("\nassert history['generator_loss'].shape == (4,), history"
-           "\nassert 0 < metrics['real_score'] < 1, metrics\nprint('ok')\n")
+           "\nassert 0 < metrics['real_score'] < 1, metrics"
+           "\nassert list(runner.history.steps) == list(range(12)), runner.history"
+           "\nassert len(pandas.read_json(" + repr(str(tmp_path / "history.jsonl"))
+           + ", lines=True)) == 12\nprint('ok')\n")
   script = tmp_path / "readme_example.py"
   script.write_text(code)
   assert helpers.python([str(script)]).stdout.strip().endswith("ok")

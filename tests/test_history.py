@@ -116,6 +116,19 @@ def test_a_resume_drops_the_steps_after_its_checkpoint(tmp_path):
   assert len(lines(tmp_path)) == 8
 
 
+def test_a_new_file_starts_with_the_steps_trained_before_fit(tmp_path):
+  r = runner()
+  trained = r.train(4)  # in memory, as in a notebook, then fit into a workdir
+  r.fit(8, tmp_path, progress=False)
+  rows = lines(tmp_path)
+  assert [row["step"] for row in rows] == list(range(8))
+  np.testing.assert_array_equal(np.float32([row["generator_loss"] for row in rows[:4]]),
+                                trained["generator_loss"])
+  resumed = runner()
+  resumed.fit(12, tmp_path, progress=False)
+  np.testing.assert_array_equal(resumed.history.steps, np.arange(12))
+
+
 def test_train_appends_to_the_runner_history():
   r = runner(steps_per_loop=3)
   first, second = r.train(4), r.train(3)
