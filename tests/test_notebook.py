@@ -8,6 +8,7 @@ device setup requires.
 """
 
 import os
+import re
 
 import nbclient
 import nbformat
@@ -27,12 +28,17 @@ def test_notebook_is_stored_without_outputs():
 
 
 def test_notebook_runs(monkeypatch):
-  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")  # inherited by the kernel
+  monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # as a user's kernel starts
+  monkeypatch.delenv("CTL_VERBOSE", raising=False)
   nb = nbformat.read(NOTEBOOK, as_version=4)
   client = nbclient.NotebookClient(
       nb, timeout=600, kernel_name="python3",
       resources={"metadata": {"path": os.path.dirname(NOTEBOOK)}})
   client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
+  printed = "".join(output.get("text", "") for cell in nb.cells
+                    for output in cell.get("outputs", []) if output.get("name") == "stderr")
+  chatter = re.findall(r"^(?:[IWEF]\d{4} |WARNING: All log messages).*", printed, re.M)
+  assert not chatter, chatter  # quiet.apply() in the first cell: no TensorFlow log lines
   shown = {}  # mime type -> the cells that show one
   for cell in nb.cells:
     for output in cell.get("outputs", []):
