@@ -175,7 +175,7 @@ def test_history_file_is_not_written_without_a_workdir(tmp_path, monkeypatch):
 
 
 def test_lines_hold_float32_exactly(tmp_path):
-  values = np.float32([0.1, 1 / 3, 1e-30, 3.4e38]) * np.float32(3)
+  values = np.float32([0.1, 1 / 3, 1e-30, 3.4e38, np.inf, -np.inf]) * np.float32(0.3)
   file = history_lib.HistoryFile(str(tmp_path))
   file.open(0)
   file.write(0, {"x": values})
