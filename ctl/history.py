@@ -39,8 +39,9 @@ class History(Mapping):
   `history.steps` the steps they belong to (`ctx.step` as each ran).
 
   A mapping from result key to values, like the dict `train` returned before,
-  so `history["generator_loss"]`, `dict(history)` and `pandas.DataFrame(history,
-  index=history.steps)` work. A key that some steps did not return is NaN there.
+  so `history["generator_loss"]`, `dict(history)` and
+  `pandas.DataFrame(dict(history), index=history.steps)` work. A key that some
+  steps did not return is NaN there.
   """
 
   _MERGE = 256  # calls' values kept apart before they are joined into one chunk
@@ -181,8 +182,13 @@ class History(Mapping):
         steps.append(np.arange(first, first + n, dtype=np.int64))
         for k in keys:
           columns[k].append(values[k] if k in values else np.full(n, np.nan, np.float32))
-      self._cache = (np.concatenate(steps) if steps else np.zeros([0], np.int64),
-                     {k: np.concatenate(v) for k, v in columns.items()})
+      steps = np.concatenate(steps) if steps else np.zeros([0], np.int64)
+      columns = {k: np.concatenate(v) for k, v in columns.items()}
+      self._cache = (steps, columns)
+      if (len(self._chunks) > 1 and np.all(np.diff(steps) == 1)
+          and all(v.keys() == columns.keys() for _, v in self._chunks)):
+        # One chunk from now on: a read after every append stays linear.
+        self._chunks = [(int(steps[0]), dict(columns))]
     return self._cache
 
 
@@ -199,8 +205,11 @@ class HistoryFile:
 
   `open(start_step)` keeps the lines of the steps before `start_step` (the step
   a run starts or resumes from), drops later ones and a line cut short by a
-  crash, and returns what it kept as a `History`. Lines reach the file after
-  every compiled call; the OS has them at once, the disk at each `flush`.
+  crash, and returns what it kept as a `History`. Lines reach the OS after
+  every compiled call, so a killed process loses none; a machine that loses
+  power may lose the last ones, which the resume then drops and trains again
+  (they are after its checkpoint) or, past the last checkpoint's sync, is a
+  gap of the file only.
   """
 
   def __init__(self, workdir: str):
@@ -211,8 +220,8 @@ class HistoryFile:
     kept, dropped = _read(self.path, before=start_step)
     if dropped:
       _write_rows(self.path, kept.rows())
-      _log.info("%s: dropped %d line(s) of steps from %d on, trained again from the "
-                "checkpoint", self.path, dropped, start_step)
+      _log.info("%s: dropped %d line(s) of steps from %d on (this run trains them again) "
+                "or cut short", self.path, dropped, start_step)
     self._reopen()
     return kept
 
@@ -224,21 +233,22 @@ class HistoryFile:
 
   def write(self, first_step: int, results: Mapping[str, Any]) -> None:
     """Appends the lines of the steps `first_step`, `first_step + 1`, ..."""
-    chunk = History()
-    chunk.append(first_step, results)
-    self.write_history(chunk)
+    keys = list(results)
+    columns = [np.asarray(results[k], np.float64).reshape(-1).tolist() for k in keys]
+    self._write("".join(_line({"step": first_step + i, **dict(zip(keys, values))})
+                        for i, values in enumerate(zip(*columns))))
 
   def write_history(self, history: History) -> None:
     """Appends a line for each step of `history`."""
-    if not os.path.exists(self.path):  # the work directory was deleted or moved
-      self._reopen()
-    self._file.write("".join(_line(row) for row in history.rows()))
-    self._file.flush()
+    self._write("".join(_line(row) for row in history.rows()))
 
-  def flush(self) -> None:
-    if self._file is not None:
-      self._file.flush()
-      os.fsync(self._file.fileno())
+  def reopen(self) -> None:
+    """Writes to a new file at the same path (the work directory was made again)."""
+    self._reopen()
+
+  def _write(self, text):
+    self._file.write(text)
+    self._file.flush()  # the OS has every line a checkpoint covers, whatever kills us
 
   def close(self) -> None:
     if self._file is not None:
@@ -284,13 +294,13 @@ def _read(path, before):
     try:
       row = json.loads(line)
       step = int(row.pop("step"))
+      values = {k: math.nan if v is None else float(v) for k, v in row.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
       dropped += 1  # a line cut short by a crash
       continue
     if before is not None and step >= before:
       dropped += 1
       continue
-    values = {k: float(v) for k, v in row.items()}
     if run and (step != run_first + len(run) or set(values) != set(run[0])):
       history.append(run_first, _columns(run))
       run = []
@@ -350,17 +360,24 @@ class EachStep:
       raise TypeError(f"EachStep fn must be a function (step, values) -> None, got {fn!r}.")
     self.fn = fn
     self.every = _AfterEachCall()
-    self._done = None  # the step reached when fn last had values
+    self._done = (None, None)  # (fit context, the step reached when fn last had values)
 
   def check(self, runner: Any, workdir: str | None) -> None:
     del runner, workdir
 
   def __call__(self, context: Any) -> None:
-    if not context.results or self._done == context.step:
-      return  # nothing trained, or these steps were given already
+    if not context.results or self._done == (context, context.step):
+      return  # nothing trained, or these steps were given already (the end of fit)
     n = len(next(iter(context.results.values())))
     chunk = History()
     chunk.append(context.step - n, context.results)
+    self._done = (context, context.step)
     for row in chunk.rows():
-      self.fn(row.pop("step"), row)
-    self._done = context.step
+      step = row.pop("step")
+      try:
+        self.fn(step, row)
+      except Exception as e:
+        rest = (f"; it was not given steps {step + 1} to {context.step - 1}"
+                if step + 1 < context.step else "")
+        e.add_note(f"ctl: EachStep's fn raised at step {step} (ctx.step){rest}.")
+        raise

@@ -56,11 +56,13 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
         f"steps_per_loop ({runner.steps_per_loop}) is larger than num_steps "
         f"({num_steps}), the whole run: every compiled call is cut short. Lower "
         f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
-  if checkpoint is False and workdir is not None and checkpoints.newest(workdir):
+  earlier_run = checkpoint is False and workdir is not None and checkpoints.newest(workdir)
+  if earlier_run:
     warnings.warn(
         f"fit(checkpoint=False): {os.path.join(workdir, 'checkpoints')} holds the "
-        "checkpoints of an earlier run, which this run neither restores nor replaces: "
-        "it trains from the runner's state. Pass checkpoint=True to resume that run, or "
+        "checkpoints of an earlier run, which this run neither restores nor replaces "
+        f"(nor that run's {history_lib.FILE_NAME}, which this run leaves as it is): it "
+        "trains from the runner's state. Pass checkpoint=True to resume that run, or "
         "another workdir.", stacklevel=3)
   checkpoint = _option("checkpoint", checkpoint, checkpoints.Checkpoint, workdir)
   summaries = _option("summaries", summaries, actions_lib.Summaries, workdir)
@@ -77,7 +79,7 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
     if checkpoint:
       checkpointer = checkpoint.open(runner, workdir)
       context.step = context.start_step = checkpointer.restore()
-    history_file = _open_history(context)
+    history_file = _open_history(context, write=not earlier_run)
     try:
       return _train(context, num_steps, checkpoint, checkpointer, actions, progress,
                     history_file)
@@ -138,9 +140,9 @@ def _check_action(action):
                     "True (runs on every worker) or False (the chief only).")
 
 
-def _open_history(context):
+def _open_history(context, write):
   """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
-  first; `runner.history` then holds those steps too.
+  first; `runner.history` then holds those steps too. None if not `write`.
 
   A file that is new starts with the steps the runner trained in memory before
   this `fit` (say, a `train` in a notebook), so it holds every step of the
@@ -148,7 +150,7 @@ def _open_history(context):
   """
   history = context.runner.history
   history.drop_from(context.step)  # restored from a checkpoint: later steps are undone
-  if context.workdir is None or not context.is_chief:
+  if context.workdir is None or not context.is_chief or not write:
     return None
   history_file = history_lib.HistoryFile(context.workdir)
   earlier = history_file.open(context.step)
@@ -182,12 +184,15 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
       with tf.profiler.experimental.Trace("train", step_num=context.step, _r=1):
         results = context.runner.run_steps(n)
-      # Kept before the NaN check: the steps up to a NaN, and its own, are seen.
+      # Kept before the NaN check: the steps up to a NaN, and its own, not the
+      # steps after it in the call (they ran on non-finite weights).
+      bad = _first_non_finite(results)
+      kept = results if bad is None else {k: v[:bad + 1] for k, v in results.items()}
       for history in (ran, context.runner.history):
-        history.append(context.step, results)
+        history.append(context.step, kept)
       if history_file is not None:
-        history_file.write(context.step, results)
-      _check_finite(results, context.step, checkpointer)
+        history_file.write(context.step, kept)
+      _check_finite(results, context.step, checkpointer, bad)
       context.step, context.results = context.step + n, results
       bar.update(context.step, results)
       if context.step < num_steps:  # the last step's work is the end's
@@ -197,7 +202,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
       # A signal during the call: save first (a preempted job has little time
       # left), then this step's work, then stop.
       stopper.check(context.step, then=due)
-      _check_workdir(context, checkpointer)
+      _check_workdir(context, checkpointer, history_file)
       if context.step < num_steps:
         due()
     _finish(context, checkpointer, actions, stopper)
@@ -304,13 +309,15 @@ def _check_writable(directory, workdir):
                   "workdir.") from e
 
 
-def _check_workdir(context, checkpointer):
+def _check_workdir(context, checkpointer, history_file):
   """A work directory deleted or moved mid-run is made again, and written again."""
   if context.lock is None or context.lock.held():
     return
   context.lock.release()
   context.lock = workdir_lib.Lock(context.workdir)
   context.close()  # TensorBoard writers would go on writing into deleted files
+  if history_file is not None:
+    history_file.reopen()
   saved = ""
   if checkpointer and num_workers(context.runner.strategy) == 1:
     saved = f"; saved {checkpointer.save()}"
@@ -359,12 +366,17 @@ def _save_after_failure(context, stopper, action, error):
                  "command to resume.")
 
 
-def _check_finite(results, first_step, checkpointer):
-  """Raises FloatingPointError at the first step with a NaN or Inf result."""
+def _first_non_finite(results):
+  """The index of the first step with a NaN or Inf result, or None."""
   bad = [i for values in results.values() for i in np.flatnonzero(~np.isfinite(values))]
-  if not bad:
+  return min(bad) if bad else None
+
+
+def _check_finite(results, first_step, checkpointer, i):
+  """Raises FloatingPointError if step `i` of `results` (the first with a NaN
+  or Inf result, or None) exists."""
+  if i is None:
     return
-  i = min(bad)
   values = ", ".join(f"{k} {v[i]:.6g}" for k, v in results.items())
   last = checkpointer.latest if checkpointer else None
   kept = (f"the last checkpoint, {last}, is intact (nothing later was saved)" if last

@@ -88,6 +88,10 @@ def _reduce_results(ctx, results, reductions, expected_keys):
   if not isinstance(results, dict):
     raise TypeError(f"step must return a dict of scalar values, got "
                     f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
+  if "step" in results:
+    raise ValueError("step returned a result named 'step': that name is the step number's "
+                     "in every step's record (history.jsonl, ctl.EachStep); rename the "
+                     "result, e.g. 'step_size'.")
   if expected_keys is not None and sorted(results) != sorted(expected_keys):
     raise ValueError(f"step results changed keys from {sorted(expected_keys)} "
                      f"to {sorted(results)}; return the same keys at every step.")

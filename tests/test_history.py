@@ -6,6 +6,7 @@ import json
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import ctl
 from ctl import history as history_lib
@@ -143,7 +144,8 @@ def test_the_steps_up_to_a_nan_are_written(tmp_path):
   with pytest.raises(FloatingPointError, match="step 5"):
     runner(steps_per_loop=4, poison_batch=5).fit(8, tmp_path, progress=False)
   rows = lines(tmp_path)
-  assert [row["step"] for row in rows] == list(range(8))  # the call of steps 4-7
+  # The call of steps 4-7 up to the NaN's step: not 6 and 7, run on NaN weights.
+  assert [row["step"] for row in rows] == list(range(6))
   assert np.isfinite(rows[4]["discriminator_loss"])
   assert np.isnan(rows[5]["discriminator_loss"])
 
@@ -161,6 +163,51 @@ def test_each_step_gets_every_step_without_shortening_calls(tmp_path):
   np.testing.assert_allclose([v["generator_loss"] for _, v in seen], ran["generator_loss"])
   with pytest.raises(TypeError, match="EachStep fn must be a function"):
     ctl.EachStep("print")
+
+
+def test_each_step_given_to_a_second_fit_gets_its_steps_too(tmp_path):
+  seen = []
+  each = ctl.EachStep(lambda step, values: seen.append(step))
+  for _ in range(2):  # a notebook cell run again: a new runner, the same action
+    runner(steps_per_loop=4).fit(4, None, progress=False, actions=[each])
+  assert seen == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_each_step_says_at_which_step_fn_raised(tmp_path):
+  def fn(step, values):
+    if step == 1:
+      raise RuntimeError("logger down")
+  with pytest.raises(RuntimeError) as raised:
+    runner(steps_per_loop=4).fit(4, None, progress=False, actions=[ctl.EachStep(fn)])
+  assert "raised at step 1 (ctx.step); it was not given steps 2 to 3" in str(
+      raised.value.__notes__)
+
+
+def test_checkpoint_false_leaves_an_earlier_runs_history_alone(tmp_path):
+  runner().fit(8, tmp_path, progress=False)
+  with pytest.warns(UserWarning, match="history.jsonl, which this run leaves as it is"):
+    runner().fit(4, tmp_path, progress=False, checkpoint=False)
+  assert [row["step"] for row in lines(tmp_path)] == list(range(8))
+
+
+def test_a_result_named_step_is_refused():
+  def step(ctx, real):
+    return {"step": tf.constant(0.5)}
+  r = ctl.Runner(step, build, data().repeat())
+  with pytest.raises(ValueError, match="result named 'step'.*rename the result"):
+    r.train(1)
+
+
+def test_reading_after_every_append_stays_linear():
+  history = ctl.History()
+  for step in range(3000):
+    history.append(step, {"a": np.float32([step])})
+    assert history["a"][-1] == step
+
+
+def test_a_null_value_reads_as_nan(tmp_path):
+  (tmp_path / "history.jsonl").write_text('{"step": 0, "a": null}\n{"step": 1, "a": 2.5}\n')
+  np.testing.assert_array_equal(ctl.read_history(str(tmp_path))["a"], [np.nan, 2.5])
 
 
 def test_read_history_names_the_fix_when_there_is_none(tmp_path):
