@@ -95,10 +95,15 @@ class FitContext:
     for writer in list(self._writers.values()):
       writer.flush()
 
+  def on_close(self, fn: Callable[[], None]) -> None:
+    """Has `close` call `fn()` once: what an action started and the end of
+    `fit` must end (a profiler trace), however `fit` ends."""
+    self._on_close.append(fn)
+
   def close(self) -> None:
-    """Closes the summary writers (`writer()` makes new ones) and ends a profiler
-    trace in progress: `fit` calls this however it ends, and when the workdir
-    disappears."""
+    """Closes the summary writers (`writer()` makes new ones) and calls what
+    `on_close` was given: `fit` calls this however it ends, and when the
+    workdir disappears."""
     for writer in self._writers.values():
       writer.close()
     self._writers = {}
@@ -206,6 +211,10 @@ class Samples(Action):
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
+    if self.show and not notebook.in_notebook():
+      raise ValueError("Samples(show=True) shows the grids under a Jupyter cell, and this "
+                       "process is no Jupyter kernel; pass show=None (the default: in a "
+                       "notebook only) or False. The grids are in <workdir>/samples.")
 
   def __call__(self, context: FitContext) -> None:
     images = np.asarray(self.fn(context.runner.models))
@@ -330,6 +339,10 @@ class Profile(Action):
       self._stop_trace()
     elif window.due_at == context.step == window.first:  # not at the end of a fit
       self._start(context)
+    elif not window.passed and context.step <= window.first:  # the end, short of start
+      _log.info("ctl.Profile: the fit ended at step %d, not past step %d where the trace "
+                "starts; nothing traced. Train further, or pass a smaller start.",
+                context.step, window.first)
 
   def _start(self, context):
     logdir = os.path.join(context.workdir, "events", "train")
@@ -348,6 +361,10 @@ class Profile(Action):
         tf.profiler.experimental.stop()
       except tf.errors.UnavailableError:  # stopped elsewhere: nothing of ours to write
         return
+      except (tf.errors.OpError, OSError) as e:  # it must not hide why fit is ending
+        _log.warning("ctl.Profile: the trace of steps %d to %d could not be written to "
+                     "%s: %s", first, context.step, logdir, e)
+        return
       short = (f" (the fit ended {self.every.last - context.step} steps early)"
                if context.step < self.every.last else "")
       _log.info("ctl.Profile: traced steps %d to %d%s into %s; open it in TensorBoard's "
@@ -355,7 +372,7 @@ class Profile(Action):
                 os.path.join(logdir, "plugins", "profile"))
 
     self._stop_trace = stop
-    context._on_close.append(lambda: self._stop_trace and self._stop_trace())  # pylint: disable=protected-access
+    context.on_close(lambda: self._stop_trace and self._stop_trace())
 
 
 class _Window(Every):
@@ -376,7 +393,7 @@ class _Window(Every):
 
   def start(self, step: int) -> None:
     self.passed, self._reached = step >= self.first, step
-    if self.passed and step < self.last:
+    if self.passed:
       _log.info("ctl.Profile: this fit starts at step %d, not before step %d where its "
                 "trace starts; not profiling. Pass a later start to profile this run.",
                 step, self.first)

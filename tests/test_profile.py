@@ -80,11 +80,41 @@ def test_profile_stops_when_the_fit_fails_mid_trace(tmp_path):
   tf.profiler.experimental.stop()
 
 
-def test_profile_of_a_fit_that_ends_where_it_would_start(tmp_path):
+def test_profile_of_a_fit_that_ends_where_it_would_start(tmp_path, caplog):
   runner = toy.runner(steps_per_loop=2)
-  calls = fit_counting_calls(runner, 2, tmp_path, [ctl.Profile(start=2, steps=2)])
+  with caplog.at_level(logging.INFO, logger="ctl"):
+    calls = fit_counting_calls(runner, 2, tmp_path, [ctl.Profile(start=2, steps=2)])
   assert calls == [2]
   assert not traces(tmp_path)  # nothing to trace: the end is not the start of a trace
+  assert "the fit ended at step 2, not past step 2 where the trace starts" in caplog.text
+
+
+def test_profile_says_a_fit_resumed_past_its_whole_window_is_not_profiled(tmp_path, caplog):
+  fit_counting_calls(toy.runner(steps_per_loop=4), 8, tmp_path, [])
+  with caplog.at_level(logging.INFO, logger="ctl"):
+    fit_counting_calls(toy.runner(steps_per_loop=4), 12, tmp_path,
+                       [ctl.Profile(start=2, steps=2)])
+  assert "this fit starts at step 8, not before step 2" in caplog.text
+
+
+def test_a_trace_that_cannot_be_written_does_not_hide_why_fit_ends(tmp_path, caplog):
+  (tmp_path / "events").write_text("a file where the trace's directory goes")
+  with caplog.at_level(logging.WARNING, logger="ctl"), pytest.raises(FloatingPointError):
+    toy.runner(steps_per_loop=2).fit(
+        8, str(tmp_path), progress=False, summaries=False,
+        actions=[ctl.Profile(start=2, steps=4), NaNAt(4)])
+  assert "could not be written" in caplog.text
+
+
+class NaNAt(ctl.Action):
+  """Makes the generator's weights NaN at `step`: the next call's results are NaN."""
+
+  def __init__(self, step):
+    self.every = ctl.Every(steps=step)
+
+  def __call__(self, context):
+    for weight in context.runner.models["generator"].weights:
+      weight.assign(tf.fill(weight.shape, float("nan")))
 
 
 def test_profile_is_skipped_by_a_run_resumed_past_its_start(tmp_path, caplog):
