@@ -66,7 +66,7 @@ class LeakyReLU(layers.Layer):
   "Quiet by default").
   """
 
-  def __init__(self, negative_slope: float = 0.2, **kwargs):
+  def __init__(self, negative_slope: float = 0.3, **kwargs):  # keras' default
     super().__init__(**kwargs)
     if not negative_slope >= 0:
       raise ValueError(f"negative_slope must be >= 0, got {negative_slope!r}.")

@@ -99,7 +99,7 @@ def test_quiet_sets_the_level_meanwhile_and_puts_it_back(monkeypatch):
   monkeypatch.setattr(tf_logger, "level", logging.NOTSET)  # as TensorFlow leaves it
   with quiet.unless_verbose():
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
-    assert tf_logger.level == logging.ERROR
+    assert tf_logger.level == logging.WARNING
   assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ
   assert tf_logger.level == logging.NOTSET
 

@@ -17,7 +17,9 @@ ABSL_MIN_LOG_LEVEL or GRPC_VERBOSITY). Quiet means, for what runs inside:
 - While `tensorflow` is first imported, stderr is read and passed on without
   the lines below that level (and absl's "All log messages before
   absl::InitializeLog()" notice); anything else it printed still shows.
-- The "tensorflow" and "absl" Python loggers at ERROR, unless configured.
+- The "tensorflow" Python logger at WARNING (its INFO lines off; a warning
+  such as tf.function's about retracing stays) and "absl"'s at ERROR, unless
+  configured.
 
 `--verbose` or CTL_VERBOSE=1 keeps it all; `--verbose` sets CTL_VERBOSE=1 so
 that processes ctl starts (`ctl launch` workers, `ctl parity` runs) are verbose
@@ -65,8 +67,11 @@ def apply(verbose: bool = False) -> Callable[[], None]:
   else:
     os.environ.setdefault(_LEVEL_VARIABLE, "3")
     if tf_logger.level == logging.NOTSET:
-      tf_logger.setLevel(logging.ERROR)
-    if "tensorflow" not in sys.modules and _min_level() > 0:
+      tf_logger.setLevel(logging.WARNING)
+      finder.quiet_tf_logger = True
+      if "tensorflow" in sys.modules:
+        _configure_tf_logger()
+    if "tensorflow" not in sys.modules and (_min_level() > 0 or finder.quiet_tf_logger):
       sys.meta_path.insert(0, finder)
 
   def restore() -> None:
@@ -99,6 +104,15 @@ def unless_verbose(verbose: bool = False) -> Iterator[None]:
     restore()
 
 
+def _configure_tf_logger():
+  """Has TensorFlow set up its logger, then sets it to WARNING.
+
+  TensorFlow sets its logger up on first use, and in an interactive session
+  (a notebook) that sets it to INFO: done first, it does not undo ours.
+  """
+  sys.modules["tensorflow"].get_logger().setLevel(logging.WARNING)  # imported by now
+
+
 def _min_level() -> int:
   try:
     return int(os.environ.get(_LEVEL_VARIABLE, "0"))
@@ -117,6 +131,7 @@ class _FilteredImport(importlib.abc.MetaPathFinder):
   """Finds `tensorflow` (once) with a loader that filters stderr while it runs."""
 
   quieted_absl = False  # whether the import set the "absl" logger to ERROR
+  quiet_tf_logger = False  # whether to set up the "tensorflow" logger at WARNING
 
   def find_spec(self, name, path=None, target=None):
     if name != "tensorflow":
@@ -138,6 +153,10 @@ class _FilteredLoader(importlib.abc.Loader):
 
   def exec_module(self, module):
     module.__loader__ = self._loader
+    if _min_level() == 0:  # only the logger to set up (a user's TF_CPP_MIN_LOG_LEVEL=0)
+      self._loader.exec_module(module)
+      self._after(module)
+      return
     with tempfile.TemporaryFile() as captured:
       sys.stderr.flush()
       saved = os.dup(2)
@@ -154,6 +173,12 @@ class _FilteredLoader(importlib.abc.Loader):
         sys.stderr.write("".join(
             line for line in text.splitlines(keepends=True) if not _is_chatter(line, level)))
         sys.stderr.flush()
+    self._after(module)
+
+  def _after(self, module):
+    del module
+    if self._finder.quiet_tf_logger:
+      _configure_tf_logger()
     absl = logging.getLogger("absl")  # made by `import tensorflow`, which imports absl
     if absl.level == logging.NOTSET:
       absl.setLevel(logging.ERROR)
