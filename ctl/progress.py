@@ -5,8 +5,10 @@
     progress.close()
 
 A bar needs a terminal to redraw in place; in a log file or CI's captured
-output it would print a line per refresh, so there we log one line every 30
-seconds (and at the end) instead. In a Jupyter notebook the bar is tqdm's
+output it would print a line per refresh, so there we log a line after the
+first compiled call (its time includes compiling the step), then every 30
+seconds and at the end, with speed and time left measured from the first
+call's end. In a Jupyter notebook the bar is tqdm's
 widget (with ipywidgets installed: `pip install 'ctl-loops[notebook]'`; else
 its text bar, which a notebook also redraws in place).
 """
@@ -48,6 +50,7 @@ class Progress:
     self._last_log = self._start
     self._log_seconds = log_seconds
     self._step = initial
+    self._first_call = True
     self._bar = None
     self._enabled = enabled
     if enabled and notebook.in_notebook():
@@ -68,6 +71,14 @@ class Progress:
       self._bar.update(advanced)
       return
     now = self._clock()
+    if self._first_call:  # said at once; speed and time left count from here
+      self._first_call = False
+      values = "  ".join(f"{k} {v:.4g}" for k, v in latest.items())
+      _log.info("step %d/%d  %s  first call %.1f s (compiling the step included)",
+                step, self.total, values, now - self._start)
+      self._start = self._last_log = now
+      self._initial = step
+      return
     if now - self._last_log >= self._log_seconds or step >= self.total:
       self._last_log = now
       _log.info("%s", self.line(step, latest, now))

@@ -257,19 +257,23 @@ def test_progress_logs_lines_when_not_a_terminal():
   logger.setLevel(logging.INFO)  # the level an application shows progress at
   try:
     progress = Progress(100, 0, stream=io.StringIO(), log_seconds=30, clock=clock)
-    clock.now = 10
-    progress.update(20, {"loss": np.array([0.5, 0.25])})   # 10 s: too soon
-    clock.now = 40
+    clock.now = 5
+    progress.update(10, {"loss": np.array([1.0])})          # the first call: said at once
+    clock.now = 15
+    progress.update(20, {"loss": np.array([0.5, 0.25])})   # 10 s later: too soon
+    clock.now = 45
     progress.update(40, {"loss": np.array([0.125])})
-    clock.now = 50
+    clock.now = 55
     progress.update(100, {"loss": np.array([0.0625])})      # the end always logs
   finally:
     logger.removeHandler(handler)
     logger.setLevel(level)
   logged = lines.getvalue().splitlines()
-  assert len(logged) == 2, logged
-  assert logged[0].startswith("step 40/100 (40%)  loss 0.125  1.00 steps/s  ETA 1:00")
-  assert logged[1].startswith("step 100/100 (100%)  loss 0.0625")
+  assert len(logged) == 3, logged
+  assert logged[0] == "step 10/100  loss 1  first call 5.0 s (compiling the step included)"
+  # Speed and time left from the first call's end: 30 steps in 40 s, not 40 in 45.
+  assert logged[1].startswith("step 40/100 (40%)  loss 0.125  0.75 steps/s  ETA 1:20")
+  assert logged[2].startswith("step 100/100 (100%)  loss 0.0625")
 
 
 def test_progress_is_a_tqdm_bar_on_a_terminal():
@@ -384,3 +388,11 @@ def test_a_failing_action_saves_the_steps_first(tmp_path):
   assert any("Samples failed at step 6; the steps trained are saved in" in note
              for note in raised.value.__notes__)
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-6")
+
+
+def test_samples_show_true_needs_a_notebook(tmp_path):
+  samples = ctl.Samples(lambda models: tf.zeros([4, 8, 8, 1]), show=True)
+  with pytest.raises(ValueError, match="Samples\\(show=True\\).*no Jupyter kernel"):
+    runner().fit(4, tmp_path, progress=False, actions=[samples])
+  with pytest.raises(TypeError, match="Samples\\(show='yes'\\)"):
+    ctl.Samples(lambda models: None, show="yes")

@@ -60,11 +60,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _StderrHandler(logging.Handler):
-  """Writes to `sys.stderr` as it is when a record comes (tests and callers swap it)."""
+  """Writes to `sys.stderr` as it is when a record comes (tests and callers swap it),
+  through `tqdm.write`: a line logged while `fit`'s progress bar is drawn goes
+  above the bar, not onto its end."""
 
   def emit(self, record: logging.LogRecord) -> None:
     try:
-      sys.stderr.write(self.format(record) + "\n")
+      from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+      tqdm.write(self.format(record), file=sys.stderr)
       sys.stderr.flush()
     except Exception:  # pylint: disable=broad-except
       self.handleError(record)
