@@ -115,10 +115,14 @@ def find_config(config: str) -> str:
     ConfigError: no such file, or no shipped config of that name; the message
       lists the shipped names.
   """
+  shipped = configs.shipped()
+  stem = os.path.basename(config)[:-len(".gin")] if config.endswith(".gin") else None
+  if not os.path.isfile(config) and stem in shipped and os.path.basename(config) == config:
+    raise ConfigError(f"config file {config} not found; {stem!r} is a shipped config: "
+                      f"give its name, {stem}, without .gin.")
   if os.path.isfile(config) or not configs.is_name(config):
     require_config_file(config)
     return config
-  shipped = configs.shipped()
   if config in shipped:
     return shipped[config]
   raise ConfigError(f"config {config!r} is neither a file nor a shipped config's name"

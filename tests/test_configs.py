@@ -88,3 +88,10 @@ def test_parity_takes_a_name_too(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   for module in ("my_gan.py", "json", "dcgan.gin", "nothing_shipped"):
     assert cli_parity.shipped_config(module) == module  # a file or a module: as given
+
+
+def test_a_shipped_name_given_with_gin_says_to_drop_it(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(experiments.ConfigError, match="'dcgan' is a shipped config: give its "
+                     "name, dcgan, without .gin"):
+    experiments.find_config("dcgan.gin")
