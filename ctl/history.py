@@ -233,10 +233,12 @@ class HistoryFile:
 
   def write(self, first_step: int, results: Mapping[str, Any]) -> None:
     """Appends the lines of the steps `first_step`, `first_step + 1`, ..."""
-    keys = list(results)
-    columns = [np.asarray(results[k], np.float64).reshape(-1).tolist() for k in keys]
-    self._write("".join(_line({"step": first_step + i, **dict(zip(keys, values))})
-                        for i, values in enumerate(zip(*columns))))
+    # Formatted here rather than by json.dumps: this runs after every compiled call.
+    keys = [", " + json.dumps(k) + ": " for k in results]
+    columns = [np.asarray(v, np.float64).reshape(-1).tolist() for v in results.values()]
+    self._write("".join(
+        f'{{"step": {first_step + i}' + "".join(k + _token(v) for k, v in zip(keys, values))
+        + "}\n" for i, values in enumerate(zip(*columns))))
 
   def write_history(self, history: History) -> None:
     """Appends a line for each step of `history`."""
@@ -273,6 +275,13 @@ def read_history(path: str) -> History:
 def _line(row):
   # NaN and Infinity are written as such: Python's json and pandas read them.
   return json.dumps({k: _number(v) for k, v in row.items()}) + "\n"
+
+
+def _token(value):
+  """`value` as `_line` writes it: 9 significant digits, NaN, Infinity, -Infinity."""
+  if math.isfinite(value):
+    return format(value, ".9g")
+  return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
 
 
 def _number(value):
