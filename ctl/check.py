@@ -132,7 +132,7 @@ class _CompiledStep:
     def compiled(batch, step):
       return runner.strategy.run(replica_step, args=(batch, step))
 
-    self.function = tf.function(compiled, jit_compile=True)
+    self.function = tf.function(compiled, jit_compile=True, autograph=False)
     self.step = runner.global_step.read_value()
 
   def trace(self, batch_spec):

@@ -16,6 +16,7 @@ carries what a step needs to give the same numbers under any replica count:
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
@@ -407,6 +408,8 @@ class StepContext:
       optimizer.apply_gradients(zip(grads, variables))
 
   def _loss_and_gradients(self, loss_fn, opt, variables, name, batch, micro_batches):
+    loss_fn = autograph(loss_fn)
+
     def one_pass(args):
       with tf.GradientTape() as tape:
         value = loss_fn(*args)
@@ -571,3 +574,29 @@ def _combine(op_type, kinds):
   if op_type in _SCALE and len(kinds) == 2 and others == [_CONST]:
     return _GLOBAL if op_type == "Mul" or kinds[0] == _GLOBAL else _MIXED
   return _MIXED
+
+
+def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
+  """`fn` converted by autograph (Python control flow on tensors), in a graph.
+
+  ctl's own code is written for graphs and is not converted: tracing a step
+  converted every ctl function it called, about 2 s of a first call. So only
+  the user's functions are: the step (`ctl.steps`) and a loss function given
+  to `minimize`. One autograph cannot convert runs as written, with a warning,
+  as autograph does for what it converts itself.
+  """
+  if tf.executing_eagerly():
+    return fn
+  try:
+    return tf.autograph.to_graph(fn)
+  except Exception as e:  # pylint: disable=broad-except
+    logging.getLogger("ctl").warning(
+        "autograph could not convert %s, which runs as written (Python control flow "
+        "on tensors in it will fail): %s", getattr(fn, "__name__", fn), e)
+    return fn
+
+
+# ctl's own code runs as written in a graph (see `autograph`).
+for _name, _method in list(vars(StepContext).items()):
+  if not _name.startswith("__") and callable(_method):
+    setattr(StepContext, _name, tf.autograph.experimental.do_not_convert(_method))

@@ -93,4 +93,4 @@ class Evaluator:
                  for k, v in results.items()}
       return reduced, self._strategy.reduce("SUM", rows, axis=None)
 
-    return one_batch if self._eager else tf.function(one_batch)
+    return one_batch if self._eager else tf.function(one_batch, autograph=False)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl.context import StepContext
+from ctl.context import autograph
 
 if TYPE_CHECKING:
   from ctl.context import StepFn
@@ -78,6 +79,7 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
       global_batch_size=global_batch_size, num_replicas=strategy.num_replicas_in_sync,
       replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
       compile_update=compile_update)
+  step_fn = autograph(step_fn)  # only the user's code: see ctl.context.autograph
   with ctx.recording(batch):  # eagerly, the reductions below need its tapes
     results = step_fn(ctx, batch)
     return _reduce_results(ctx, results, reductions, expected_keys)
@@ -146,7 +148,7 @@ class TrainStep:
       self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
     elif jit_compile and not isinstance(strategy, tf.distribute.TPUStrategy):
       # (A TPU compiles the whole step with XLA anyway.)
-      on_replica = tf.function(self.replica_step, jit_compile=True)
+      on_replica = tf.function(self.replica_step, jit_compile=True, autograph=False)
     self._on_replica = on_replica
     self._traced_step = None
     self._concrete = None  # the in-graph loop's one trace, once made
@@ -154,7 +156,7 @@ class TrainStep:
     if eager:
       self._loop = None
     elif coordinator is not None:  # each scheduled call is one step on one worker
-      self._loop = tf.function(self.step_across_replicas)
+      self._loop = tf.function(self.step_across_replicas, autograph=False)
     else:
       self._loop = tf.function(self._in_graph_loop)
 
@@ -224,7 +226,8 @@ class TrainStep:
       # The loop stacks each result per step in a TensorArray made before the
       # loop, so it must know the keys first: trace one step (no run) to see
       # them. The loop then calls that traced step, so the step is traced once.
-      self._traced_step = tf.function(self.step_across_replicas)
+      # ctl's code: no autograph (the user's step is converted in run_on_replica).
+      self._traced_step = tf.function(self.step_across_replicas, autograph=False)
       self._traced_step.get_concrete_function()
       self.result_keys = list(self.reductions)
     return {k: v.numpy() for k, v in self._call_loop(num_steps).items()}

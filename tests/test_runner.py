@@ -591,3 +591,36 @@ def test_with_options_runs_the_same_step_another_way():
   with pytest.raises(TypeError, match=r"\['stepz'\] are not options it changes; give any "
                                       r"of \['batches_per_step', "):
     runner.with_options(stepz=2)
+
+
+# Autograph converts the user's step and loss functions (not ctl's own code).
+
+def control_flow_step(ctx, x):
+  model = ctx.models["model"]
+  mean = tf.reduce_mean(x)
+  if mean > 30.0:  # a Python `if` on a tensor: autograph makes it a tf.cond
+    scale = 2.0
+  else:
+    scale = 1.0
+  total = tf.constant(0.0)
+  for i in tf.range(3):  # and a Python loop over a tensor range a tf.while_loop
+    total += tf.cast(i, tf.float32)
+
+  def loss_fn():
+    error = tf.square(model(x)[:, 0] - x[:, 0])
+    if tf.reduce_max(error) < 0.0:  # never; autograph in a loss function given to minimize
+      error = tf.zeros_like(error)
+    return ctx.average(error)
+
+  loss = ctx.minimize(loss_fn, "model")
+  return {"loss": loss, "scale": scale * tf.ones([]), "total": total}
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_python_control_flow_on_tensors_in_the_step_and_loss_function(eager, mirrored):
+  for strategy in (tf.distribute.get_strategy(), mirrored):
+    history = run(control_flow_step, strategy, steps=8, eager=eager)
+    # Batches of rows 0-7, 8-15, ...: the mean passes 30 from the fifth batch on.
+    np.testing.assert_array_equal(history["scale"], [1, 1, 1, 1, 2, 2, 2, 2])
+    np.testing.assert_array_equal(history["total"], [3.0] * 8)
+    assert np.isfinite(history["loss"]).all()
