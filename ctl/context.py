@@ -16,7 +16,6 @@ carries what a step needs to give the same numbers under any replica count:
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
@@ -577,23 +576,25 @@ def _combine(op_type, kinds):
 
 
 def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
-  """`fn` converted by autograph (Python control flow on tensors), in a graph.
+  """`fn` as autograph converts what a `tf.function` calls (Python control
+  flow on tensors), in a graph.
 
   ctl's own code is written for graphs and is not converted: tracing a step
   converted every ctl function it called, about 2 s of a first call. So only
   the user's functions are: the step (`ctl.steps`) and a loss function given
-  to `minimize`. One autograph cannot convert runs as written, with a warning,
-  as autograph does for what it converts itself.
+  to `minimize`. They are called from a converted one-line function, so
+  autograph's own rules apply to them as under a `tf.function`: any callable
+  (a `functools.partial`, an object with `__call__`, a bound method, a lambda,
+  a function already converted), and one it cannot convert runs as written,
+  with its warning.
   """
   if tf.executing_eagerly():
     return fn
-  try:
-    return tf.autograph.to_graph(fn)
-  except Exception as e:  # pylint: disable=broad-except
-    logging.getLogger("ctl").warning(
-        "autograph could not convert %s, which runs as written (Python control flow "
-        "on tensors in it will fail): %s", getattr(fn, "__name__", fn), e)
-    return fn
+
+  def call(*args, **kwargs):
+    return fn(*args, **kwargs)
+
+  return tf.autograph.to_graph(call)
 
 
 # ctl's own code runs as written in a graph (see `autograph`).

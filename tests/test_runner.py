@@ -1,5 +1,7 @@
 """Runner and StepContext: the reduction rule, the user contract and its errors."""
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -624,3 +626,21 @@ def test_python_control_flow_on_tensors_in_the_step_and_loss_function(eager, mir
     np.testing.assert_array_equal(history["scale"], [1, 1, 1, 1, 2, 2, 2, 2])
     np.testing.assert_array_equal(history["total"], [3.0] * 8)
     assert np.isfinite(history["loss"]).all()
+
+
+class ControlFlowStep:
+  """The same step as an object: its method and its __call__."""
+
+  def __call__(self, ctx, x):
+    return control_flow_step(ctx, x)
+
+  def method(self, ctx, x):
+    return control_flow_step(ctx, x)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: functools.partial(control_flow_step), lambda: ControlFlowStep(),
+    lambda: ControlFlowStep().method], ids=["partial", "callable-object", "bound-method"])
+def test_autograph_converts_any_callable_step(make):
+  history = run(make(), steps=8)  # each failed with OperatorNotAllowedInGraphError
+  np.testing.assert_array_equal(history["scale"], [1, 1, 1, 1, 2, 2, 2, 2])
