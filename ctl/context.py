@@ -575,6 +575,7 @@ def _combine(op_type, kinds):
   return _MIXED
 
 
+@tf.autograph.experimental.do_not_convert  # as written, also in a tf.function of the user's
 def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
   """`fn` as autograph converts what a `tf.function` calls (Python control
   flow on tensors), in a graph.

@@ -96,6 +96,16 @@ class History(Mapping):
         kept.append((first, {k: v[:n] for k, v in values.items()}))
     self._chunks, self._cache = kept, None
 
+  def since(self, step: int) -> History:
+    """A new History of the values of `step` and every later step."""
+    self._join()
+    later = History()
+    for first, values in self._chunks:
+      skip = max(step - first, 0)
+      if skip < len(next(iter(values.values()))):
+        later._chunks.append((first + skip, {k: v[skip:] for k, v in values.items()}))  # pylint: disable=protected-access
+    return later
+
   @property
   def steps(self) -> np.ndarray:
     """The step of each value (int64)."""
@@ -233,16 +243,14 @@ class HistoryFile:
 
   def write(self, first_step: int, results: Mapping[str, Any]) -> None:
     """Appends the lines of the steps `first_step`, `first_step + 1`, ..."""
-    # Formatted here rather than by json.dumps: this runs after every compiled call.
-    keys = [", " + json.dumps(k) + ": " for k in results]
+    keys = [json.dumps(k) for k in results]  # once a call, not once a line
     columns = [np.asarray(v, np.float64).reshape(-1).tolist() for v in results.values()]
-    self._write("".join(
-        f'{{"step": {first_step + i}' + "".join(k + _token(v) for k, v in zip(keys, values))
-        + "}\n" for i, values in enumerate(zip(*columns))))
+    self._write("".join(_line(first_step + i, zip(keys, values))
+                        for i, values in enumerate(zip(*columns))))
 
   def write_history(self, history: History) -> None:
     """Appends a line for each step of `history`."""
-    self._write("".join(_line(row) for row in history.rows()))
+    self._write(_lines(history.rows()))
 
   def reopen(self) -> None:
     """Writes to a new file at the same path (the work directory was made again)."""
@@ -272,22 +280,26 @@ def read_history(path: str) -> History:
   return _read(path, before=None)[0]
 
 
-def _line(row):
-  # NaN and Infinity are written as such: Python's json and pandas read them.
-  return json.dumps({k: _number(v) for k, v in row.items()}) + "\n"
+def _line(step, items):
+  """The file's line of `step`: `items` are (JSON-quoted key, value) pairs.
+
+  Formatted here rather than by json.dumps: it runs after every compiled call.
+  """
+  return f'{{"step": {step}' + "".join(f", {k}: {_token(v)}" for k, v in items) + "}\n"
+
+
+def _lines(rows):
+  """The lines of `History.rows()`."""
+  return "".join(_line(row.pop("step"), ((json.dumps(k), v) for k, v in row.items()))
+                 for row in rows)
 
 
 def _token(value):
-  """`value` as `_line` writes it: 9 significant digits, NaN, Infinity, -Infinity."""
+  """9 significant digits (a float32 exactly), or NaN, Infinity, -Infinity as
+  Python's json writes them (it and pandas read them)."""
   if math.isfinite(value):
     return format(value, ".9g")
   return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-
-
-def _number(value):
-  if isinstance(value, int) or not math.isfinite(value):
-    return value
-  return float(f"{value:.9g}")  # 9 significant digits: a float32 exactly
 
 
 def _read(path, before):
@@ -328,7 +340,7 @@ def _columns(rows):
 def _write_rows(path, rows):
   temporary = path + ".tmp"
   with open(temporary, "w", encoding="utf-8") as f:
-    f.write("".join(_line(row) for row in rows))
+    f.write(_lines(rows))
     f.flush()
     os.fsync(f.fileno())
   os.replace(temporary, path)

@@ -163,12 +163,11 @@ def _open_history(context, write):
 
 
 def _train(context, num_steps, checkpoint, checkpointer, actions, progress, history_file):
-  ran = history_lib.History()  # what this call returns: the steps it trains
   if context.step >= num_steps:
     _log.info("already at step %d of %d: nothing to train", context.step, num_steps)
     if checkpointer and not _finished(context):  # stopped after the last save
       _finish(context, None, actions, None)
-    return ran
+    return history_lib.History()
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
   for every in timers:
@@ -188,8 +187,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
       # steps after it in the call (they ran on non-finite weights).
       bad = _first_non_finite(results)
       kept = results if bad is None else {k: v[:bad + 1] for k, v in results.items()}
-      for history in (ran, context.runner.history):
-        history.append(context.step, kept)
+      context.runner.history.append(context.step, kept)
       if history_file is not None:
         history_file.write(context.step, kept)
       _check_finite(results, context.step, checkpointer, bad)
@@ -211,7 +209,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
     stopper.close()
     bar.close()
     context.close()
-  return ran
+  return context.runner.history.since(context.start_step)  # the steps this fit trained
 
 
 def _finish(context, checkpointer, actions, stopper):
