@@ -80,6 +80,7 @@ class StepContext:
     self.replica_id = replica_id
     self._seed = seed
     self._draws = 0
+    self._draw_keys = {}  # graph -> this step's key of the draws (see `seed`)
     self._rows = None  # (first row, rows) of a micro-batch being run, else None
     self._compile_update = compile_update
     self._global_values = set()  # refs of shares of a global-batch mean
@@ -233,9 +234,16 @@ class StepContext:
     For draws that are not per example; pass it to any `tf.random.stateless_*`.
     """
     self._draws += 1
-    fold_in = tf.random.experimental.stateless_fold_in
-    return fold_in(fold_in(self._seed, self.step, alg=_ALGORITHM), self._draws,
-                   alg=_ALGORITHM)
+    # fold_in(fold_in(seed, step), draws), whose first half depends only on
+    # the step: made once per step (and graph), in a few ops, not for each draw.
+    graph = tf.compat.v1.get_default_graph()
+    key = self._draw_keys.get(graph)
+    if key is None or tf.executing_eagerly():
+      fold_in = tf.random.experimental.stateless_fold_in
+      key = self._draw_keys[graph] = tf.random.stateless_uniform(
+          [], seed=fold_in(self._seed, self.step, alg=_ALGORITHM), minval=None,
+          maxval=None, dtype=tf.int32, alg=_ALGORITHM)
+    return tf.stack([key, tf.constant(self._draws, tf.int32)])
 
   def reduction(self, value: Any, name: str) -> tf.distribute.ReduceOp:
     """How the runner reduces result `name` over replicas: SUM or MEAN.
