@@ -228,3 +228,13 @@ def wrap_checkpoint_state_update(wrapper):
   def restore():
     checkpoint_management.update_checkpoint_state_internal = original
   return restore
+
+
+def parameter_server_workers(strategy):
+  """The workers of a `ParameterServerStrategy` cluster (1 if unknown).
+
+  The strategy counts them from the cluster resolver it was made with, which
+  it does not expose (its `cluster_resolver` property is None).
+  """
+  _note_version("tensorflow")
+  return max(1, int(getattr(strategy, "_num_workers", 1) or 1))

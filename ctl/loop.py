@@ -177,7 +177,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
   stopper.before_exit = context.flush  # a signal's thread may end the process
   try:
     while context.step < num_steps:
-      ends = [context.runner.steps_per_loop, num_steps - context.step]
+      ends = [context.runner.steps_per_call, num_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.

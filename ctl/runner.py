@@ -31,6 +31,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from ctl import _tf_internal
 from ctl import arguments
 from ctl import checkpoints
 from ctl import data as data_lib
@@ -136,7 +137,8 @@ class Runner:
                                        mixed_precision=mixed_precision)
     self._train_step = steps.TrainStep(
         step, self.state, self._feed, strategy, seed=self.seed, eager=eager,
-        jit_compile=jit_compile, coordinator=self._coordinator)
+        jit_compile=jit_compile, coordinator=self._coordinator,
+        steps_per_loop=steps_per_loop)
     self._evaluator = evaluation.Evaluator(self.state, strategy, seed=self.seed,
                                            eager=eager)
     # Every step's results: `train` and `fit` append; `fit` with a workdir
@@ -162,6 +164,15 @@ class Runner:
       raise TypeError(f"with_options: {unknown} are not options it changes; give any "
                       f"of {sorted(allowed)}.")
     return Runner(**{**self._arguments, **options})
+
+  @property
+  def steps_per_call(self) -> int:
+    """The most steps `fit` and `train` run before they look at the results:
+    `steps_per_loop`, or under parameter servers `steps_per_loop` for each
+    worker (a scheduled call each, run in parallel)."""
+    if self._coordinator is None:
+      return self.steps_per_loop
+    return self.steps_per_loop * _tf_internal.parameter_server_workers(self.strategy)
 
   @property
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
@@ -313,17 +324,23 @@ class Runner:
     arguments.integer("num_steps", num_steps, minimum=1)
     ran = history_lib.History()
     step = int(self.global_step.numpy())
-    done = 0
-    while done < num_steps:
-      n = min(self.steps_per_loop, num_steps - done)
-      results = self.run_steps(n)
-      ran.append(step + done, results)
-      self.history.append(step + done, results)
-      done += n
+    calls, done = [], 0
+    try:
+      while done < num_steps:
+        n = min(self.steps_per_call, num_steps - done)
+        # Read once all calls are made: the device need not wait for the host.
+        calls.append((step + done, self._train_step.run(n, fetch=False)))
+        done += n
+    finally:  # what ran before an error is kept too
+      for first, results in calls:
+        results = steps.fetched(results)
+        ran.append(first, results)
+        self.history.append(first, results)
     return ran
 
   def run_steps(self, num_steps: int) -> steps.Results:
-    """Runs `num_steps` steps in one call (one compiled loop unless eager)."""
+    """Runs `num_steps` steps in one call (one compiled loop unless eager; under
+    parameter servers, scheduled calls of up to `steps_per_loop` steps)."""
     arguments.integer("num_steps", num_steps, minimum=1)
     return self._train_step.run(num_steps)
 

@@ -10,8 +10,9 @@
    `strategy.run`, the reduction of the results, the step counter.
 3. The in-graph loop: `num_steps` steps in one `tf.function` call, `num_steps`
    a tensor so that another count does not retrace; each result is stacked
-   per step. Under parameter servers each scheduled call is one step instead,
-   and eagerly the steps run as plain Python.
+   per step; a call of one step calls layer 2 directly. Under parameter
+   servers each scheduled call is such a loop, on one worker; eagerly the
+   steps run as plain Python.
 
 `run_on_replica` is layer 1 for any step function; `Runner.evaluate` runs
 evaluation steps through it too.
@@ -126,12 +127,15 @@ class TrainStep:
     eager: run as plain Python.
     jit_compile: compile with XLA (per update under merge-call strategies).
     coordinator: a `ClusterCoordinator` under parameter servers, else None.
+    steps_per_loop: under parameter servers, the steps of one scheduled call.
   """
 
   def __init__(self, step_fn: StepFn, state: State, feed: Feed,
                strategy: tf.distribute.Strategy, *, seed: int = 0, eager: bool = False,
-               jit_compile: bool = False, coordinator: ClusterCoordinator | None = None):
+               jit_compile: bool = False, coordinator: ClusterCoordinator | None = None,
+               steps_per_loop: int = 1):
     self._step_fn = step_fn
+    self._steps_per_loop = steps_per_loop
     self._state = state
     self._feed = feed
     self._strategy = strategy
@@ -150,20 +154,21 @@ class TrainStep:
       # (A TPU compiles the whole step with XLA anyway.)
       on_replica = tf.function(self.replica_step, jit_compile=True, autograph=False)
     self._on_replica = on_replica
-    self._traced_step = None
-    self._concrete = None  # the in-graph loop's one trace, once made
+    # One step on every replica, traced once: the in-graph loop calls it, and
+    # so does a call of one step, directly (no loop to build or optimize).
+    self._step = None if eager else tf.function(self.step_across_replicas, autograph=False)
+    self._loop = None if eager else tf.function(self._in_graph_loop, autograph=False)
+    self._concrete = {}  # after their first call, the step's and the loop's traces
     self._counts = {}  # num_steps -> its int32 tensor, made once
-    if eager:
-      self._loop = None
-    elif coordinator is not None:  # each scheduled call is one step on one worker
-      self._loop = tf.function(self.step_across_replicas, autograph=False)
-    else:
-      self._loop = tf.function(self._in_graph_loop)
 
   @property
   def trace_count(self) -> int:
-    """How many times the compiled loop was traced (0 when eager)."""
-    return 0 if self._loop is None else self._loop.experimental_get_tracing_count()
+    """How many times the step was traced (0 when eager). The in-graph loop
+    calls the step's one trace, and its count is a tensor: it traces once."""
+    if self._step is None:
+      return 0
+    return (self._step.experimental_get_tracing_count()
+            + max(0, self._loop.experimental_get_tracing_count() - 1))
 
   def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
     """Layer 1: the user's step on this replica (in replica context)."""
@@ -188,18 +193,32 @@ class TrainStep:
       self._state.global_step.assign_add(1)
     return reduced
 
-  def _in_graph_loop(self, num_steps):
-    """Layer 3: `num_steps` steps in one call, each result stacked per step."""
-    arrays = {k: tf.TensorArray(tf.float32, size=num_steps) for k in self.result_keys}
-    for i in tf.range(num_steps):
-      results = self._traced_step()
-      arrays = {k: a.write(i, results[k]) for k, a in arrays.items()}
+  def _in_graph_loop(self, num_steps, iterator=None):
+    """Layer 3: `num_steps` (>= 1) steps in one call, each result stacked per step.
+
+    The first step runs before the loop: its results' keys make the arrays the
+    loop writes into. Both call the step's one trace.
+    """
+    first = self._step(iterator) if iterator is not None else self._step()
+    arrays = {k: tf.TensorArray(tf.float32, size=num_steps).write(0, v)
+              for k, v in first.items()}
+
+    def body(i, arrays):
+      results = self._step(iterator) if iterator is not None else self._step()
+      return i + 1, {k: a.write(i, results[k]) for k, a in arrays.items()}
+
+    _, arrays = tf.while_loop(lambda i, _: i < num_steps, body, (tf.constant(1), arrays))
     return {k: a.stack() for k, a in arrays.items()}
 
-  def run(self, num_steps: int) -> Results:
-    """Runs `num_steps` steps in one call; returns each result's values (numpy)."""
+  def run(self, num_steps: int, fetch: bool = True) -> Results:
+    """Runs `num_steps` steps in one call; returns each result's values (numpy).
+
+    `fetch=False` leaves compiled results where they are, as tensors (a
+    scalar for one step): a host copy waits for the device, and a caller
+    that reads the results later lets the device run ahead.
+    """
     try:
-      results = self._run(num_steps)
+      results = self._run(num_steps, fetch)
     except tf.errors.OutOfRangeError:
       raise ValueError(f"data ran out at step {int(self._state.global_step.numpy())}: "
                        "the dataset holds fewer batches than the steps asked for; "
@@ -213,7 +232,7 @@ class TrainStep:
     self._ran = True
     return results
 
-  def _run(self, num_steps):
+  def _run(self, num_steps, fetch):
     if self._coordinator is not None:
       return self._schedule(num_steps)
     if self._eager:
@@ -222,42 +241,52 @@ class TrainStep:
         results.append(self.step_across_replicas())
         self.result_keys = self.result_keys or list(results[0])
       return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
-    if self.result_keys is None:
-      # The loop stacks each result per step in a TensorArray made before the
-      # loop, so it must know the keys first: trace one step (no run) to see
-      # them. The loop then calls that traced step, so the step is traced once.
-      # ctl's code: no autograph (the user's step is converted in run_on_replica).
-      self._traced_step = tf.function(self.step_across_replicas, autograph=False)
-      self._traced_step.get_concrete_function()
-      self.result_keys = list(self.reductions)
-    return {k: v.numpy() for k, v in self._call_loop(num_steps).items()}
+    if num_steps == 1:
+      out = self._call(self._step)
+    else:
+      out = self._call(self._loop, self._count(num_steps))
+    self.result_keys = self.result_keys or list(out)
+    return fetched(out) if fetch else out
 
-  def _call_loop(self, num_steps):
-    """The in-graph loop of `num_steps` steps. After the first call, through its
-    concrete function: a `tf.function` call matches its arguments against its
-    traces first, which costs about 0.15 ms here (12% of a tiny GAN's step)."""
+  def _call(self, function, *args):
+    """Calls a `tf.function` of ctl's, after its first call through its one
+    trace: a `tf.function` call first matches its arguments against its
+    traces, which costs about 0.15 ms here (12% of a tiny GAN's step)."""
+    concrete = self._concrete.get(function)
+    if concrete is None:
+      out = function(*args)
+      self._concrete[function] = function.get_concrete_function(*args)  # the trace just made
+      return out
+    return concrete(*args)
+
+  def _count(self, num_steps):
     count = self._counts.get(num_steps)
     if count is None:
       count = self._counts[num_steps] = tf.constant(num_steps, tf.int32)
-    if self._concrete is None:
-      out = self._loop(count)
-      self._concrete = self._loop.get_concrete_function(count)  # the trace just made
-      return out
-    return self._concrete(count)
+    return count
 
   def _schedule(self, num_steps):
-    """Parameter servers: `num_steps` one-step calls, spread over the workers.
+    """Parameter servers: `num_steps` steps in calls of up to `steps_per_loop`
+    steps (the in-graph loop), each scheduled on whichever worker is free.
 
-    Each call is scheduled on whichever worker is free, so the workers train
-    in parallel on the shared variables (asynchronous updates); the results
-    come back in the order the steps were scheduled.
+    The workers train in parallel on the shared variables (asynchronous
+    updates); the results come back in the order the calls were scheduled.
     """
-    calls = [self._coordinator.schedule(self._loop, args=(self._feed.iterator,))
-             for _ in range(num_steps)]
+    calls = []
+    while num_steps > 0:
+      n = min(num_steps, self._steps_per_loop)
+      calls.append(self._coordinator.schedule(
+          self._loop, args=(self._count(n), self._feed.iterator)))
+      num_steps -= n
     self._coordinator.join()
     results = [call.fetch() for call in calls]
     self.result_keys = self.result_keys or list(results[0])
-    return {k: np.array([r[k] for r in results]) for k in results[0]}
+    return {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+
+
+def fetched(results: dict[str, Any]) -> Results:
+  """`TrainStep.run`'s results as numpy arrays of one value per step."""
+  return {k: np.asarray(v).reshape(-1) for k, v in results.items()}
 
 
 # Words of Keras' and TF's errors about an input that does not fit a layer.
