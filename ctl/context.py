@@ -30,22 +30,46 @@ import tensorflow as tf
 from ctl import _tf_internal
 from ctl import arguments
 
-# Named, not "auto_select", so that every device and XLA draw the same bits.
+# Philox, named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"
+_PHILOX = 1  # its number in TF's raw random ops
+# A draw's Philox counter is (draw << _DRAW_SHIFT + block, step): each draw of
+# a step owns 2**_DRAW_SHIFT blocks of 4 numbers, far more than any draw reads.
+_DRAW_SHIFT = 40
 
 
-def _uniform_bits(shape, seed):
+_KEYS = {}  # seed -> its Philox key
+
+
+def _philox_key(seed):
+  """The Philox key of the run's seed ([2] integers): TF's stateless draw of
+  two uint32 from it, joined; made once, eagerly, if the seed is known then."""
+  def halves():
+    return tf.random.stateless_uniform([2], seed=seed, minval=None, maxval=None,
+                                       dtype=tf.uint32, alg=_ALGORITHM)
+
+  if not tf.is_symbolic_tensor(seed):
+    known = tuple(int(x) for x in tf.get_static_value(seed).reshape(-1))
+    if known not in _KEYS:
+      with tf.init_scope():  # eagerly, also while a step is traced
+        low, high = (int(h) for h in halves().numpy())
+      _KEYS[known] = low | high << 32
+    return tf.constant([_KEYS[known]], tf.uint64)
+  halves = tf.cast(halves(), tf.uint64)
+  return tf.reshape(tf.bitwise.bitwise_or(halves[0], tf.bitwise.left_shift(
+      halves[1], tf.constant(32, tf.uint64))), [1])
+
+
+def _uniform(bits):
   """Philox bits as floats in [0, 1): 24 random bits, exact in float32."""
-  bits = tf.random.stateless_uniform(shape, seed=seed, minval=None, maxval=None,
-                                     dtype=tf.uint32, alg=_ALGORITHM)
   return tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) * (2.0 ** -24)
 
 
-def _standard_normal(shape, seed):
-  # Box-Muller on our own uniforms: TF's stateless_normal and XLA's turn the
-  # same Philox bits into different normals, which would make a jit-compiled
-  # step draw other noise than an eager one.
-  u = _uniform_bits([2] + shape, seed)
+def _standard_normal(bits):
+  # Box-Muller on our own uniforms (bits: [2, ...]): TF's stateless_normal and
+  # XLA's turn the same Philox bits into different normals, which would make a
+  # jit-compiled step draw other noise than an eager one.
+  u = _uniform(bits)
   radius = tf.sqrt(-2.0 * tf.math.log(1.0 - u[0]))  # 1 - u is in (0, 1]
   return radius * tf.cos((2.0 * 3.141592653589793) * u[1])
 
@@ -78,9 +102,8 @@ class StepContext:
     self.per_replica_batch_size = global_batch_size // num_replicas
     self._replica_rows = self.per_replica_batch_size  # while a micro-batch runs too
     self.replica_id = replica_id
-    self._seed = seed
+    self._key = _philox_key(seed)
     self._draws = 0
-    self._draw_keys = {}  # graph -> this step's key of the draws (see `seed`)
     self._rows = None  # (first row, rows) of a micro-batch being run, else None
     self._compile_update = compile_update
     self._global_values = set()  # refs of shares of a global-batch mean
@@ -220,30 +243,30 @@ class StepContext:
     Row `i` is the draw for global example `replica_id * per_replica + i` at
     this step: the same whatever the number of replicas or workers.
     """
-    return tf.cast(self._draw(_standard_normal, shape) * stddev, dtype)
+    return tf.cast(self._draw(_standard_normal, shape, 2) * stddev, dtype)
 
   def uniform(self, shape: int | Sequence[int], minval: float = 0.0, maxval: float = 1.0,
               dtype: tf.DType = tf.float32) -> tf.Tensor:
     """Uniform draws in [minval, maxval) per example, like `normal`."""
-    u = self._draw(_uniform_bits, shape)
+    u = self._draw(_uniform, shape)
     return tf.cast(minval + (maxval - minval) * u, dtype)
 
   def seed(self) -> tf.Tensor:
-    """A fresh stateless seed (shape [2]) for this step, equal on every replica.
+    """A fresh stateless seed (int32, shape [2]) for this step, equal on every replica.
 
     For draws that are not per example; pass it to any `tf.random.stateless_*`.
     """
+    return self._bits([2], tf.int32)
+
+  def _bits(self, shape, dtype=tf.uint32):
+    """The next draw's random bits: Philox keyed by the run's seed, counting
+    from (this draw, this step). A few ops per draw, the same on every device,
+    replica and worker, eagerly and under XLA."""
     self._draws += 1
-    # fold_in(fold_in(seed, step), draws), whose first half depends only on
-    # the step: made once per step (and graph), in a few ops, not for each draw.
-    graph = tf.compat.v1.get_default_graph()
-    key = self._draw_keys.get(graph)
-    if key is None or tf.executing_eagerly():
-      fold_in = tf.random.experimental.stateless_fold_in
-      key = self._draw_keys[graph] = tf.random.stateless_uniform(
-          [], seed=fold_in(self._seed, self.step, alg=_ALGORITHM), minval=None,
-          maxval=None, dtype=tf.int32, alg=_ALGORITHM)
-    return tf.stack([key, tf.constant(self._draws, tf.int32)])
+    counter = tf.stack([tf.constant(self._draws << _DRAW_SHIFT, tf.uint64),
+                        tf.cast(self.step, tf.uint64)])
+    return tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=shape, key=self._key, counter=counter, alg=_PHILOX, dtype=dtype)
 
   def reduction(self, value: Any, name: str) -> tf.distribute.ReduceOp:
     """How the runner reduces result `name` over replicas: SUM or MEAN.
@@ -295,12 +318,12 @@ class StepContext:
         self._tape = tape
         yield
 
-  def _draw(self, sampler, shape):
+  def _draw(self, sampler, shape, parts=None):
     # Every replica draws the whole global batch from the same seed and keeps
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
     shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
-    full = sampler([self.global_batch_size] + shape, self.seed())
+    full = sampler(self._bits(([parts] if parts else []) + [self.global_batch_size] + shape))
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     size = self._replica_rows
     if self._rows is not None:  # a slice of micro_batches: its rows only

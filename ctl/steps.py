@@ -178,12 +178,16 @@ class TrainStep:
         reductions=self.reductions, compile_update=self._compile_update,
         expected_keys=self.result_keys)
 
-  def step_across_replicas(self, iterator: Iterator[Any] | None = None
-                           ) -> dict[str, tf.Tensor]:
-    """Layer 2: one step on every replica; returns the reduced results."""
+  def step_across_replicas(self, step: tf.Tensor | None = None,
+                           iterator: Iterator[Any] | None = None) -> dict[str, tf.Tensor]:
+    """Layer 2: one step on every replica; returns the reduced results.
+
+    `step`: the global step's value, if the caller knows it (None reads it).
+    """
     batch = self._feed.next(iterator)
-    results = self._strategy.run(self._on_replica,
-                                 args=(batch, self._state.global_step.read_value()))
+    if step is None:
+      step = self._state.global_step.read_value()
+    results = self._strategy.run(self._on_replica, args=(batch, step))
     reduced = {k: self._strategy.reduce(self.reductions[k], v, axis=None)
                for k, v in results.items()}
     # Count the step only once it got its data and ran: in a graph the
@@ -197,14 +201,24 @@ class TrainStep:
     """Layer 3: `num_steps` (>= 1) steps in one call, each result stacked per step.
 
     The first step runs before the loop: its results' keys make the arrays the
-    loop writes into. Both call the step's one trace.
+    loop writes into. Both call the step's one trace. The steps' numbers are
+    the global step read once, plus the loop's index: a step that read the
+    counter would wait for the one before to count itself, and could not
+    start (its draws, its batch) while that one ends. Under parameter servers
+    (`iterator` given) calls on other workers move the counter: each step
+    reads it.
     """
-    first = self._step(iterator) if iterator is not None else self._step()
+    if iterator is None:
+      start = self._state.global_step.read_value()
+      step = lambda i: start + tf.cast(i, tf.int64)  # noqa: E731
+    else:
+      step = lambda i: None  # noqa: E731
+    first = self._step(step(0), iterator)
     arrays = {k: tf.TensorArray(tf.float32, size=num_steps).write(0, v)
               for k, v in first.items()}
 
     def body(i, arrays):
-      results = self._step(iterator) if iterator is not None else self._step()
+      results = self._step(step(i), iterator)
       return i + 1, {k: a.write(i, results[k]) for k, a in arrays.items()}
 
     _, arrays = tf.while_loop(lambda i, _: i < num_steps, body, (tf.constant(1), arrays))
@@ -242,7 +256,7 @@ class TrainStep:
         self.result_keys = self.result_keys or list(results[0])
       return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
     if num_steps == 1:
-      out = self._call(self._step)
+      out = self._call(self._step, self._state.global_step.read_value())
     else:
       out = self._call(self._loop, self._count(num_steps))
     self.result_keys = self.result_keys or list(out)
