@@ -338,6 +338,21 @@ def test_one_step_calls_run_the_step_without_a_loop():
   assert runner.trace_count == 1 and int(runner.global_step.numpy()) == 5
 
 
+def test_new_runners_and_evaluations_do_not_warn_of_retracing(caplog):
+  # TF warns when the same code is traced on 5 calls in a row, as every new
+  # runner, and every evaluation of a new dataset, traces it once.
+  def evaluation(ctx, x):
+    return {"loss": ctx.average(tf.square(ctx.models["model"](x)[:, 0]))}
+
+  with caplog.at_level("WARNING", logger="tensorflow"):
+    for _ in range(7):
+      runner = ctl.Runner(train_step, build, data(256), steps_per_loop=2)
+      runner.train(1)
+      runner.train(2)
+      runner.evaluate(evaluation, data().take(2))
+  assert "retracing" not in caplog.text
+
+
 def test_loop_lengths_do_not_retrace():
   runner = ctl.Runner(train_step, build, data(256), steps_per_loop=4)
   runner.train(4)
