@@ -47,9 +47,13 @@ hand-written copy of the same step.
 import argparse
 import gc
 import json
+import os
+import platform
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -154,8 +158,12 @@ class Variant:
       self.results.append(out)
 
 
-def handwritten(workload, strategy):
-  """The floor: what a careful user writes by hand (TF DCGAN tutorial style)."""
+def handwritten(workload, strategy, steps_per_call=1):
+  """The floor: what a careful user writes by hand (TF DCGAN tutorial style).
+
+  `steps_per_call` > 1: the same step in an in-graph loop of that many steps
+  per call (the floor of `ctl steps_per_loop=N`).
+  """
   if workload == "bigan":
     return handwritten_bigan(strategy)
   import keras
@@ -180,26 +188,45 @@ def handwritten(workload, strategy):
                               generator.trainable_variables))
     return d_loss, g_loss
 
-  return compiled_loop(strategy, replica_step, iterator)
+  return compiled_loop(strategy, replica_step, iterator, steps_per_call)
 
 
-def compiled_loop(strategy, replica_step, iterator):
-  """A hand-written loop: `replica_step` under `strategy.run` in a tf.function."""
+def compiled_loop(strategy, replica_step, iterator, steps_per_call=1):
+  """A hand-written loop: `replica_step` under `strategy.run` in a tf.function.
+
+  One step per call, the next batch from Python, the results read only after
+  the last call; or (`steps_per_call` > 1) an in-graph loop of that many
+  steps per call, which returns the last step's results.
+  """
   import tensorflow as tf
 
-  @tf.function
-  def train_step(real):
+  def one_step(real):
     d, g = strategy.run(replica_step, args=(real,))
     return strategy.reduce("SUM", d, axis=None), strategy.reduce("SUM", g, axis=None)
 
+  train_step = tf.function(one_step)
+
+  @tf.function
+  def train_loop(n):
+    d = g = tf.constant(0.0)
+    for _ in tf.range(n):
+      d, g = one_step(next(iterator))
+    return d, g
+
   def run(steps):
-    for _ in range(steps):
-      out = train_step(next(iterator))
+    if steps_per_call == 1:
+      for _ in range(steps):
+        out = train_step(next(iterator))
+    else:
+      while steps > 0:
+        out = train_loop(tf.constant(min(steps, steps_per_call)))
+        steps -= steps_per_call
     out[0].numpy()  # wait for the last step
 
   def concrete():
     return train_step.get_concrete_function(next(iterator))
-  return Variant(run, train_step.experimental_get_tracing_count, concrete)
+  function = train_step if steps_per_call == 1 else train_loop
+  return Variant(run, function.experimental_get_tracing_count, concrete)
 
 
 def handwritten_bigan(strategy):
@@ -245,11 +272,13 @@ def handwritten_bigan(strategy):
 
 
 def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=False,
-            row_batching=False, **runner_args):
+            row_batching=False, stateful_noise=False, **runner_args):
   """The same step through ctl.Runner (`train`, or `fit` if given a workdir).
 
   `synthetic`: feed one batch, held in memory, again and again instead of the
-  input pipeline (the input-wait baseline); `row_batching`: see `real_data`.
+  input pipeline (the input-wait baseline); `row_batching`: see `real_data`;
+  `stateful_noise`: the noise from `tf.random.normal`, as the hand-written
+  loop draws it, instead of `ctx.normal` (what ctl's deterministic draws cost).
   `runner_args` go to `ctl.Runner`
   (`mixed_precision`, `jit_compile`).
   """
@@ -272,7 +301,9 @@ def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=Fal
     def step(ctx, real):
       generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
       with tf.GradientTape(persistent=True) as tape:
-        fake = generator(ctx.normal([noise_dim]), training=True)
+        noise = (tf.random.normal([ctx.per_replica_batch_size, noise_dim]) if stateful_noise
+                 else ctx.normal([noise_dim]))
+        fake = generator(noise, training=True)
         d, g = losses(discriminator(real, training=True), discriminator(fake, training=True))
         d_loss, g_loss = ctx.average(d), ctx.average(g)
       ctx.minimize(d_loss, "discriminator", tape=tape)
@@ -346,25 +377,55 @@ def keras_fit(workload, strategy, steps_per_execution):
 
 MODELS = {"tiny": tiny_models, "dcgan": dcgan_models}
 
+
+def torch_rows(kind):
+  """PyTorch (`kind` "torch") or Lightning rows: bench/torch_rows.py."""
+  import torch_rows as rows  # bench/ is on sys.path: run.py is run as a script
+  return rows.torch_variant if kind == "torch" else rows.lightning_variant
+
+
+def torch_unavailable():
+  """None if the PyTorch and Lightning rows can run, else why not."""
+  try:
+    import torch_rows as rows
+  except ImportError as e:  # run.py imported as a module, without bench/ on sys.path
+    return str(e)
+  return rows.available()
+
 VARIANTS = {
     "handwritten": lambda w, s, d: handwritten(w, s),
+    "handwritten in-graph loop of 10": lambda w, s, d: handwritten(w, s, 10),
+    "handwritten in-graph loop of 100": lambda w, s, d: handwritten(w, s, 100),
     "ctl steps_per_loop=1": lambda w, s, d: library(w, s, 1),
     "ctl steps_per_loop=10": lambda w, s, d: library(w, s, 10),
     "ctl steps_per_loop=100": lambda w, s, d: library(w, s, 100),
     "ctl fit steps_per_loop=1": lambda w, s, d: library(w, s, 1, d),
     "ctl fit steps_per_loop=10": lambda w, s, d: library(w, s, 10, d),
     "ctl synthetic input": lambda w, s, d: library(w, s, 1, synthetic=True),
+    "ctl steps_per_loop=10 stateful noise":
+        lambda w, s, d: library(w, s, 10, stateful_noise=True),
     "ctl steps_per_loop=10 row-batched input":
         lambda w, s, d: library(w, s, 10, row_batching=True),
     "ctl jit_compile": lambda w, s, d: library(w, s, 1, jit_compile=True),
     "ctl mixed_bfloat16": lambda w, s, d: library(w, s, 1, mixed_precision="mixed_bfloat16"),
+    "pytorch": lambda w, s, d: torch_rows("torch")(w),
+    "lightning": lambda w, s, d: torch_rows("lightning")(w),
     "keras fit spe=1": lambda w, s, d: keras_fit(w, s, 1),
     "keras fit spe=10": lambda w, s, d: keras_fit(w, s, 10),
 }
 
-_TINY = ["handwritten", "ctl steps_per_loop=1", "ctl steps_per_loop=10",
-         "ctl steps_per_loop=100", "keras fit spe=1", "keras fit spe=10"]
-_MIRRORED = ["handwritten", "ctl steps_per_loop=1", "ctl steps_per_loop=10"]
+_TINY = ["handwritten", "handwritten in-graph loop of 10", "handwritten in-graph loop of 100",
+         "ctl steps_per_loop=1", "ctl steps_per_loop=10", "ctl steps_per_loop=100",
+         "keras fit spe=1", "keras fit spe=10"]
+_MIRRORED = ["handwritten", "handwritten in-graph loop of 10", "ctl steps_per_loop=1",
+             "ctl steps_per_loop=10"]
+# Each variant's floor, the hand-written loop that does the same work per call.
+FLOORS = {"ctl steps_per_loop=10": "handwritten in-graph loop of 10",
+          "ctl steps_per_loop=100": "handwritten in-graph loop of 100",
+          "ctl fit steps_per_loop=10": "handwritten in-graph loop of 10",
+          "ctl steps_per_loop=10 row-batched input": "handwritten in-graph loop of 10",
+          "ctl steps_per_loop=10 stateful noise": "handwritten in-graph loop of 10",
+          "keras fit spe=10": "handwritten in-graph loop of 10"}
 # (workload, strategy, steps per repetition, repetitions, variants). A DCGAN
 # step takes seconds here, so its loops of 10 or 100 steps are left out (a
 # dispatch saving of well under a millisecond per step cannot show), and its
@@ -376,20 +437,24 @@ PLANS = {
     "full": [
         ("tiny", "default", 400, 7, _TINY + [
             "ctl fit steps_per_loop=10", "ctl synthetic input",
+            "ctl steps_per_loop=10 stateful noise",
             "ctl steps_per_loop=10 row-batched input", "ctl jit_compile",
-            "ctl mixed_bfloat16"]),
+            "ctl mixed_bfloat16", "pytorch", "lightning"]),
         ("tiny", "mirrored", 400, 7, _MIRRORED),
         ("dcgan", "default", 3, 5, ["handwritten", "ctl steps_per_loop=1",
                                     "ctl fit steps_per_loop=1", "keras fit spe=1",
                                     "ctl synthetic input", "ctl jit_compile",
-                                    "ctl mixed_bfloat16"]),
+                                    "ctl mixed_bfloat16", "pytorch", "lightning"]),
         ("dcgan", "mirrored", 3, 5, ["handwritten", "ctl steps_per_loop=1"]),
         ("bigan", "default", 3, 5, ["handwritten", "ctl steps_per_loop=1"]),
     ],
     "quick": [
-        ("tiny", "default", 200, 3, _TINY + ["ctl synthetic input"]),
-        ("tiny", "mirrored", 200, 3, _MIRRORED),
-        ("dcgan", "default", 1, 5, ["handwritten", "ctl steps_per_loop=1", "keras fit spe=1"]),
+        ("tiny", "default", 200, 5, _TINY + [
+            "ctl synthetic input", "ctl steps_per_loop=10 stateful noise", "ctl jit_compile",
+            "pytorch", "lightning"]),
+        ("tiny", "mirrored", 200, 5, _MIRRORED),
+        ("dcgan", "default", 1, 5, ["handwritten", "ctl steps_per_loop=1", "keras fit spe=1",
+                                    "pytorch", "lightning"]),
     ],
 }
 WORKLOADS = ("tiny", "dcgan", "bigan")
@@ -518,10 +583,14 @@ def run_group(workload, strategy_name, strategy, variant_names, steps, repetitio
   floor = results["handwritten"][0]
   rows = []
   for name, (seconds, traces) in results.items():
+    floor_name = FLOORS.get(name, "handwritten")
+    if floor_name not in results:
+      floor_name = "handwritten"
     row = {"workload": workload, "variant": name, "strategy": strategy_name,
            "ms_per_step": round(seconds * 1e3, 3),
            "examples_per_s": round(BATCH / seconds, 1),
            "ratio_to_handwritten": round(seconds / floor, 3),
+           "floor": floor_name, "ratio_to_floor": round(seconds / results[floor_name][0], 3),
            "peak_rss_mb": round(peak, 1), "steps": steps, "repetitions": repetitions,
            "traces_after_first_call": traces, "gflop_per_step": round(gflop, 3),
            "gflop_per_s": round(gflop / seconds, 2),
@@ -544,6 +613,137 @@ def parse_workloads(text, parser):
   return workloads
 
 
+def cpu_features():
+  """The CPU and the instructions the variants' kernels can use (Linux's /proc/cpuinfo).
+
+  `bfloat16_instructions`: AVX512_BF16 or AMX-BF16 on x86 (BF16 on ARM):
+  without them oneDNN converts bfloat16 to float32 and back around float32
+  arithmetic, and mixed_bfloat16 cannot pay off.
+  """
+  model, flags = platform.machine(), set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "model name" and model == platform.machine():
+          model = value
+        elif key in ("flags", "Features") and not flags:
+          flags = set(value.split())
+  except OSError:
+    pass
+  names = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "bf16")
+  features = {name: name in flags for name in names}
+  x86 = platform.machine() in ("x86_64", "AMD64")
+  # TF turns oneDNN on by default on x86 Linux; TF_ENABLE_ONEDNN_OPTS=0 turns it off.
+  onednn = x86 and os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") not in ("0", "false")
+  return {"cpu": model, "cores": os.cpu_count(), "features": features, "onednn": onednn,
+          "bfloat16_instructions": bool(features["avx512_bf16"] or features["amx_bf16"]
+                                        or features["bf16"])}
+
+
+# What the first-step rows compare: the time from "models built" to the first
+# step's result, in a fresh process (tracing and graph optimization included).
+FIRST_STEP_VARIANTS = ("handwritten", "ctl steps_per_loop=1", "keras fit spe=1")
+
+
+def first_step_child(workload, variant):
+  """In a fresh process: builds `variant`, then times its first step."""
+  import tensorflow as tf
+  built = VARIANTS[variant](workload, tf.distribute.get_strategy(), None)
+  start = time.perf_counter()
+  built.run(1)
+  print(json.dumps({"first_step_s": time.perf_counter() - start}))
+
+
+def first_steps(workload, repetitions, variants=FIRST_STEP_VARIANTS):
+  """Median time to the first step's result of each of `variants` (the
+  hand-written loop first), one fresh process per measurement, interleaved."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  times = {name: [] for name in variants}
+  for _ in range(repetitions):
+    for name in variants:
+      proc = subprocess.run([sys.executable, __file__, "--first-step", name,
+                             "--workloads", workload], env=env, capture_output=True,
+                            text=True, check=False)
+      lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+      if proc.returncode or not lines:
+        raise RuntimeError(f"first step of {name} on {workload} failed:\n{proc.stderr[-3000:]}")
+      times[name].append(json.loads(lines[-1])["first_step_s"])
+  floor = statistics.median(times["handwritten"])
+  return [{"measure": "first_step", "workload": workload, "variant": name,
+           "strategy": "default", "first_step_s": round(statistics.median(t), 3),
+           "min_s": round(min(t), 3), "max_s": round(max(t), 3),
+           "ratio_to_handwritten": round(statistics.median(t) / floor, 3),
+           "repetitions": repetitions} for name, t in times.items()]
+
+
+def _row(rows, workload, variant, strategy="default", measure=None):
+  for r in rows:
+    if (r["workload"], r["variant"], r["strategy"], r.get("measure")) == (
+        workload, variant, strategy, measure):
+      return r
+  return None
+
+
+def targets(rows, cpu):
+  """Issue 18's targets against this run's rows: (target, value, met); met is
+  None where a target's rows were not measured, "n/a" where it does not apply."""
+  out = []
+
+  def ratio(target, workload, variant, limit, strategy="default", key="ratio_to_floor",
+            measure=None):
+    row = _row(rows, workload, variant, strategy, measure)
+    value = None if row is None else row[key]
+    out.append({"target": target, "value": value,
+                "met": None if value is None else value <= limit})
+
+  ratio("tiny: ctl steps_per_loop=1 <= 1.2x the hand-written per-step loop", "tiny",
+        "ctl steps_per_loop=1", 1.2)
+  ratio("tiny: ctl steps_per_loop=10 <= 1.05x the hand-written in-graph loop of 10",
+        "tiny", "ctl steps_per_loop=10", 1.05)
+  ctl10, keras10 = (_row(rows, "tiny", v) for v in ("ctl steps_per_loop=10", "keras fit spe=10"))
+  out.append({"target": "tiny: ctl steps_per_loop=10 ahead of Keras fit at "
+              "steps_per_execution=10 (ms/step, ctl / Keras)",
+              "value": ctl10 and keras10 and round(ctl10["ms_per_step"] /
+                                                   keras10["ms_per_step"], 3),
+              "met": None if not (ctl10 and keras10) else
+              ctl10["ms_per_step"] < keras10["ms_per_step"]})
+  ratio("tiny mirrored: ctl steps_per_loop=1 <= the hand-written mirrored loop", "tiny",
+        "ctl steps_per_loop=1", 1.0, strategy="mirrored")
+  for workload in ("dcgan", "bigan"):
+    ratio(f"{workload}: ctl steps_per_loop=1 <= 1.00x hand-written (2% noise allowed)",
+          workload, "ctl steps_per_loop=1", 1.02)
+    ctl1, keras1 = (_row(rows, workload, v) for v in ("ctl steps_per_loop=1", "keras fit spe=1"))
+    if ctl1 and keras1:
+      out.append({"target": f"{workload}: ahead of Keras fit (ms/step, ctl / Keras)",
+                  "value": round(ctl1["ms_per_step"] / keras1["ms_per_step"], 3),
+                  "met": ctl1["ms_per_step"] < keras1["ms_per_step"]})
+  for workload in ("tiny", "dcgan"):
+    ratio(f"{workload}: first step <= 1.2x the hand-written loop's", workload,
+          "ctl steps_per_loop=1", 1.2, key="ratio_to_handwritten", measure="first_step")
+  bf16, f32 = (_row(rows, "dcgan", v) for v in ("ctl mixed_bfloat16", "ctl steps_per_loop=1"))
+  if not cpu["bfloat16_instructions"]:
+    out.append({"target": "dcgan: mixed_bfloat16 >= 1.3x faster than float32", "value":
+                "no bfloat16 instructions on this CPU", "met": "n/a"})
+  else:
+    speed = bf16 and f32 and round(f32["ms_per_step"] / bf16["ms_per_step"], 3)
+    out.append({"target": "dcgan: mixed_bfloat16 >= 1.3x faster than float32",
+                "value": speed, "met": None if speed is None else speed >= 1.3})
+  ps10 = _row(rows, "tiny", "ctl steps_per_loop=10", "parameter_server", "parameter_server")
+  out.append({"target": "parameter_server: steps_per_loop=10 runs more steps/s than one "
+              "step per scheduled call (ms/step ratio)",
+              "value": ps10 and ps10["ratio_to_one_step_per_call"],
+              "met": None if ps10 is None else ps10["ratio_to_one_step_per_call"] < 1})
+  timed = [r for r in rows if "traces_after_first_call" in r]
+  out.append({"target": "no retrace after the first call (rows with one)",
+              "value": sum(r["traces_after_first_call"] > 0 for r in timed),
+              "met": all(r["traces_after_first_call"] == 0 for r in timed)})
+  waits = [r["input_wait_share"] for r in rows if "input_wait_share" in r]
+  out.append({"target": "input wait < 2% of the step", "value": waits or None,
+              "met": None if not waits else all(w < 0.02 for w in waits)})
+  return out
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--quick", action="store_true",
@@ -551,20 +751,44 @@ def main():
   p.add_argument("--workloads", default=",".join(WORKLOADS),
                  help=f"comma-separated subset of {', '.join(WORKLOADS)}")
   p.add_argument("--steps", type=int, help="steps per repetition, for every workload")
-  p.add_argument("--repetitions", type=int, help="timed repetitions per variant")
+  p.add_argument("--repetitions", type=int,
+                 help="timed repetitions per variant (and fresh processes per first-step row)")
+  p.add_argument("--first-step", help=argparse.SUPPRESS)  # a child of first_steps
   args = p.parse_args()
   workloads = parse_workloads(args.workloads, p)
+  if args.first_step:
+    first_step_child(workloads[0], args.first_step)
+    return
   for name in ("steps", "repetitions"):
     if getattr(args, name) is not None and getattr(args, name) < 1:
       p.error(f"--{name} ({getattr(args, name)}) must be at least 1")
-  plan = [g for g in PLANS["quick" if args.quick else "full"] if g[0] in workloads]
+  cpu = cpu_features()
+  print(f"CPU: {cpu['cpu']}, {cpu['cores']} cores; "
+        + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu["features"].items())
+        + f"; oneDNN {'on' if cpu['onednn'] else 'off'}; mixed_bfloat16 "
+        + ("can pay off here" if cpu["bfloat16_instructions"] else
+           "cannot pay off here (no bfloat16 instructions: oneDNN converts to float32)"))
+  no_torch = torch_unavailable()
+  if no_torch:
+    print(f"PyTorch and Lightning rows left out: {no_torch}")
+  plan = []
+  for workload, strategy_name, steps, repetitions, names in PLANS[
+      "quick" if args.quick else "full"]:
+    if workload not in workloads:
+      continue
+    if no_torch:
+      names = [n for n in names if n not in ("pytorch", "lightning")]
+    if workload == "dcgan" and strategy_name == "default":
+      bf16 = "ctl mixed_bfloat16"
+      # Where it cannot pay off, a bfloat16 DCGAN step is ~8x slower than float32.
+      names = [n for n in names if n != bf16] + [bf16] * cpu["bfloat16_instructions"]
+    plan.append((workload, strategy_name, steps, repetitions, names))
   # Two logical CPUs for the mirrored variants, before any TensorFlow op.
   strategies = {"default": ctl.make_strategy("default", logical_cpus=2)}
   if any(g[1] == "mirrored" for g in plan):
     strategies["mirrored"] = ctl.make_strategy("mirrored")
   ceiling = bf16_speed = None
   if {"dcgan", "bigan"} & set(workloads):
-    # (--quick runs no bfloat16 variant, so it skips that kernel's slow timing.)
     ceiling, bf16_speed = conv_ceiling(1 if args.quick else 3, bfloat16=not args.quick)
   rows = []
   for workload, strategy_name, steps, repetitions, names in plan:
@@ -573,13 +797,33 @@ def main():
     # Free the group's models and input iterators now: left to the interpreter's
     # exit, a tf.data iterator's destructor can wait forever on its threads.
     gc.collect()
+  first = []
+  for workload in ("tiny", "dcgan"):
+    if workload in workloads:
+      first += first_steps(workload, args.repetitions or (3 if args.quick else 5),
+                           FIRST_STEP_VARIANTS[:2] if args.quick else FIRST_STEP_VARIANTS)
+  ps_rows = []
+  if "tiny" in workloads:  # a local cluster of 2 workers and 1 parameter server
+    import ps
+    ps_rows = ps.measure(args.steps or (200 if args.quick else 400),
+                         args.repetitions or (3 if args.quick else 5))
   print(f"{'workload':8s} {'strategy':8s} {'variant':40s} {'ms/step':>9s} {'ex/s':>9s} "
-        f"{'ratio':>6s} {'GFLOP/s':>8s} {'traces':>6s}")
+        f"{'ratio':>6s} {'floor':>6s} {'GFLOP/s':>8s} {'traces':>6s}")
   for r in rows:
     print(f"{r['workload']:8s} {r['strategy']:8s} {r['variant']:40s} "
           f"{r['ms_per_step']:9.3f} {r['examples_per_s']:9.1f} "
-          f"{r['ratio_to_handwritten']:6.3f} {r['gflop_per_s']:8.2f} "
-          f"{r['traces_after_first_call']:6d}")
+          f"{r['ratio_to_handwritten']:6.3f} {r['ratio_to_floor']:6.3f} "
+          f"{r['gflop_per_s']:8.2f} {r['traces_after_first_call']:6d}")
+  print("ratio: to the hand-written per-step loop; floor: to the hand-written loop doing "
+        "the same steps per call")
+  for r in first:
+    print(f"first step  {r['workload']:8s} {r['variant']:24s} {r['first_step_s']:7.3f} s "
+          f"(min {r['min_s']:.3f}, max {r['max_s']:.3f}; {r['repetitions']} fresh processes)"
+          f"  ratio {r['ratio_to_handwritten']:.3f}")
+  for r in ps_rows:
+    print(f"parameter_server ({r['workers']} workers, {r['ps']} ps) {r['workload']} "
+          f"{r['variant']:22s} {r['ms_per_step']:8.3f} ms/step {r['steps_per_s']:8.1f} steps/s "
+          f"ratio to one step per call {r['ratio_to_one_step_per_call']:.3f}")
   if ceiling:
     print(f"conv kernel ceiling (DCGAN's dominant convolution, forward and backward, "
           f"float32): {ceiling:.1f} GFLOP/s" + ("" if bf16_speed is None else
@@ -593,12 +837,20 @@ def main():
         print(f"{r['workload']} mixed_bfloat16 {key}: mean |gap| {gap['mean_abs_gap']} over "
               f"{gap['steps']} steps (means {gap['float32_mean']} float32, "
               f"{gap['mixed_bfloat16_mean']} bfloat16)")
+  checks = targets(rows + first + ps_rows, cpu)
+  print("targets:")
+  for t in checks:
+    met = {True: "met", False: "NOT MET", None: "not measured"}.get(t["met"], t["met"])
+    print(f"  {met:12s} {t['target']}: {t['value']}")
+  print(json.dumps(cpu))
   if ceiling:
     print(json.dumps({"kernel": "dcgan dominant convolution", "ceiling_gflop_per_s":
                       round(ceiling, 2), "bfloat16_speed_vs_float32":
                       None if bf16_speed is None else round(bf16_speed, 3)}))
-  for r in rows:
+  for r in rows + first + ps_rows:
     print(json.dumps(r))
+  for t in checks:
+    print(json.dumps(t))
 
 
 if __name__ == "__main__":

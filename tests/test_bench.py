@@ -3,9 +3,11 @@
     pytest tests/test_bench.py
 
 A short run of the `tiny` workload only (20 steps, 2 repetitions, under the
-default strategy and mirrored over 2 logical CPUs): it checks the rows' shape
-and that no variant retraces, never the timings themselves, which depend on
-the machine.
+default strategy, mirrored over 2 logical CPUs, and a local parameter-server
+cluster; first steps in fresh processes): it checks the rows' shape, that
+every ratio is set against the floor it names, that no variant retraces and
+that every target is reported, never the timings themselves, which depend
+on the machine.
 """
 
 import json
@@ -17,19 +19,31 @@ import helpers
 pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 
 FIELDS = ("workload", "variant", "strategy", "ms_per_step", "examples_per_s",
-          "ratio_to_handwritten", "peak_rss_mb", "steps", "repetitions",
-          "traces_after_first_call", "gflop_per_step", "gflop_per_s", "share_of_ceiling")
+          "ratio_to_handwritten", "floor", "ratio_to_floor", "peak_rss_mb", "steps",
+          "repetitions", "traces_after_first_call", "gflop_per_step", "gflop_per_s",
+          "share_of_ceiling")
 
 
-def test_quick_tiny_rows():
+@pytest.fixture(scope="module")
+def records():
   proc = helpers.python(["bench/run.py", "--quick", "--workloads", "tiny",
-                         "--steps", "20", "--repetitions", "2"], timeout=300)
-  rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+                         "--steps", "20", "--repetitions", "2"], timeout=600)
+  lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+  return proc.stdout, lines
+
+
+def test_quick_tiny_rows(records):
+  _, lines = records
+  rows = [r for r in lines if "ms_per_step" in r and "measure" not in r]
   groups = {(r["strategy"], r["variant"]) for r in rows}
-  assert {("default", "handwritten"), ("default", "ctl steps_per_loop=1"),
-          ("default", "ctl steps_per_loop=10"), ("default", "ctl steps_per_loop=100"),
-          ("default", "keras fit spe=1"), ("default", "keras fit spe=10"),
-          ("mirrored", "handwritten"), ("mirrored", "ctl steps_per_loop=10")} <= groups, groups
+  assert {("default", "handwritten"), ("default", "handwritten in-graph loop of 10"),
+          ("default", "handwritten in-graph loop of 100"),
+          ("default", "ctl steps_per_loop=1"), ("default", "ctl steps_per_loop=10"),
+          ("default", "ctl steps_per_loop=100"), ("default", "keras fit spe=1"),
+          ("default", "keras fit spe=10"), ("default", "ctl steps_per_loop=10 stateful noise"),
+          ("mirrored", "handwritten"), ("mirrored", "handwritten in-graph loop of 10"),
+          ("mirrored", "ctl steps_per_loop=10")} <= groups, groups
+  by_name = {(r["strategy"], r["variant"]): r for r in rows}
   for row in rows:
     missing = [f for f in FIELDS if f not in row]
     assert not missing, (missing, row)
@@ -39,10 +53,39 @@ def test_quick_tiny_rows():
     assert row["share_of_ceiling"] is None  # no convolution workload, no ceiling
     # A retrace after the warm-up call would be paid on every later call.
     assert row["traces_after_first_call"] == 0, row
+    floor = by_name[(row["strategy"], row["floor"])]
+    assert row["ratio_to_floor"] == pytest.approx(row["ms_per_step"] / floor["ms_per_step"],
+                                                  rel=0.02, abs=0.002), row
+  assert by_name[("default", "ctl steps_per_loop=10")]["floor"] == (
+      "handwritten in-graph loop of 10")
   # Each strategy's rows are set against its own hand-written loop.
   floors = [r for r in rows if r["variant"] == "handwritten"]
   assert sorted(r["strategy"] for r in floors) == ["default", "mirrored"]
   assert all(r["ratio_to_handwritten"] == 1.0 for r in floors)
+
+
+def test_first_step_parameter_server_cpu_and_target_records(records):
+  text, lines = records
+  first = [r for r in lines if r.get("measure") == "first_step"]
+  assert {r["variant"] for r in first} == {"handwritten", "ctl steps_per_loop=1"}
+  assert all(r["first_step_s"] > 0 and r["repetitions"] == 2 for r in first), first
+  ps = [r for r in lines if r.get("measure") == "parameter_server"]
+  assert sorted(r["variant"] for r in ps) == ["ctl steps_per_loop=1", "ctl steps_per_loop=10"]
+  assert all(r["workers"] == 2 and r["ps"] == 1 and r["traces_after_first_call"] == 0
+             for r in ps), ps
+  cpu = [r for r in lines if "bfloat16_instructions" in r]
+  assert len(cpu) == 1 and "avx512_bf16" in cpu[0]["features"], cpu
+  targets = [r for r in lines if "target" in r]
+  assert len(targets) >= 10 and all({"value", "met"} <= set(t) for t in targets), targets
+  # The tiny targets have values; the DCGAN ones say they were not run.
+  assert all(t["value"] is not None for t in targets if t["target"].startswith("tiny")), targets
+  assert all(t["met"] is None for t in targets if t["target"].startswith("dcgan: ctl")), targets
+  assert "targets:" in text and "CPU:" in text
+  # A row without bfloat16 instructions says so instead of failing the target.
+  bf16 = [t for t in targets if "mixed_bfloat16" in t["target"]]
+  assert len(bf16) == 1
+  if not cpu[0]["bfloat16_instructions"]:
+    assert bf16[0]["met"] == "n/a"
 
 
 def test_unknown_workload_is_named():
@@ -54,14 +97,29 @@ def test_unknown_workload_is_named():
 def test_table_renders_every_row_and_the_kernel_line(tmp_path):
   row = {"workload": "tiny", "variant": "handwritten", "strategy": "default",
          "ms_per_step": 2.5, "examples_per_s": 102400.0, "ratio_to_handwritten": 1.0,
+         "floor": "handwritten", "ratio_to_floor": 1.0,
          "peak_rss_mb": 900.0, "steps": 20, "repetitions": 2,
          "traces_after_first_call": 0, "gflop_per_step": 0.02, "gflop_per_s": 8.0,
          "share_of_ceiling": None}
   kernel = {"kernel": "dcgan dominant convolution", "ceiling_gflop_per_s": 90.0,
             "bfloat16_speed_vs_float32": 0.1}
-  lines = ["a table line", json.dumps(kernel), json.dumps(row),
-           json.dumps(dict(row, variant="ctl steps_per_loop=1", input_wait_share=0.01))]
+  cpu = {"cpu": "a CPU", "cores": 2, "features": {"avx512_bf16": False}, "onednn": True,
+         "bfloat16_instructions": False}
+  first = {"measure": "first_step", "workload": "tiny", "variant": "handwritten",
+           "strategy": "default", "first_step_s": 0.5, "min_s": 0.5, "max_s": 0.6,
+           "ratio_to_handwritten": 1.0, "repetitions": 3}
+  ps = {"measure": "parameter_server", "workload": "tiny", "strategy": "parameter_server",
+        "variant": "ctl steps_per_loop=10", "workers": 2, "ps": 1, "ms_per_step": 5.0,
+        "steps_per_s": 200.0, "ratio_to_one_step_per_call": 0.4, "steps": 200,
+        "repetitions": 3, "traces_after_first_call": 0}
+  target = {"target": "tiny: something", "value": 1.1, "met": False}
+  lines = ["a table line", json.dumps(cpu), json.dumps(kernel), json.dumps(row),
+           json.dumps(dict(row, variant="ctl steps_per_loop=1", input_wait_share=0.01)),
+           json.dumps(first), json.dumps(ps), json.dumps(target)]
   (tmp_path / "bench.txt").write_text("\n".join(lines) + "\n")
   text = helpers.python(["bench/table.py", str(tmp_path / "bench.txt")]).stdout
   assert text.count("| tiny | default |") == 2
   assert "90.0 GFLOP/s" in text and "input wait 1.0%" in text
+  assert "| tiny | handwritten | 0.500 |" in text  # the first-step table
+  assert "| ctl steps_per_loop=10 | 5.000 | 200.0 | 0.400 |" in text
+  assert "| tiny: something | 1.1 | no |" in text and "a CPU" in text
