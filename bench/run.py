@@ -326,7 +326,9 @@ def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=Fal
 
   def traces():
     return runner.trace_count
-  return Variant(fit if workdir else run, traces)
+  variant = Variant(fit if workdir else run, traces)
+  variant.runner = runner
+  return variant
 
 
 def keras_fit(workload, strategy, steps_per_execution):

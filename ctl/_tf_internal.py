@@ -238,3 +238,17 @@ def parameter_server_workers(strategy):
   """
   _note_version("tensorflow")
   return max(1, int(getattr(strategy, "_num_workers", 1) or 1))
+
+
+def in_xla_context():
+  """Whether ops made now are compiled by XLA: inside a `jit_compile=True`
+  function being traced, or a TPU computation (TF marks both graphs with an
+  XLA control-flow context, which it does not expose)."""
+  _note_version("tensorflow")
+  try:
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+    return bool(control_flow_util.GraphOrParentsInXlaContext(
+        tf.compat.v1.get_default_graph()))
+  except (ImportError, AttributeError):
+    return True  # the formula: the same numbers as TF's kernel everywhere, a few more ops

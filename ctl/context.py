@@ -16,6 +16,7 @@ carries what a step needs to give the same numbers under any replica count:
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
@@ -65,13 +66,21 @@ def _uniform(bits):
   return tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) * (2.0 ** -24)
 
 
-def _standard_normal(bits):
-  # Box-Muller on our own uniforms (bits: [2, ...]): TF's stateless_normal and
-  # XLA's turn the same Philox bits into different normals, which would make a
-  # jit-compiled step draw other noise than an eager one.
-  u = _uniform(bits)
-  radius = tf.sqrt(-2.0 * tf.math.log(1.0 - u[0]))  # 1 - u is in (0, 1]
-  return radius * tf.cos((2.0 * 3.141592653589793) * u[1])
+def _as_unit_float(bits):
+  """TF's kernels' uint32 -> float in [0, 1): 23 random bits as the mantissa of [1, 2), minus 1."""
+  mantissa = tf.bitwise.bitwise_and(bits, 0x7FFFFF)
+  return tf.bitcast(tf.bitwise.bitwise_or(mantissa, 0x3F800000), tf.float32) - 1.0
+
+
+def _box_muller(bits):
+  """TF's normal kernel (Box-Muller on pairs of Philox numbers) written out
+  in ops, for XLA, whose own stateless normal turns the same bits into other
+  numbers: `bits` [pairs, 2] gives 2 x pairs normals, in the kernel's order,
+  within a few float32 ulps of it (the sine, cosine and logarithm differ)."""
+  radius = tf.sqrt(-2.0 * tf.math.log(tf.maximum(_as_unit_float(bits[:, 0]), 1e-7)))
+  # 2 pi times the uniform in double, then float, as the C++ does.
+  angle = tf.cast(tf.cast(_as_unit_float(bits[:, 1]), tf.float64) * (2 * math.pi), tf.float32)
+  return tf.reshape(tf.stack([tf.sin(angle) * radius, tf.cos(angle) * radius], -1), [-1])
 
 
 class StepContext:
@@ -243,12 +252,12 @@ class StepContext:
     Row `i` is the draw for global example `replica_id * per_replica + i` at
     this step: the same whatever the number of replicas or workers.
     """
-    return tf.cast(self._draw(_standard_normal, shape, 2) * stddev, dtype)
+    return tf.cast(self._draw("normal", shape) * stddev, dtype)
 
   def uniform(self, shape: int | Sequence[int], minval: float = 0.0, maxval: float = 1.0,
               dtype: tf.DType = tf.float32) -> tf.Tensor:
     """Uniform draws in [minval, maxval) per example, like `normal`."""
-    u = self._draw(_uniform, shape)
+    u = self._draw("uniform", shape)
     return tf.cast(minval + (maxval - minval) * u, dtype)
 
   def seed(self) -> tf.Tensor:
@@ -258,15 +267,32 @@ class StepContext:
     """
     return self._bits([2], tf.int32)
 
-  def _bits(self, shape, dtype=tf.uint32):
-    """The next draw's random bits: Philox keyed by the run's seed, counting
-    from (this draw, this step). A few ops per draw, the same on every device,
-    replica and worker, eagerly and under XLA."""
+  def _counter(self):
+    """The next draw's Philox counter: (this draw, this step)."""
     self._draws += 1
-    counter = tf.stack([tf.constant(self._draws << _DRAW_SHIFT, tf.uint64),
-                        tf.cast(self.step, tf.uint64)])
+    return tf.stack([tf.constant(self._draws << _DRAW_SHIFT, tf.uint64),
+                     tf.cast(self.step, tf.uint64)])
+
+  def _bits(self, shape, dtype=tf.uint32, counter=None):
+    """The next draw's random bits: Philox keyed by the run's seed, counting
+    from (this draw, this step): the same on every device, replica and worker,
+    eagerly and under XLA."""
     return tf.raw_ops.StatelessRandomUniformFullIntV2(
-        shape=shape, key=self._key, counter=counter, alg=_PHILOX, dtype=dtype)
+        shape=shape, key=self._key, counter=self._counter() if counter is None else counter,
+        alg=_PHILOX, dtype=dtype)
+
+  def _normal(self, shape):
+    """The next draw's standard normals: TF's normal kernel on Philox bits, one
+    op; under XLA the same computation in ops (`_box_muller`). A draw comes
+    before the model that uses it, so in a step of half a millisecond every
+    op it waits for shows."""
+    counter = self._counter()
+    if not _tf_internal.in_xla_context():
+      return tf.raw_ops.StatelessRandomNormalV2(
+          shape=shape, key=self._key, counter=counter, alg=_PHILOX, dtype=tf.float32)
+    size = tf.reduce_prod(shape)
+    pairs = self._bits(tf.stack([(size + 1) // 2, 2]), counter=counter)
+    return tf.reshape(_box_muller(pairs)[:size], shape)
 
   def reduction(self, value: Any, name: str) -> tf.distribute.ReduceOp:
     """How the runner reduces result `name` over replicas: SUM or MEAN.
@@ -318,12 +344,13 @@ class StepContext:
         self._tape = tape
         yield
 
-  def _draw(self, sampler, shape, parts=None):
+  def _draw(self, kind, shape):
     # Every replica draws the whole global batch from the same seed and keeps
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
     shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
-    full = sampler(self._bits(([parts] if parts else []) + [self.global_batch_size] + shape))
+    full_shape = [self.global_batch_size] + shape
+    full = self._normal(full_shape) if kind == "normal" else _uniform(self._bits(full_shape))
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     size = self._replica_rows
     if self._rows is not None:  # a slice of micro_batches: its rows only

@@ -202,26 +202,26 @@ class TrainStep:
 
     The first step runs before the loop: its results' keys make the arrays the
     loop writes into. Both call the step's one trace. The steps' numbers are
-    the global step read once, plus the loop's index: a step that read the
-    counter would wait for the one before to count itself, and could not
-    start (its draws, its batch) while that one ends. Under parameter servers
-    (`iterator` given) calls on other workers move the counter: each step
-    reads it.
+    a loop variable counted from the global step, read once: a step that read
+    the counter would wait for the one before to count itself (tiny GAN, loop
+    of 10: about 5% slower; from the loop index, about 2%). Under parameter
+    servers (`iterator` given) calls on other workers move the counter: each
+    step reads it.
     """
-    if iterator is None:
-      start = self._state.global_step.read_value()
-      step = lambda i: start + tf.cast(i, tf.int64)  # noqa: E731
-    else:
-      step = lambda i: None  # noqa: E731
-    first = self._step(step(0), iterator)
+    # The step's number is a loop variable; None: each step reads the counter.
+    step = None if iterator is not None else self._state.global_step.read_value()
+    first = self._step(step, iterator)
     arrays = {k: tf.TensorArray(tf.float32, size=num_steps).write(0, v)
               for k, v in first.items()}
 
-    def body(i, arrays):
-      results = self._step(step(i), iterator)
-      return i + 1, {k: a.write(i, results[k]) for k, a in arrays.items()}
+    def body(i, steps, arrays):
+      results = self._step(steps[0] if steps else None, iterator)
+      return (i + 1, [s + 1 for s in steps],
+              {k: a.write(i, results[k]) for k, a in arrays.items()})
 
-    _, arrays = tf.while_loop(lambda i, _: i < num_steps, body, (tf.constant(1), arrays))
+    steps = [] if step is None else [step + 1]  # (a loop variable cannot be None)
+    _, _, arrays = tf.while_loop(lambda i, *_: i < num_steps, body,
+                                 (tf.constant(1), steps, arrays))
     return {k: a.stack() for k, a in arrays.items()}
 
   def run(self, num_steps: int, fetch: bool = True) -> Results:
