@@ -105,6 +105,26 @@ def check_evaluation_data(data: Data, num_batches: int | None) -> None:
         "data.take(100), or num_batches=100 to evaluate that many batches.")
 
 
+def check_data_lasts(feed: Feed, num_steps: int, call: str) -> None:
+  """Refuses, before any step, training that needs more batches than a finite
+  dataset of global batches holds: it would stop with an error where the data
+  ends, after training it could not keep (nothing is saved there).
+
+  Only what can never fit is refused: the iterator may already be part-read.
+  """
+  batches = getattr(feed, "batches", -1)
+  needed = num_steps * feed.batches_per_step
+  if batches <= 0 or needed <= batches:
+    return
+  per_step = (f" ({feed.batches_per_step} batches a step)" if feed.batches_per_step > 1
+              else "")
+  raise ValueError(
+      f"{call} needs {needed} batches{per_step} but the data holds {batches} (its "
+      f"cardinality): training would stop with an error where it ends. Call .repeat() "
+      f"on the dataset (dataset.repeat(), before or after batching), or train at most "
+      f"{batches // feed.batches_per_step} steps.")
+
+
 def _as_int_hint(value):
   try:
     return int(value)
@@ -149,7 +169,9 @@ class GlobalBatches:
           "dataset.batch(global_batch_size, drop_remainder=True).")
     if self.global_batch_size is not None:
       check_global_batch_size(self.global_batch_size, num_replicas)
-    if int(dataset.cardinality()) == 0:
+    # Batches the data holds: a count, or INFINITE (-1) or UNKNOWN (-2) cardinality.
+    self.batches = int(dataset.cardinality())
+    if self.batches == 0:
       size = self.global_batch_size or "B"
       raise ValueError(
           f"data holds no batch (its cardinality is 0): it is empty, or has fewer "

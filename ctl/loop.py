@@ -168,6 +168,8 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
     if checkpointer and not _finished(context):  # stopped after the last save
       _finish(context, None, actions, None)
     return history_lib.History()
+  context.runner.check_data_lasts(
+      num_steps - context.step, f"fit({num_steps}) from step {context.step}")
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
   for every in timers:

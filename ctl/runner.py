@@ -204,6 +204,11 @@ class Runner:
     """Whether the training data is a `tf.data.Dataset` of global batches."""
     return isinstance(self._feed, data_lib.GlobalBatches)
 
+  def check_data_lasts(self, num_steps: int, call: str) -> None:
+    """Raises ValueError if `num_steps` more steps need more batches than a
+    finite training dataset holds (see `ctl.data.check_data_lasts`)."""
+    data_lib.check_data_lasts(self._feed, num_steps, call)
+
   @property
   def data_iterator(self) -> Iterator[Any] | None:
     """The training data's iterator if a checkpoint can hold it, else None."""
@@ -322,6 +327,7 @@ class Runner:
     """Runs `num_steps` steps; returns a `ctl.History` of them (each result
     key's per-step values, numpy), also appended to `runner.history`."""
     arguments.integer("num_steps", num_steps, minimum=1)
+    self.check_data_lasts(num_steps, f"train({num_steps})")
     ran = history_lib.History()
     step = int(self.global_step.numpy())
     calls, done = [], 0

@@ -249,6 +249,14 @@ def dataset_smaller_than_a_batch(s):
   _train(data=_data(n=5).repeat())
 
 
+def finite_data_shorter_than_the_run(s):
+  runner = _runner(data=_data())  # 8 batches, no .repeat()
+  try:
+    runner.fit(10, str(s.path), progress=False)
+  finally:  # refused before any step: nothing trained, nothing to lose
+    assert int(runner.global_step.numpy()) == 0
+
+
 def nan_in_the_data(s):
   x = np.arange(64, dtype="float32")[:, None]
   x[2 * BATCH + 3] = np.nan  # in the batch of step 2
@@ -898,6 +906,12 @@ CASES = [
          dataset_smaller_than_a_batch, ValueError,
          ("data holds no batch", "fewer examples than one global batch of 8",
           "dataset.repeat().batch(8, drop_remainder=True)")),
+    Case("finite-data-shorter-than-the-run",
+         "ValueError from fit, before any step: fit(10) from step 0 needs 10 batches but the "
+         "data holds 8 (its cardinality) ...; call .repeat() on the dataset",
+         finite_data_shorter_than_the_run, ValueError,
+         ("fit(10) from step 0 needs 10 batches but the data holds 8", "Call .repeat()",
+          "train at most 8 steps")),
     Case("nan-in-the-data",
          "FloatingPointError from fit: non-finite result at step 2 (ctx.step == 2): loss nan. "
          "Training stopped; ...",

@@ -549,8 +549,24 @@ def test_a_gradient_missing_for_some_variables_still_trains(eager, mirrored):
 
 @pytest.mark.parametrize("eager", [False, True])
 def test_data_running_out_says_so(eager):
+  # Of unknown length (a filter): found out where it ends.
+  unknown = data().filter(lambda x: True)
   with pytest.raises(ValueError, match=r"data ran out at step 8: .* call .repeat\(\)"):
-    run(train_step, steps=10, eager=eager)
+    run(train_step, steps=10, eager=eager, data=unknown)
+
+
+@pytest.mark.parametrize("batches_per_step", [1, 2])
+def test_finite_data_too_short_for_the_run_is_refused_before_any_step(batches_per_step):
+  runner = ctl.Runner(train_step if batches_per_step == 1 else
+                      lambda ctx, batches: train_step(ctx, batches[0]), build, data(),
+                      batches_per_step=batches_per_step)
+  fits = 8 // batches_per_step
+  needs = (fits + 1) * batches_per_step
+  with pytest.raises(ValueError, match=rf"train\({fits + 1}\) needs {needs} batches.* "
+                     rf"holds 8 .* train at most {fits} steps"):
+    runner.train(fits + 1)
+  assert int(runner.global_step.numpy()) == 0
+  assert len(runner.train(fits).steps) == fits  # what fits trains
 
 
 @pytest.mark.parametrize("eager", [False, True])
