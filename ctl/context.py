@@ -252,12 +252,12 @@ class StepContext:
     Row `i` is the draw for global example `replica_id * per_replica + i` at
     this step: the same whatever the number of replicas or workers.
     """
-    return tf.cast(self._draw("normal", shape) * stddev, dtype)
+    return tf.cast(self._draw(self._normal, shape) * stddev, dtype)
 
   def uniform(self, shape: int | Sequence[int], minval: float = 0.0, maxval: float = 1.0,
               dtype: tf.DType = tf.float32) -> tf.Tensor:
     """Uniform draws in [minval, maxval) per example, like `normal`."""
-    u = self._draw("uniform", shape)
+    u = self._draw(lambda full_shape: _uniform(self._bits(full_shape)), shape)
     return tf.cast(minval + (maxval - minval) * u, dtype)
 
   def seed(self) -> tf.Tensor:
@@ -344,13 +344,12 @@ class StepContext:
         self._tape = tape
         yield
 
-  def _draw(self, kind, shape):
+  def _draw(self, sampler, shape):
     # Every replica draws the whole global batch from the same seed and keeps
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
     shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
-    full_shape = [self.global_batch_size] + shape
-    full = self._normal(full_shape) if kind == "normal" else _uniform(self._bits(full_shape))
+    full = sampler([self.global_batch_size] + shape)
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     size = self._replica_rows
     if self._rows is not None:  # a slice of micro_batches: its rows only

@@ -93,14 +93,5 @@ class Evaluator:
                  for k, v in results.items()}
       return reduced, self._strategy.reduce("SUM", rows, axis=None)
 
-    if self._eager:
-      return one_batch
-    function, traced = tf.function(one_batch, autograph=False), []
-
-    def through_its_trace(iterator):
-      # Not function(iterator): TF counts traces by the code traced, and a
-      # new dataset's evaluation, or a new runner's, traces this code again.
-      if not traced:
-        traced.append(function.get_concrete_function(iterator))
-      return traced[0](iterator)
-    return through_its_trace
+    return one_batch if self._eager else steps_lib.OneTrace(
+        tf.function(one_batch, autograph=False))

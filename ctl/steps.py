@@ -158,7 +158,8 @@ class TrainStep:
     # so does a call of one step, directly (no loop to build or optimize).
     self._step = None if eager else tf.function(self.step_across_replicas, autograph=False)
     self._loop = None if eager else tf.function(self._in_graph_loop, autograph=False)
-    self._concrete = {}  # after their first call, the step's and the loop's traces
+    self._call_step = None if eager else OneTrace(self._step)
+    self._call_loop = None if eager else OneTrace(self._loop)
     self._counts = {}  # num_steps -> its int32 tensor, made once
 
   @property
@@ -255,26 +256,13 @@ class TrainStep:
         results.append(self.step_across_replicas())
         self.result_keys = self.result_keys or list(results[0])
       return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
-    # Every argument given, the default None too: a trace's signature has no
-    # defaults, and a call that leaves one out fails to bind and is bound
-    # again a slower way, the first failure's message formatted (40 us).
+    # (iterator=None given too: see OneTrace)
     if num_steps == 1:
-      out = self._call(self._step, self._state.global_step.read_value(), None)
+      out = self._call_step(self._state.global_step.read_value(), None)
     else:
-      out = self._call(self._loop, self._count(num_steps), None)
+      out = self._call_loop(self._count(num_steps), None)
     self.result_keys = self.result_keys or list(out)
     return fetched(out) if fetch else out
-
-  def _call(self, function, *args):
-    """Calls a `tf.function` of ctl's through its one trace: a `tf.function`
-    call first matches its arguments against its traces, which costs about
-    0.15 ms here (12% of a tiny GAN's step), and counts traces by the code
-    traced, so that every runner's first call after the fifth would warn of
-    retracing."""
-    concrete = self._concrete.get(function)
-    if concrete is None:
-      concrete = self._concrete[function] = function.get_concrete_function(*args)
-    return concrete(*args)
 
   def _count(self, num_steps):
     count = self._counts.get(num_steps)
@@ -299,6 +287,26 @@ class TrainStep:
     results = [call.fetch() for call in calls]
     self.result_keys = self.result_keys or list(results[0])
     return {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+
+
+class OneTrace:
+  """Calls a `tf.function` of ctl's through the one trace its first call makes.
+
+  A `tf.function` call first matches its arguments against its traces, which
+  costs about 0.15 ms here (12% of a tiny GAN's step), and TF counts traces by
+  the code traced, across `tf.function` objects: every new runner's first
+  call, or a new dataset's evaluation, after the fifth would warn of
+  retracing. Give every argument, defaults too: a trace's signature has none.
+  """
+
+  def __init__(self, function: Any):
+    self._function = function
+    self._concrete = None
+
+  def __call__(self, *args: Any) -> Any:
+    if self._concrete is None:
+      self._concrete = self._function.get_concrete_function(*args)
+    return self._concrete(*args)
 
 
 def fetched(results: dict[str, Any]) -> Results:

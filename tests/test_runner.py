@@ -555,6 +555,14 @@ def test_data_running_out_says_so(eager):
     run(train_step, steps=10, eager=eager, data=unknown)
 
 
+def test_train_keeps_the_calls_made_before_an_error():
+  # Of unknown length (a filter), 8 batches: the fifth call of 2 steps runs out.
+  runner = ctl.Runner(train_step, build, data().filter(lambda x: True), steps_per_loop=2)
+  with pytest.raises(ValueError, match="data ran out at step 8"):
+    runner.train(10)
+  assert list(runner.history.steps) == list(range(8))
+
+
 @pytest.mark.parametrize("batches_per_step", [1, 2])
 def test_finite_data_too_short_for_the_run_is_refused_before_any_step(batches_per_step):
   runner = ctl.Runner(train_step if batches_per_step == 1 else
