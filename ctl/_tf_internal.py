@@ -252,3 +252,17 @@ def in_xla_context():
         tf.compat.v1.get_default_graph()))
   except (ImportError, AttributeError):
     return True  # the formula: the same numbers as TF's kernel everywhere, a few more ops
+
+
+def in_control_flow_branch():
+  """Whether ops made now go into a branch of a `tf.cond` or the body of a
+  `tf.while_loop` (what autograph makes of a Python `if` or `for` on a
+  tensor): TF builds those as graphs of their own types, not exported."""
+  _note_version("tensorflow")
+  try:
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util_v2 as util
+    return isinstance(tf.compat.v1.get_default_graph(), (
+        util.CondBranchFuncGraph, util.WhileBodyFuncGraph, util.WhileCondFuncGraph))
+  except (ImportError, AttributeError):
+    return False

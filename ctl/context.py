@@ -269,6 +269,15 @@ class StepContext:
 
   def _counter(self):
     """The next draw's Philox counter: (this draw, this step)."""
+    if _tf_internal.in_control_flow_branch():
+      # Draws are numbered as the step is traced: a compiled step traces both
+      # branches of an `if` (and a loop's body once), an eager one runs one
+      # branch (and the body each time), so the numbers would differ.
+      raise ValueError(
+          "ctx.normal, ctx.uniform or ctx.seed was called inside a Python `if` or "
+          "`for` on a tensor (a tf.cond or tf.while_loop in the compiled step): its "
+          "draws would not be the eager step's. Draw before the `if` or the loop "
+          "and use the tensor inside it, or loop with Python's range().")
     self._draws += 1
     return tf.stack([tf.constant(self._draws << _DRAW_SHIFT, tf.uint64),
                      tf.cast(self.step, tf.uint64)])

@@ -212,9 +212,8 @@ def test_draws_differ_by_step_by_draw_and_by_seed():
 def test_seeds_differ_by_step_and_draw_and_are_the_same_compiled():
   def seeds(step, seed=11):
     ctx = contexts(1, step=step, seed=seed)[0]
-    first = ctx.seed()
-    branch = tf.cond(tf.constant(step) >= 0, ctx.seed, lambda: tf.zeros([2], tf.int32))
-    return tf.stack([first, branch, ctx.seed()])
+    # (A draw inside a tf.cond branch is refused: see test_a_draw_inside_...)
+    return tf.stack([ctx.seed(), ctx.seed(), ctx.seed()])
 
   drawn = []
   for step in (0, 3, 2**40):
@@ -693,6 +692,26 @@ def test_python_control_flow_on_tensors_in_the_step_and_loss_function(eager, mir
     np.testing.assert_array_equal(history["scale"], [1, 1, 1, 1, 2, 2, 2, 2])
     np.testing.assert_array_equal(history["total"], [3.0] * 8)
     assert np.isfinite(history["loss"]).all()
+
+
+@pytest.mark.parametrize("where", ["if", "for"])
+def test_a_draw_inside_a_tensor_if_or_loop_is_refused_when_compiled(where):
+  # Eagerly one branch runs (and the body each time); compiled, both branches
+  # are traced (the body once): the draws' numbering would differ.
+  def step(ctx, x):
+    noise = tf.zeros([ctx.per_replica_batch_size, 1])
+    if where == "if":
+      if tf.reduce_mean(x) > 30.0:
+        noise = ctx.normal([1])
+    else:
+      for _ in tf.range(2):
+        noise += ctx.normal([1])
+    return train_step(ctx, x + noise)
+
+  with pytest.raises(ValueError, match=r"inside a Python `if` or `for` on a tensor .* "
+                                       r"Draw before the `if` or the loop"):
+    run(step, steps=1)
+  assert np.isfinite(run(step, steps=1, eager=True)["loss"]).all()
 
 
 class ControlFlowStep:
