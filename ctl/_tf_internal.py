@@ -266,3 +266,58 @@ def in_control_flow_branch():
         util.CondBranchFuncGraph, util.WhileBodyFuncGraph, util.WhileCondFuncGraph))
   except (ImportError, AttributeError):
     return False
+
+
+def stack():
+  """The current Python stack, outermost frame first, as TF records it for the ops
+  it makes: lines of code that autograph converted are mapped back to the user's
+  source (`traceback.extract_stack()` would show autograph's generated files).
+
+  Reads `tensorflow.python.util.tf_stack.extract_stack`; falls back to Python's
+  own stack.
+  """
+  _note_version("tensorflow")
+  try:
+    from tensorflow.python.util import tf_stack  # pylint: disable=import-outside-toplevel
+    return list(tf_stack.extract_stack())
+  except (ImportError, AttributeError):
+    import traceback  # pylint: disable=import-outside-toplevel
+    return traceback.extract_stack()
+
+
+def op_stack(op):
+  """The stack at which graph op `op` was made (as `stack`), or [] if TF kept none."""
+  _note_version("tensorflow")
+  try:
+    return list(op.traceback)
+  except (AttributeError, ValueError):
+    return []
+
+
+def function_graphs(graph):
+  """The graphs of the functions `graph` holds (a tf.cond's branches, a while
+  loop's body, a nested tf.function's), recursively; [] if TF keeps none.
+
+  Reads `FuncGraph._functions` (name -> AtomicFunction, each with a `graph`).
+  """
+  _note_version("tensorflow")
+  found, stack = [], [graph]
+  while stack:
+    for function in list(getattr(stack.pop(), "_functions", {}).values()):
+      inner = getattr(function, "graph", None)
+      if inner is not None and all(inner is not g for g in found):
+        found.append(inner)
+        stack.append(inner)
+  return found
+
+
+def learning_rate_schedule(optimizer):
+  """The `LearningRateSchedule` a Keras optimizer was given, or None (a fixed
+  rate). Keras' `learning_rate` property returns the schedule's current value;
+  this reads `Optimizer._learning_rate`."""
+  _note_version("keras")
+  import keras  # pylint: disable=import-outside-toplevel
+  schedule = getattr(optimizer, "_learning_rate", None)
+  if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+    return schedule
+  return None

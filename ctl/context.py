@@ -72,6 +72,25 @@ def _as_unit_float(bits):
   return tf.bitcast(tf.bitwise.bitwise_or(mantissa, 0x3F800000), tf.float32) - 1.0
 
 
+def _as_unit_double(high, low):
+  """TF's kernels' two uint32 -> double in [0, 1): 52 random bits (20 of `high`, all
+  of `low`) as the mantissa of [1, 2), minus 1."""
+  mantissa = tf.bitwise.bitwise_or(
+      tf.bitwise.left_shift(tf.cast(tf.bitwise.bitwise_and(high, 0xFFFFF), tf.uint64),
+                            tf.constant(32, tf.uint64)), tf.cast(low, tf.uint64))
+  one = tf.constant(1023 << 52, tf.uint64)
+  return tf.bitcast(tf.bitwise.bitwise_or(mantissa, one), tf.float64) - 1.0
+
+
+def _box_muller_double(bits):
+  """TF's float64 normal kernel written out in ops, for XLA: `bits` [pairs, 4]
+  gives 2 x pairs normals, each pair from 4 Philox numbers, in the kernel's order."""
+  radius = tf.sqrt(-2.0 * tf.math.log(tf.maximum(_as_unit_double(bits[:, 0], bits[:, 1]),
+                                                 1e-7)))
+  angle = (2 * math.pi) * _as_unit_double(bits[:, 2], bits[:, 3])
+  return tf.reshape(tf.stack([tf.sin(angle) * radius, tf.cos(angle) * radius], -1), [-1])
+
+
 def _box_muller(bits):
   """TF's normal kernel (Box-Muller on pairs of Philox numbers) written out
   in ops, for XLA, whose own stateless normal turns the same bits into other
@@ -102,7 +121,8 @@ class StepContext:
                optimizers: Mapping[str, keras.optimizers.Optimizer], step: tf.Tensor,
                seed: tf.Tensor, global_batch_size: int | tf.Tensor, num_replicas: int,
                replica_id: int | tf.Tensor,
-               compile_update: Callable[[Callable], Callable] | None = None):
+               compile_update: Callable[[Callable], Callable] | None = None,
+               float_dtype: tf.DType = tf.float32):
     self.models = _Named("model", models)
     self.optimizers = _Named("optimizer", optimizers)
     self.step = step
@@ -113,8 +133,11 @@ class StepContext:
     self.replica_id = replica_id
     self._key = _philox_key(seed)
     self._draws = 0
-    self._rows = None  # (first row, rows) of a micro-batch being run, else None
+    # (slice, slices) of a micro-batch being run, else None: its rows are the
+    # replica's rows slice, slice + slices, ... (see `_accumulate`)
+    self._rows = None
     self._compile_update = compile_update
+    self._float_dtype = float_dtype  # float64 in a float64 run
     self._global_values = set()  # refs of shares of a global-batch mean
     self._shares = []  # the same tensors, for the eager check
     self._tape = None  # eagerly: records what follows from the shares
@@ -140,12 +163,13 @@ class StepContext:
     """Inside a loss function given micro_batches, the values must be the slice's:
     a loss of the whole batch (taken from outside the function) would count k times."""
     rows = tf.convert_to_tensor(per_example_loss).shape[:1]
-    if self._rows is None or not rows or rows[0] is None or rows[0] == self._rows[1]:
+    if self._rows is None or not rows or rows[0] is None or (
+        rows[0] == self.per_replica_batch_size):
       return
     raise ValueError(
         f"ctx.average got {rows[0]} per-example values inside a loss function run on "
-        f"slices of {self._rows[1]} rows (micro_batches): the loss must come from the "
-        "function's argument, the slice, and so must everything per example, such as "
+        f"slices of {self.per_replica_batch_size} rows (micro_batches): the loss must "
+        "come from the function's argument, the slice, and so must everything per example, such as "
         "generated images: make them inside the function (ctx.normal there gives the "
         "slice's rows). A value computed outside from the whole batch would be counted "
         "once per slice.")
@@ -246,19 +270,31 @@ class StepContext:
     return self._mark_global(value)
 
   def normal(self, shape: int | Sequence[int], stddev: float = 1.0,
-             dtype: tf.DType = tf.float32) -> tf.Tensor:
+             dtype: tf.DType | None = None) -> tf.Tensor:
     """Standard-normal draws of `shape` per example: `[per_replica_batch, *shape]`.
 
     Row `i` is the draw for global example `replica_id * per_replica + i` at
-    this step: the same whatever the number of replicas or workers.
+    this step: the same whatever the number of replicas or workers. `dtype`
+    defaults to float32; in a float64 run the draws are float64 (other numbers
+    from the same seed: TF's float64 kernel).
     """
-    return tf.cast(self._draw(self._normal, shape) * stddev, dtype)
+    return self._as_dtype(self._draw(self._normal, shape), stddev, dtype)
 
   def uniform(self, shape: int | Sequence[int], minval: float = 0.0, maxval: float = 1.0,
-              dtype: tf.DType = tf.float32) -> tf.Tensor:
+              dtype: tf.DType | None = None) -> tf.Tensor:
     """Uniform draws in [minval, maxval) per example, like `normal`."""
     u = self._draw(lambda full_shape: _uniform(self._bits(full_shape)), shape)
-    return tf.cast(minval + (maxval - minval) * u, dtype)
+    return self._as_dtype(u, maxval - minval, dtype, offset=minval)
+
+  def _as_dtype(self, draws, scale, dtype, offset=0.0):
+    """`offset + scale * draws` in `dtype`, the run's float type by default:
+    computed in float64 for float64, so that nothing is rounded to float32."""
+    dtype = tf.as_dtype(dtype or self._float_dtype)
+    if dtype == tf.float64:
+      draws = tf.cast(draws, dtype)
+    if offset:
+      return tf.cast(offset + scale * draws, dtype)
+    return tf.cast(draws * scale, dtype)
 
   def seed(self) -> tf.Tensor:
     """A fresh stateless seed (int32, shape [2]) for this step, equal on every replica.
@@ -296,10 +332,16 @@ class StepContext:
     before the model that uses it, so in a step of half a millisecond every
     op it waits for shows."""
     counter = self._counter()
+    # float64 in a float64 run: float32 draws would differ by float32 rounding
+    # between the kernel and XLA's ops, which a float64 replay must not carry.
+    dtype = tf.float64 if self._float_dtype == tf.float64 else tf.float32
     if not _tf_internal.in_xla_context():
       return tf.raw_ops.StatelessRandomNormalV2(
-          shape=shape, key=self._key, counter=counter, alg=_PHILOX, dtype=tf.float32)
+          shape=shape, key=self._key, counter=counter, alg=_PHILOX, dtype=dtype)
     size = tf.reduce_prod(shape)
+    if dtype == tf.float64:
+      pairs = self._bits(tf.stack([(size + 1) // 2, 4]), counter=counter)
+      return tf.reshape(_box_muller_double(pairs)[:size], shape)
     pairs = self._bits(tf.stack([(size + 1) // 2, 2]), counter=counter)
     return tf.reshape(_box_muller(pairs)[:size], shape)
 
@@ -360,10 +402,9 @@ class StepContext:
     shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
     full = sampler([self.global_batch_size] + shape)
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
-    size = self._replica_rows
+    rows = tf.slice(full, [start] + [0] * len(shape), [self._replica_rows] + shape)
     if self._rows is not None:  # a slice of micro_batches: its rows only
-      start, size = start + self._rows[0], self._rows[1]
-    rows = tf.slice(full, [start] + [0] * len(shape), [size] + shape)
+      rows = _micro_batch(rows, *self._rows)
     if self._sources is not None:
       self._watch_source(rows)
     return rows
@@ -493,7 +534,16 @@ class StepContext:
     return self._compile_update(compute)()
 
   def _accumulate(self, one_pass, batch, micro_batches, name):
-    """`one_pass` on each slice of `batch` in turn; the summed loss and gradients."""
+    """`one_pass` on each slice of `batch` in turn; the summed loss and gradients.
+
+    Slice i of k holds the replica's rows i, i + k, i + 2k, ...: as the replica's
+    rows start at a multiple of k, these are the global rows whose index is i
+    modulo k, on one device as on any number of replicas. So a layer whose output
+    depends on the batch it sees (a synchronized BatchNormalization, which
+    averages over the replicas' slices) sees the same examples in slice i under
+    any strategy. Contiguous slices would not: on one device slice 0 is the
+    first rows of the global batch, on two replicas the first rows of each half.
+    """
     size = self.per_replica_batch_size
     if not isinstance(size, int) or size % micro_batches:
       raise ValueError(
@@ -507,11 +557,11 @@ class StepContext:
     for i in range(micro_batches):
       # Each slice waits for the gradients of the one before, so that only one
       # slice's activations are alive at a time.
-      rows = slice(i * slice_size, (i + 1) * slice_size)
       with tf.control_dependencies(after):
-        piece = tf.nest.map_structure(lambda t, rows=rows: t[rows], batch)
+        piece = tf.nest.map_structure(
+            lambda t, i=i: _micro_batch(t, i, micro_batches), batch)
       self._draws = first_draw  # every slice draws from the same seeds ...
-      self._rows = (i * slice_size, slice_size)  # ... and keeps its own rows
+      self._rows = (i, micro_batches)  # ... and keeps its own rows
       self.per_replica_batch_size = slice_size
       try:
         value, grads = one_pass((piece,))
@@ -522,6 +572,11 @@ class StepContext:
           a if b is None else b if a is None else a + b for a, b in zip(total, grads)]
       after = [g for g in grads if g is not None]
     return self._mark_global(tf.add_n(values)), total
+
+
+def _micro_batch(rows, i, micro_batches):
+  """Slice `i` of `micro_batches` of a replica's `rows`: rows i, i + k, i + 2k, ..."""
+  return rows[i::micro_batches]
 
 
 StepFn: TypeAlias = Callable[[StepContext, Any], dict[str, tf.Tensor]]

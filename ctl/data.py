@@ -87,6 +87,24 @@ def make_feed(data: Data, strategy: tf.distribute.Strategy, *,
   return feed
 
 
+def cast_floats(data: Data, dtype: tf.DType) -> Data:
+  """`data` with every floating-point tensor cast to `dtype` (integers, such as
+  labels, stay as they are): what a float64 run (`Runner(mixed_precision=
+  "float64")`) reads."""
+  def cast(*element):
+    element = element[0] if len(element) == 1 else element
+    return tf.nest.map_structure(
+        lambda t: tf.cast(t, dtype) if t.dtype.is_floating else t, element)
+
+  if isinstance(data, tf.data.Dataset):
+    return data.map(cast)
+
+  def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+    return data(input_context).map(cast)
+
+  return dataset_fn
+
+
 def check_evaluation_data(data: Data, num_batches: int | None) -> None:
   """Refuses, before any work, an evaluation that could never end.
 

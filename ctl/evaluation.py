@@ -32,14 +32,16 @@ class Evaluator:
     strategy: the strategy the state was built under.
     seed: int, seeds the per-example draws.
     eager: run as plain Python.
+    float_dtype: the run's float type (`ctl.steps.run_on_replica`).
   """
 
   def __init__(self, state: State, strategy: tf.distribute.Strategy, *, seed: int = 0,
-               eager: bool = False):
+               eager: bool = False, float_dtype: tf.DType = tf.float32):
     self._state = state
     self._strategy = strategy
     self._seed = tf.constant([seed, 0], tf.int64)
     self._eager = eager
+    self._float_dtype = float_dtype
     self._compiled = {}  # (eval step, data, global batch size) -> (feed, function)
 
   def evaluate(self, step: StepFn, data: data_lib.Data, *,
@@ -52,6 +54,8 @@ class Evaluator:
     data_lib.check_evaluation_data(data, num_batches)
     key = (step, data, global_batch_size)
     if key not in self._compiled:
+      if self._float_dtype != tf.float32:
+        data = data_lib.cast_floats(data, self._float_dtype)
       feed = data_lib.make_feed(data, self._strategy, global_batch_size=global_batch_size)
       self._compiled[key] = (feed, self._one_batch_fn(step, feed))
       while len(self._compiled) > _EVALUATIONS_KEPT:  # a new dataset per call
@@ -82,7 +86,7 @@ class Evaluator:
       results = steps_lib.run_on_replica(
           step_fn, batch, step, state=self._state, strategy=self._strategy,
           seed=self._seed, global_batch_size=feed.global_batch_size,
-          reductions=reductions)
+          reductions=reductions, float_dtype=self._float_dtype)
       return results, tf.shape(tf.nest.flatten(batch)[0])[0]
 
     def one_batch(iterator):

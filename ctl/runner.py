@@ -86,7 +86,10 @@ class Runner:
     eager: run the step as plain Python (for debugging); slow.
     mixed_precision: None, "mixed_float16" or "mixed_bfloat16"; sets Keras'
       global policy before `build`, and float16 wraps every optimizer in a
-      `LossScaleOptimizer`.
+      `LossScaleOptimizer`. "float64" runs everything in float64: the models'
+      variables and computations, the data (its floating-point tensors are
+      cast), `ctx.normal`/`ctx.uniform` (the float32 draws, cast) and the
+      results; `ctl.parity` replays runs this way to tell rounding from bugs.
     global_batch_size: needed only when `data` is a dataset function.
     batches_per_step: batches each step takes (e.g. one per critic update).
   """
@@ -104,9 +107,9 @@ class Runner:
     if not callable(build):
       raise TypeError(f"build must be a function () -> (models, optimizers), got {build!r}.")
     _check_order(step, build)
-    if mixed_precision not in (None, "mixed_float16", "mixed_bfloat16"):
+    if mixed_precision not in (None, "mixed_float16", "mixed_bfloat16", "float64"):
       raise ValueError(f"mixed_precision {mixed_precision!r} is not known; use None, "
-                       "'mixed_float16' or 'mixed_bfloat16'.")
+                       "'mixed_float16', 'mixed_bfloat16' or 'float64'.")
     if eager and jit_compile:
       raise ValueError("eager=True and jit_compile=True contradict each other: XLA "
                        "compiles a graph, eager mode runs Python; pick one.")
@@ -128,6 +131,9 @@ class Runner:
     self._coordinator = (
         tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         if is_parameter_server(strategy) else None)
+    float_dtype = tf.float64 if mixed_precision == "float64" else tf.float32
+    if float_dtype != tf.float32:
+      data = data_lib.cast_floats(data, float_dtype)
     # Data first: its checks are cheap, and fail before any model is built.
     self._feed = data_lib.make_feed(
         data, strategy, global_batch_size=global_batch_size,
@@ -138,9 +144,9 @@ class Runner:
     self._train_step = steps.TrainStep(
         step, self.state, self._feed, strategy, seed=self.seed, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
-        steps_per_loop=steps_per_loop)
+        steps_per_loop=steps_per_loop, float_dtype=float_dtype)
     self._evaluator = evaluation.Evaluator(self.state, strategy, seed=self.seed,
-                                           eager=eager)
+                                           eager=eager, float_dtype=float_dtype)
     # Every step's results: `train` and `fit` append; `fit` with a workdir
     # starts it from the run's history file (`ctl.history`).
     self.history = history_lib.History()

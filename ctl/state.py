@@ -14,6 +14,7 @@ from typing import Any
 from typing import TypeAlias
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ctl import _tf_internal
@@ -61,8 +62,9 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
     strategy: the `tf.distribute.Strategy` whose scope the variables belong to.
     seed: `keras.utils.set_random_seed(seed)` runs just before `build`, which
       fixes the initial weights.
-    mixed_precision: None, "mixed_float16" or "mixed_bfloat16": Keras' global
-      policy while `build` runs; float16 wraps every optimizer in a
+    mixed_precision: None, "mixed_float16", "mixed_bfloat16" or "float64":
+      Keras' global policy while `build` runs (float64 also Keras' floatx, so
+      that `keras.Input` is float64 too); float16 wraps every optimizer in a
       `LossScaleOptimizer`.
 
   Returns:
@@ -74,6 +76,8 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
     for name, optimizer in list(optimizers.items()):
       optimizers[name] = _prepare_optimizer(name, optimizer, models, mixed_precision)
       _refuse_options_the_strategy_cannot_run(name, optimizers[name], strategy)
+      if mixed_precision == "float64":
+        _schedule_in_float64(optimizers[name])
     _check_in_scope(strategy, models, optimizers)
     # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
     # parameter servers (see TF field notes).
@@ -83,7 +87,10 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
 
 def _call_build(build, seed, mixed_precision):
   previous_policy = keras.mixed_precision.global_policy()
+  previous_floatx = keras.config.floatx()
   keras.mixed_precision.set_global_policy(mixed_precision or "float32")
+  if mixed_precision == "float64":
+    keras.config.set_floatx("float64")
   keras.utils.set_random_seed(seed)
   created = []  # every variable build() makes, to tell a model made before it
 
@@ -97,6 +104,7 @@ def _call_build(build, seed, mixed_precision):
       built = build()
   finally:  # the policy is for this runner's models, not for later ones
     keras.mixed_precision.set_global_policy(previous_policy)
+    keras.config.set_floatx(previous_floatx)
   if not (isinstance(built, tuple) and len(built) == 2 and
           all(isinstance(d, dict) for d in built)):
     raise TypeError(f"build() must return (models, optimizers), two dicts, "
@@ -155,6 +163,31 @@ def _prepare_optimizer(name, optimizer, models, mixed_precision):
     # first apply_gradients inside a tf.function.
     optimizer.build(models[name].trainable_variables)
   return optimizer
+
+
+def _schedule_in_float64(optimizer):
+  """Gives `optimizer` a copy of its learning-rate schedule that computes in float64.
+
+  Keras' schedules compute in the dtype of their initial rate, float32 for a
+  Python float, whatever the policy; and eagerly and compiled they round it
+  differently (CosineDecay: by 8e-8), which a float64 run must not carry. The
+  copy is made from the schedule's config with its floats as float64.
+  """
+  inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
+  schedule = _tf_internal.learning_rate_schedule(inner)
+  if schedule is None:
+    return
+
+  def wide(value):
+    if isinstance(value, float):
+      return np.float64(value)
+    return [wide(v) for v in value] if isinstance(value, list) else value
+
+  try:
+    copy = type(schedule).from_config({k: wide(v) for k, v in schedule.get_config().items()})
+  except (NotImplementedError, TypeError, ValueError):
+    return  # a schedule of the user's that cannot be copied: as it is
+  inner.learning_rate = copy
 
 
 def _check_in_scope(strategy, models, optimizers):

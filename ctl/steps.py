@@ -20,6 +20,8 @@ evaluation steps through it too.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import re
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -28,9 +30,12 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import TypeAlias
 
+import keras
 import numpy as np
 import tensorflow as tf
 
+from ctl import _tf_internal
+from ctl import sources
 from ctl.context import StepContext
 from ctl.context import autograph
 
@@ -54,8 +59,9 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
                    global_batch_size: int | None,
                    reductions: dict[str, tf.distribute.ReduceOp],
                    compile_update: Callable[[Callable], Callable] | None = None,
-                   expected_keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
-  """Runs `step_fn(ctx, batch)` on this replica; returns its results as float32.
+                   expected_keys: Sequence[str] | None = None,
+                   float_dtype: tf.DType = tf.float32) -> dict[str, tf.Tensor]:
+  """Runs `step_fn(ctx, batch)` on this replica; returns its results as `float_dtype`.
 
   Records in `reductions` (result key -> "SUM" or "MEAN") how each result is
   reduced over replicas (see `StepContext.reduction`).
@@ -72,6 +78,8 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
     reductions: dict to fill in.
     compile_update: passed to the `StepContext` (jit_compile per update).
     expected_keys: the result keys of an earlier trace, which must not change.
+    float_dtype: the run's float type (float64 in a float64 run, else
+      float32): of the results, and of `ctx.normal`'s draws by default.
   """
   if global_batch_size is None:
     global_batch_size = tf.shape(tf.nest.flatten(batch)[0])[0]
@@ -79,15 +87,70 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
       models=state.models, optimizers=state.optimizers, step=step, seed=seed,
       global_batch_size=global_batch_size, num_replicas=strategy.num_replicas_in_sync,
       replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
-      compile_update=compile_update)
+      compile_update=compile_update, float_dtype=float_dtype)
   step_fn = autograph(step_fn)  # only the user's code: see ctl.context.autograph
   with ctx.recording(batch):  # eagerly, the reductions below need its tapes
-    results = step_fn(ctx, batch)
-    return _reduce_results(ctx, results, reductions, expected_keys)
+    with tf.variable_creator_scope(_refuse_new_variable), _keras_floatx(float_dtype):
+      results = step_fn(ctx, batch)
+    return _reduce_results(ctx, results, reductions, expected_keys, float_dtype)
 
 
-def _reduce_results(ctx, results, reductions, expected_keys):
-  """The step's results as float32 scalars; records how each is reduced."""
+@contextlib.contextmanager
+def _keras_floatx(float_dtype):
+  """Keras' floatx while the step runs (or is traced): float64 in a float64 run,
+  so that what Keras computes from Python numbers, such as a learning-rate
+  schedule's value, is float64 too (a schedule in float32 rounds the rate
+  differently eagerly and compiled, by an ulp that a float64 replay must not carry)."""
+  previous = keras.config.floatx()
+  if float_dtype == tf.float32 or previous == float_dtype.name:
+    yield
+    return
+  keras.config.set_floatx(float_dtype.name)
+  try:
+    yield
+  finally:
+    keras.config.set_floatx(previous)
+
+
+def _refuse_new_variable(next_creator, **kwargs):
+  """A variable made in the step: refused at its first call, eager or compiled.
+
+  Eagerly each call would make a new one (trained once, never saved); a
+  compiled step may make variables only when first traced, and under
+  `mirrored` not at all (TF: "UnliftableError ... depends transitively on
+  placeholder"). Every variable belongs in `build`, in the strategy's scope.
+  """
+  del next_creator
+  name, shape = _keras_variable_made() or (kwargs.get("name"), kwargs.get("shape"))
+  initial = kwargs.get("initial_value")
+  if shape is None and hasattr(initial, "shape"):
+    shape = initial.shape
+  where = sources.user_line(_tf_internal.stack())
+  raise ValueError(
+      f"the step created a variable ({name or 'unnamed'!r}"
+      + (f", shape {tuple(tf.TensorShape(shape).as_list())}" if shape is not None else "")
+      + ")" + (f" at {where}" if where else "") + ". A step runs at every call: "
+      "eagerly it would make a new variable each time (trained once, never "
+      "checkpointed), and compiled TensorFlow cannot make one there. Create it in "
+      "build(): a layer as part of a model (built there, with keras.Input or one "
+      "call), an optimizer returned by build(), or a model of its own for any "
+      "other state (e.g. an EMA copy), so that checkpoints keep it.")
+
+
+def _keras_variable_made():
+  """(path, shape) of the Keras variable whose TF variable is being made, if
+  one is (Keras passes TF only its short name and an initializer)."""
+  frame = inspect.currentframe()
+  for _ in range(8):  # Keras' Variable makes its tf.Variable a few frames out
+    frame = frame and frame.f_back
+    made = frame and frame.f_locals.get("self")
+    if isinstance(made, keras.Variable):
+      return made.path, made.shape
+  return None
+
+
+def _reduce_results(ctx, results, reductions, expected_keys, float_dtype):
+  """The step's results as `float_dtype` scalars; records how each is reduced."""
   if not isinstance(results, dict):
     raise TypeError(f"step must return a dict of scalar values, got "
                     f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
@@ -111,7 +174,7 @@ def _reduce_results(ctx, results, reductions, expected_keys):
           "loss, not float(loss)), or tf.constant(...) for a constant.")
     value = _scalar(key, value)
     reductions[key] = ctx.reduction(value, f"step result {key!r}")
-    out[key] = tf.cast(value, tf.float32)
+    out[key] = tf.cast(value, float_dtype)
   return out
 
 
@@ -128,13 +191,15 @@ class TrainStep:
     jit_compile: compile with XLA (per update under merge-call strategies).
     coordinator: a `ClusterCoordinator` under parameter servers, else None.
     steps_per_loop: under parameter servers, the steps of one scheduled call.
+    float_dtype: float32, or float64 for a float64 run (`run_on_replica`).
   """
 
   def __init__(self, step_fn: StepFn, state: State, feed: Feed,
                strategy: tf.distribute.Strategy, *, seed: int = 0, eager: bool = False,
                jit_compile: bool = False, coordinator: ClusterCoordinator | None = None,
-               steps_per_loop: int = 1):
+               steps_per_loop: int = 1, float_dtype: tf.DType = tf.float32):
     self._step_fn = step_fn
+    self._float_dtype = float_dtype
     self._steps_per_loop = steps_per_loop
     self._state = state
     self._feed = feed
@@ -177,7 +242,7 @@ class TrainStep:
         self._step_fn, batch, step, state=self._state, strategy=self._strategy,
         seed=self._seed, global_batch_size=self._feed.global_batch_size,
         reductions=self.reductions, compile_update=self._compile_update,
-        expected_keys=self.result_keys)
+        expected_keys=self.result_keys, float_dtype=self._float_dtype)
 
   def step_across_replicas(self, step: tf.Tensor | None = None,
                            iterator: Iterator[Any] | None = None) -> dict[str, tf.Tensor]:
@@ -212,7 +277,7 @@ class TrainStep:
     # The step's number is a loop variable; None: each step reads the counter.
     step = None if iterator is not None else self._state.global_step.read_value()
     first = self._step(step, iterator)
-    arrays = {k: tf.TensorArray(tf.float32, size=num_steps).write(0, v)
+    arrays = {k: tf.TensorArray(v.dtype, size=num_steps).write(0, v)
               for k, v in first.items()}
 
     def body(i, steps, arrays):

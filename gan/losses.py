@@ -12,7 +12,8 @@ Wasserstein critic trains, but nothing a paper describes). Each family's two
 functions are also here by name, `<family>_generator_loss(fake_logits)` and
 `<family>_discriminator_loss(real_logits, fake_logits)`, as TF-GAN names them.
 Logits are the discriminator's raw outputs, `[B]` or `[B, 1]`; every loss
-returns per-example values `[B]` float32, to be averaged with `ctx.average`.
+returns per-example values `[B]` in float32 (float64 in a float64 run, which
+`ctl parity` replays), to be averaged with `ctx.average`.
 """
 
 import dataclasses
@@ -51,13 +52,22 @@ class LossFamily:
     return f"LossFamily({', '.join(names)})"
 
 
+def at_least_float32(values: tf.Tensor) -> tf.Tensor:
+  """`values` in float32 if they are float16 or bfloat16 (mixed precision), else
+  as they are: float64 stays float64, so that a float64 run rounds nothing to float32."""
+  values = tf.convert_to_tensor(values)
+  if values.dtype in (tf.float16, tf.bfloat16):
+    return tf.cast(values, tf.float32)
+  return values
+
+
 def _per_example(logits: tf.Tensor) -> tf.Tensor:
   logits = tf.convert_to_tensor(logits)
   if logits.shape.rank == 2 and logits.shape[-1] == 1:
     logits = logits[:, 0]
   if logits.shape.rank != 1:
     raise ValueError(f"logits must have shape [batch] or [batch, 1], got {logits.shape}.")
-  return tf.cast(logits, tf.float32)
+  return at_least_float32(logits)
 
 
 def minimax_generator_loss(fake_logits: tf.Tensor) -> tf.Tensor:

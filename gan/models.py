@@ -41,6 +41,14 @@ def _upsamplings(image_shape):
   return 3 if height % 8 == 0 and width % 8 == 0 else 2
 
 
+def _output_dtype():
+  """The dtype of a model's last layers: float32 under mixed precision, as Keras
+  advises for outputs, else the policy's own (None), so that a float64 run
+  (`ctl parity`'s replay) computes its outputs in float64."""
+  policy = keras.mixed_precision.global_policy()
+  return "float32" if policy.compute_dtype in ("float16", "bfloat16") else None
+
+
 def _check_conditioning(num_classes, conditioning):
   if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
     raise ValueError(f"num_classes must be None (unconditional) or an int >= 2, "
@@ -136,9 +144,9 @@ def dcgan_generator(noise_dim: int = 64, width: int = 64, *,
     x = layers.Conv2DTranspose(top // 2 ** (i + 1), 5, strides=2, padding="same",
                                use_bias=False)(x)
     x = layers.LeakyReLU(0.2)(norm()(x))
-  # The output stays float32 under mixed precision, as Keras advises.
+  # The output stays float32 under mixed precision (_output_dtype).
   images = layers.Conv2DTranspose(channels, 5, strides=2, padding="same",
-                                  activation="tanh", dtype="float32")(x)
+                                  activation="tanh", dtype=_output_dtype())(x)
   return keras.Model(inputs if num_classes else noise, images, name=name)
 
 
@@ -187,11 +195,11 @@ def dcgan_discriminator(width: int = 64, *, image_shape: Sequence[int] = (28, 28
       planes = layers.UpSampling2D(tuple(image_shape[:2]))(planes)
       x = layers.Concatenate()([x, planes])
   features = _convolutions(x, width, count, spectral_norm)
-  logits = _maybe_spectral(layers.Dense(1, dtype="float32"), spectral_norm)(features)
+  logits = _maybe_spectral(layers.Dense(1, dtype=_output_dtype()), spectral_norm)(features)
   if num_classes and conditioning == "projection":
     embedded = layers.Embedding(num_classes, features.shape[-1])(labels)
-    projection = layers.Dot(axes=1, dtype="float32")([embedded, features])
-    logits = layers.Add(dtype="float32")([logits, projection])
+    projection = layers.Dot(axes=1, dtype=_output_dtype())([embedded, features])
+    logits = layers.Add(dtype=_output_dtype())([logits, projection])
   return keras.Model(inputs if num_classes else images, logits, name=name)
 
 
@@ -206,7 +214,7 @@ def dcgan_encoder(latent_dim: int = 64, width: int = 64, *,
   """
   images = keras.Input(tuple(image_shape), name="images")
   features = _convolutions(images, width, _upsamplings(image_shape), False)
-  codes = layers.Dense(latent_dim, dtype="float32")(features)
+  codes = layers.Dense(latent_dim, dtype=_output_dtype())(features)
   return keras.Model(images, codes, name=name)
 
 
@@ -227,5 +235,5 @@ def bigan_discriminator(latent_dim: int = 64, width: int = 64, *,
   joint = layers.Concatenate()([x, z])
   joint = _maybe_spectral(layers.Dense(4 * width), spectral_norm)(joint)
   joint = LeakyReLU(0.2)(joint)
-  logits = _maybe_spectral(layers.Dense(1, dtype="float32"), spectral_norm)(joint)
+  logits = _maybe_spectral(layers.Dense(1, dtype=_output_dtype()), spectral_norm)(joint)
   return keras.Model([images, codes], logits, name=name)

@@ -6,7 +6,7 @@
     d_loss = ctx.average(per_example)
 
 Every penalty is `penalty(ctx, discriminator, real, fake, *, weight=...)` and
-returns `[per_replica_batch]` float32 values, so that a config swaps them by
+returns `[per_replica_batch]` float32 values (float64 in a float64 run), so that a config swaps them by
 reference (`gan.Experiment.penalty = @gan.penalties.r1_penalty`). `discriminator` is any
 callable from images to logits (a conditional one as a closure over the
 labels). It must treat examples independently (no batch norm), because each
@@ -22,6 +22,7 @@ import tensorflow as tf
 
 import ctl
 from ctl import arguments
+from gan.losses import at_least_float32
 
 Discriminator = Callable[[tf.Tensor], tf.Tensor]  # images -> logits
 
@@ -34,9 +35,9 @@ def _squared_input_gradient_norm(discriminator, images):
   """Per example: |d D(x) / d x|^2, summed over all but the batch axis."""
   with tf.GradientTape() as tape:
     tape.watch(images)
-    logits = tf.cast(discriminator(images), tf.float32)
+    logits = at_least_float32(discriminator(images))
     total = tf.reduce_sum(logits)  # examples are independent: row i's gradient is its own
-  gradients = tf.cast(tape.gradient(total, images), tf.float32)
+  gradients = at_least_float32(tape.gradient(total, images))
   return tf.reduce_sum(tf.square(gradients), axis=list(range(1, gradients.shape.rank)))
 
 
@@ -82,7 +83,7 @@ def r1_penalty(ctx: ctl.StepContext, discriminator: Discriminator, real: tf.Tens
 
   if every == 1:
     return penalty()
-  zeros = lambda: tf.zeros([tf.shape(real)[0]], tf.float32)  # noqa: E731
+  zeros = lambda: tf.zeros([tf.shape(real)[0]], at_least_float32(real).dtype)  # noqa: E731
   due = tf.equal(tf.math.floormod(tf.cast(ctx.step, tf.int64), every), 0)
   if tf.executing_eagerly():
     return penalty() if bool(due) else zeros()
@@ -94,4 +95,4 @@ def no_penalty(ctx: ctl.StepContext, discriminator: Discriminator, real: tf.Tens
                fake: tf.Tensor, *, weight: float = 0.0) -> tf.Tensor:
   """Zeros: switches penalties off with the same signature."""
   del ctx, discriminator, fake, weight
-  return tf.zeros([tf.shape(real)[0]], tf.float32)
+  return tf.zeros([tf.shape(real)[0]], at_least_float32(real).dtype)

@@ -476,6 +476,22 @@ def micro_batches_with_a_value_of_the_whole_batch(s):
   _train(step=step)
 
 
+def _step_making_a_layer(ctx, x):
+  extra = keras.layers.Dense(1)  # a new layer, and so new variables, at each call
+  with tf.GradientTape() as tape:
+    loss = ctx.average(extra(ctx.models["model"](x))[:, 0])
+  ctx.minimize(loss, "model", tape=tape)
+  return {"loss": loss}
+
+
+def variable_made_in_the_eager_step(s):
+  _train(step=_step_making_a_layer, eager=True)
+
+
+def variable_made_in_the_step_under_mirrored(s):
+  _train(step=_step_making_a_layer, strategy=_mirrored())
+
+
 def unknown_model_in_the_step(s):
   _train(step=lambda ctx, x: {"loss": ctx.average(ctx.models["generatr"](x)[:, 0])})
 
@@ -1052,6 +1068,18 @@ CASES = [
          micro_batches_with_a_value_of_the_whole_batch, ValueError,
          ("ctx.average got 8 per-example values", "slices of 4 rows (micro_batches)",
           "make them inside the function", "[global step 0]")),
+    Case("variable-made-in-the-eager-step",
+         "ValueError from the step's first call: the step created a variable ('dense_1/kernel', "
+         "shape (1, 1)) at test_bad_input.py:N: ...; Create it in build()",
+         variable_made_in_the_eager_step, ValueError,
+         ("the step created a variable ('dense", "kernel', shape (1, 1)) at",
+          "extra(ctx.models[\"model\"](x))", "Create it in build()", "[global step 0]")),
+    Case("variable-made-in-the-step-under-mirrored",
+         "ValueError while the step is traced (before step 0): the step created a variable "
+         "('dense_1/kernel', shape (1, 1)) at test_bad_input.py:N: ...; Create it in build()",
+         variable_made_in_the_step_under_mirrored, ValueError,
+         ("the step created a variable ('dense", "kernel', shape (1, 1)) at",
+          "extra(ctx.models[\"model\"](x))", "Create it in build()", "[global step 0]")),
     Case("unknown-model-in-the-step",
          "KeyError from the step's first call: no model named 'generatr'; build() returned "
          "models ['model']",
@@ -1086,10 +1114,10 @@ CASES = [
          ("eager=True and jit_compile=True contradict each other", "pick one")),
     Case("unknown-mixed-precision",
          "ValueError from Runner: mixed_precision 'float16' is not known; use None, "
-         "'mixed_float16' or 'mixed_bfloat16'",
+         "'mixed_float16', 'mixed_bfloat16' or 'float64'",
          unknown_mixed_precision, ValueError,
          ("mixed_precision 'float16' is not known",
-          "use None, 'mixed_float16' or 'mixed_bfloat16'")),
+          "use None, 'mixed_float16', 'mixed_bfloat16' or 'float64'")),
     Case("jit-compile-with-a-tape-under-mirrored",
          "ValueError while the step is traced (before step 0): the loss must be given as a "
          "function: "

@@ -180,10 +180,11 @@ def test_regularization_counts_once_over_replicas(mirrored):
 
 # Replica-invariant randomness.
 
-def contexts(num_replicas, step=3, seed=11):
+def contexts(num_replicas, step=3, seed=11, float_dtype=tf.float32):
   return [ctl.StepContext(models={}, optimizers={}, step=tf.constant(step, tf.int64),
                           seed=tf.constant([seed, 0], tf.int64), global_batch_size=GLOBAL_BATCH,
-                          num_replicas=num_replicas, replica_id=tf.constant(r))
+                          num_replicas=num_replicas, replica_id=tf.constant(r),
+                          float_dtype=float_dtype)
           for r in range(num_replicas)]
 
 
@@ -234,12 +235,17 @@ def test_draws_have_the_asked_distribution():
   assert u.min() >= -1.0 and u.max() < 3.0 and abs(u.mean() - 1.0) < 0.02
 
 
-def test_xla_draws_the_same_numbers():
+@pytest.mark.parametrize("float_dtype, atol", [(tf.float32, 1e-6), (tf.float64, 1e-15)])
+def test_xla_draws_the_same_numbers(float_dtype, atol):
+  """XLA's stateless normal turns the same bits into other numbers: ctl writes
+  TF's kernel out in ops there, float32 (within float32 rounding of the sine,
+  cosine and logarithm) and float64 (within float64's)."""
   def draw():
-    ctx = contexts(2)[1]
+    ctx = contexts(2, float_dtype=float_dtype)[1]
     return ctx.normal([3]), ctx.uniform([3])
   for eager, compiled in zip(draw(), tf.function(draw, jit_compile=True)()):
-    np.testing.assert_allclose(eager.numpy(), compiled.numpy(), atol=1e-6)
+    assert eager.dtype == compiled.dtype == float_dtype
+    np.testing.assert_allclose(eager.numpy(), compiled.numpy(), atol=atol)
 
 
 # Updates: loss scaling, variables, eager mode, loops.
@@ -647,6 +653,86 @@ def test_micro_batches_equal_the_whole_batch(eager, mirrored):
     np.testing.assert_allclose(whole[0], sliced[0], rtol=1e-6)
     for a, b in zip(whole[1], sliced[1]):
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def batch_norm_step(micro_batches):
+  """A loss through a synchronized BatchNormalization, accumulated over micro-batches."""
+  def step(ctx, x):
+    model = ctx.models["model"]
+
+    def loss(x):
+      return ctx.average(tf.square(model(x + ctx.normal([1]), training=True)[:, 0]))
+
+    return {"loss": ctx.minimize(loss, "model", batch=x, micro_batches=micro_batches)}
+  return step
+
+
+def build_batch_norm():
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(4),
+                            keras.layers.BatchNormalization(synchronized=True),
+                            keras.layers.Dense(1)], name="model")
+  # SGD, not Adam: Adam would turn the rounding in the bias before the batch
+  # norm (its gradient is 0 but for rounding) into steps of the learning rate.
+  return {"model": model}, {"model": keras.optimizers.SGD(0.01, momentum=0.9)}
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_micro_batches_see_the_same_examples_on_any_replica_count(eager, mirrored):
+  """Slice i holds the global rows i, i+k, ...: a synchronized BatchNormalization
+  over two replicas' slices averages the rows it averages on one device
+  (contiguous slices mixed rows [0, 4) and [8, 12) on 2 replicas, where one
+  device saw [0, 8)). In float64, so that a real difference cannot hide in rounding."""
+  def run(strategy):
+    runner = ctl.Runner(batch_norm_step(2), build_batch_norm, data().repeat(),
+                        strategy=strategy, eager=eager, mixed_precision="float64")
+    loss = runner.train(3)["loss"]
+    return loss, [w.numpy() for w in runner.models["model"].weights]
+
+  one_device, two_replicas = run(tf.distribute.get_strategy()), run(mirrored)
+  np.testing.assert_allclose(one_device[0], two_replicas[0], rtol=1e-9)
+  for a, b in zip(one_device[1], two_replicas[1]):
+    np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_micro_batch_slices_are_strided():
+  seen = []
+
+  def step(ctx, x):
+    def loss(x):
+      seen.append(x[:, 0].numpy().tolist())
+      return ctx.average(tf.square(ctx.models["model"](x)[:, 0]))
+
+    return {"loss": ctx.minimize(loss, "model", batch=x, micro_batches=4)}
+
+  ctl.Runner(step, build, data().repeat(), eager=True).train(1)
+  assert seen == [[0.0, 4.0], [1.0, 5.0], [2.0, 6.0], [3.0, 7.0]]
+
+
+def test_float64_runs_everything_in_float64():
+  """mixed_precision="float64": variables, data, draws and results, where ctl.parity
+  replays a run; Keras' floatx is float64 while the step runs (a learning-rate
+  schedule computes in it), and float32 again afterwards."""
+  draws, floatx = {}, []
+
+  def step(ctx, x):
+    draws[x.dtype] = (ctx.normal([3]), ctx.uniform([2]))
+    floatx.append(keras.config.floatx())
+    return train_step(ctx, x)
+
+  runner = ctl.Runner(step, build_batch_norm, data().repeat(), eager=True,
+                      mixed_precision="float64")
+  history = runner.train(2)
+  assert history["loss"].dtype == np.float64
+  assert {w.dtype for w in runner.models["model"].weights} == {"float64"}
+  assert {v.dtype for v in runner.optimizers["model"].variables
+          if "iteration" not in v.path and "learning_rate" not in v.path} == {"float64"}
+  assert keras.config.floatx() == "float32" and floatx == ["float64"] * 2
+  ctl.Runner(step, build, data().repeat(), eager=True).train(2)
+  assert floatx[-1] == "float32"
+  assert [d.dtype for d in draws[tf.float64]] == [tf.float64, tf.float64]
+  # float64 normals come from TF's float64 kernel; the uniforms are the float32 ones.
+  np.testing.assert_allclose(draws[tf.float64][0].numpy().std(), 1, atol=0.6)
+  np.testing.assert_array_equal(draws[tf.float64][1].numpy(), draws[tf.float32][1].numpy())
 
 
 def test_with_options_runs_the_same_step_another_way():
