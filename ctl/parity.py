@@ -1,32 +1,49 @@
 """Parity: does a strategy switch change a run's numbers by more than float rounding?
 
     report = ctl.parity.check("my_gan.py", ["compiled", "mirrored:2"], steps=10)
-    print(report)                 # per model and variable: difference, floor, verdict
+    print(report)                 # per configuration: its largest differences, verdict
     report.ok                     # every configuration within rounding
 
     ctl parity my_gan.py --against compiled,mirrored:2,multi_worker:2 --steps 10
 
 "The same numbers" cannot mean bit for bit: a strategy sums a gradient over
-replicas in another order, oneDNN picks kernels by shape, XLA fuses. It means:
+replicas in another order, oneDNN picks kernels by shape, XLA fuses. It means
+that what a configuration changes is float rounding, which two checks tell
+apart from a bug:
 
-1. One step from the same state agrees to float rounding: each variable's
-   largest difference, relative to the largest weight of its model, within
-   `ONE_STEP_TOLERANCE` (a small multiple of float32's epsilon).
-2. Over many steps, the difference a configuration makes is no larger than
-   what float rounding alone makes. The *rounding floor* is measured, not
-   assumed: the reference run again with every initial weight moved by one
-   unit in the last place (`perturb`), a change no strategy can be blamed for.
-   Training amplifies both differences alike, so a configuration is within
-   rounding when its difference is at most `FLOOR_FACTOR` times the floor, or
-   within `ONE_STEP_TOLERANCE` per step trained: each step can add a
-   rounding that a moved weight does not reproduce (a gradient that sums to
-   exactly 0 on one device and to 4e-9 over two replicas, which Adam turns
-   into a step of its own).
+1. **float64 (decides where it can run).** The reference and each
+   configuration run again with every model, the data and the draws in float64
+   (`Runner(mixed_precision="float64")`). Rounding shrinks there by a factor of
+   half a billion, so a correct configuration agrees to about 1e-15 of the
+   weights' scale, while a bug keeps the size it had in float32, whatever
+   training amplified. Within rounding: every variable within
+   `FLOAT64_TOLERANCE` per step trained. A direction that the loss does not
+   fix (a bias followed by batch norm, which Adam moves by its learning rate
+   on any rounding at all) moves even in float64: a variable that the float64
+   floor (the float64 reference with its initial weights moved by one ulp)
+   already moves past that tolerance is judged as in float32.
+2. **float32 (the run as the user runs it; decides where float64 cannot).**
+   The rounding floor is measured: the reference again with every initial
+   weight moved by one unit in the last place (`perturb`), `FLOOR_SAMPLES`
+   times with other signs, its largest difference over those runs and over
+   the variables of each model (of each kind of optimizer slot; of all logged
+   values) taken as the floor. Within rounding: at most `FLOOR_FACTOR` times
+   the floor, or `ONE_STEP_TOLERANCE` per step trained.
 
-A difference past that is a bug, and `diagnose` names the likely one from the
-evidence: a loss scaled by the replica count, draws made per replica
-(noise not from `ctx.normal`, Keras Dropout, unsynchronised batch norm), or a
-step that is not deterministic on its own (an unseeded Python-side draw).
+float64 cannot decide for a step that fails in float64 (a tf.constant or
+tf.cast to float32 mixed with float64 tensors), that rounds float64 values to
+float32 (a cast or a layer with dtype="float32": the replay would carry
+float32 rounding; `analyze` finds them), or when the run itself cannot run
+float64 (a TPU). The report says which, and why.
+
+Everything training changes is compared: every model variable (batch-norm
+statistics too), every optimizer variable (moments, EMA copies, iteration
+counts, the loss scale), the step counter, and every logged value. A
+difference past rounding is a bug, and `diagnose` names the likely one from
+the evidence: a loss scaled by the replica count, draws made per replica
+(noise not from `ctx.normal`, Keras Dropout, unsynchronised batch norm), a
+value computed over the replica's batch (with its line), or a step that is
+not deterministic on its own (an unseeded Python-side draw).
 
 The user's module provides `build()`, `step(ctx, batch)` and `data()` (a
 function returning a dataset of global batches), and may set
@@ -50,6 +67,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -60,13 +78,18 @@ FLOAT32_EPSILON = float(np.finfo(np.float32).eps)  # 1.19e-7
 # One step from the same state: a few roundings of each sum, relative.
 ONE_STEP_TOLERANCE = 16 * FLOAT32_EPSILON
 # Rounding differences grow through training at the same rate from either
-# cause; a factor of 10 leaves room for the spread between two such pairs
-# (measured in README's parity table) and none for a real difference, which
-# starts at 1e-3 or more at the first step.
+# cause; a factor of 10 leaves room for the spread between such pairs, and none
+# for a real difference, which starts at 1e-3 or more at the first step.
 FLOOR_FACTOR = 10.0
+# float32 floor runs: the floor is their largest difference (one run is a single
+# sample of a random quantity, which sometimes came out 10 times too small).
+FLOOR_SAMPLES = 3
+# float64, relative, per step trained: float64's rounding (1e-16) amplified a
+# million times stays under it; a bug's float32-sized difference (1e-7 and
+# more; every planted bug here is 1e-4 or more) is far past it.
+FLOAT64_TOLERANCE = 1e-9
 
 REFERENCE = "eager"  # the eager default strategy: the step as written
-FLOOR = "floor"  # the reference with its initial weights moved by one ulp
 # name -> (strategy, takes a count, Runner options)
 KINDS = {
     "eager": ("default", False, {"eager": True}),
@@ -78,6 +101,11 @@ KINDS = {
     "multi_worker": ("multi_worker", True, {}),
     "steps_per_loop": ("default", True, {}),
 }
+
+Arrays = Mapping[str, np.ndarray]
+"""A run's numbers by key: `loss/<result>` (one value per step), `<model>/<i>`
+(the model's i-th variable), `optimizer:<name>/<slot>/<i>` (the optimizer's i-th
+variable, and what kind of slot it is), `counter:step`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,92 +142,102 @@ class Config:
         strategy, replicas = kind_strategy, int(count or 1)
     return cls(name.strip(), strategy, replicas, tuple(sorted(options.items())))
 
+  @property
+  def processes(self) -> int:
+    """The processes it runs in (its workers under multi_worker)."""
+    return self.replicas if self.strategy == "multi_worker" else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run in a process: the configuration as it is (float32), its
+  float64 replay, or a floor run (the initial weights moved by one ulp, each
+  up or down as drawn from `perturbation`)."""
+  label: str  # "main", "main64", "floor-<i>", "floor64-<i>"
+  float64: bool = False
+  perturbation: int | None = None
+
+
+MAIN, MAIN64 = Run("main"), Run("main64", True)
+
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  """One variable (or one logged value over the steps) of one configuration.
+  """One variable (or logged value) of one configuration, in one precision.
 
   `difference` and `floor` are the largest absolute differences from the
-  reference, divided by the largest weight of the variable's model (a logged
-  value's: its largest value).
+  reference, divided by the scale of the variable's group (its model's largest
+  weight; for an optimizer variable, the largest of its kind in that
+  optimizer; for a logged value, its own largest value).
   """
   config: str
-  key: str  # "model/variable path" (in `check`'s report), or "loss/<result key>"
+  key: str  # the variable's path (in `check`'s report), or "loss/<result key>"
+  precision: str  # "float32" or "float64"
   difference: float
-  floor: float
-  steps: int = 1  # steps trained
-
-  @property
-  def tolerance(self) -> float:
-    return max(FLOOR_FACTOR * self.floor, ONE_STEP_TOLERANCE * self.steps)
+  tolerance: float
+  floor: float = 0.0
 
   @property
   def ok(self) -> bool:
     return bool(self.difference <= self.tolerance)
 
+  @property
+  def margin(self) -> float:
+    """difference / tolerance: past 1 is past rounding."""
+    if self.tolerance > 0:
+      return self.difference / self.tolerance
+    return 0.0 if self.difference == 0 else float("inf")
+
 
 @dataclasses.dataclass
 class Report:
-  """What `check` found: a row per configuration and variable, and per failing
-  configuration its likely causes."""
+  """What `check` found, per configuration: its rows in each precision, which
+  precision decided, why float64 could not (if it could not), and for a
+  configuration past rounding, its likely causes."""
   rows: list[Row]
-  causes: dict[str, list[str]]
+  causes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
   errors: dict[str, str] = dataclasses.field(default_factory=dict)
+  decided_by: dict[str, str] = dataclasses.field(default_factory=dict)
+  notes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+  steps: int = 1
+  floor_samples: int = FLOOR_SAMPLES
+
+  @property
+  def configs(self) -> list[str]:
+    return list(dict.fromkeys([r.config for r in self.rows] + list(self.errors)))
+
+  def precision(self, config: str) -> str:
+    """The precision whose rows give `config`'s verdict."""
+    return self.decided_by.get(config, "float32")
+
+  def decisive(self, config: str) -> list[Row]:
+    precision = self.precision(config)
+    return [r for r in self.rows if r.config == config and r.precision == precision]
+
+  def within_rounding(self, config: str) -> bool:
+    return config not in self.errors and all(r.ok for r in self.decisive(config))
 
   @property
   def ok(self) -> bool:
-    return not self.errors and all(r.ok for r in self.rows)
+    return all(self.within_rounding(c) for c in self.configs)
 
-  def worst(self, config: str) -> Row:
-    """The row of `config` furthest past its tolerance (or closest to it)."""
-    rows = [r for r in self.rows if r.config == config]
-    return max(rows, key=lambda r: r.difference / r.tolerance)
+  def largest(self, config: str, precision: str | None = None) -> Row:
+    """`config`'s row of the largest difference (in the deciding precision)."""
+    return max(self._rows(config, precision), key=lambda r: (r.difference, r.margin))
+
+  def worst(self, config: str, precision: str | None = None) -> Row:
+    """`config`'s row closest to (or furthest past) its tolerance."""
+    return max(self._rows(config, precision), key=lambda r: r.margin)
+
+  def _rows(self, config, precision):
+    precision = precision or self.precision(config)
+    return [r for r in self.rows if r.config == config and r.precision == precision]
+
+  def format(self, verbose: bool = False) -> str:
+    return format_report(self, verbose=verbose)
 
   def __str__(self) -> str:
     return format_report(self)
-
-
-def compare(reference: Mapping[str, np.ndarray], floor: Mapping[str, np.ndarray],
-            runs: Mapping[str, Mapping[str, np.ndarray]]) -> list[Row]:
-  """A row per configuration in `runs` and per key of `reference`.
-
-  A variable's difference is relative to the largest weight of its model
-  (keys `model/...`), so that a bias that training brings near zero is judged
-  on the model's scale, not its own; a logged value's (`loss/...`) to its
-  largest value over the steps.
-
-  Args:
-    reference: the reference run's arrays (`run_one`'s output), by key.
-    floor: the same run with its initial weights perturbed (`perturb`).
-    runs: configuration name -> its arrays.
-  """
-  scales = _scales(reference)
-  # The steps trained: the length of a logged value's history.
-  steps = max([np.size(v) for k, v in reference.items() if k.startswith("loss/")] or [1])
-  rows = []
-  for config, run in runs.items():
-    missing = sorted(set(reference) ^ set(run))
-    if missing:
-      raise ValueError(f"parity: configuration {config!r} has other variables or "
-                       f"results than the reference: {missing[:5]}")
-    for key in reference:
-      scale = scales[key]
-      rows.append(Row(config, key, relative_difference(reference[key], run[key], scale),
-                      relative_difference(reference[key], floor[key], scale), steps))
-  return rows
-
-
-def _scales(reference):
-  """key -> the magnitude its differences are divided by."""
-  largest = {k: float(np.max(np.abs(np.asarray(v, np.float64)), initial=0.0))
-             for k, v in reference.items()}
-  by_model = {}
-  for key, value in largest.items():
-    if not key.startswith("loss/") and np.isfinite(value):
-      model = key.split("/")[0]
-      by_model[model] = max(by_model.get(model, 0.0), value)
-  return {k: largest[k] if k.startswith("loss/") else by_model.get(k.split("/")[0], 0.0)
-          for k in reference}
 
 
 def relative_difference(reference: np.ndarray, other: np.ndarray,
@@ -218,71 +256,171 @@ def relative_difference(reference: np.ndarray, other: np.ndarray,
   return difference / scale if scale > 0 else difference
 
 
-def perturb(models: Mapping[str, Any]) -> None:
-  """Moves every floating-point weight of `models` by one unit in the last place
-  (towards +inf): the smallest change there is, to measure the rounding floor."""
+def group(key: str) -> str:
+  """What `key`'s differences are judged with: its model (`generator`), its
+  optimizer's slots of one kind (`optimizer:generator/momentum`), all logged
+  values (`loss`), or the step counter."""
+  if key.startswith("loss/"):
+    return "loss"
+  if key.startswith("optimizer:"):
+    return key.rsplit("/", 1)[0]
+  if key.startswith("counter:"):
+    return key
+  return key.split("/")[0]
+
+
+def scales(reference: Arrays) -> dict[str, float]:
+  """key -> the magnitude its differences are divided by: the largest value of its
+  group (`group`), so that a bias that training brings near zero is judged on
+  its model's scale, not its own; a logged value's own largest value."""
+  largest = {k: float(np.max(np.abs(np.asarray(v, np.float64)), initial=0.0))
+             for k, v in reference.items()}
+  by_group = {}
+  for key, value in largest.items():
+    if np.isfinite(value):
+      by_group[group(key)] = max(by_group.get(group(key), 0.0), value)
+  return {k: largest[k] if k.startswith("loss/") else by_group.get(group(k), 0.0)
+          for k in reference}
+
+
+def steps_trained(reference: Arrays) -> int:
+  """The length of a logged value's history (1 if nothing is logged)."""
+  return max([np.size(v) for k, v in reference.items() if k.startswith("loss/")] or [1])
+
+
+def differences(reference: Arrays, run: Arrays) -> dict[str, float]:
+  """key -> `run`'s relative difference from `reference` (see `scales`)."""
+  missing = sorted(set(reference) ^ set(run))
+  if missing:
+    raise ValueError(f"parity: a run has other variables or results than the "
+                     f"reference: {missing[:5]}")
+  scale = scales(reference)
+  return {k: relative_difference(reference[k], run[k], scale[k]) for k in reference}
+
+
+def float32_tolerances(reference: Arrays,
+                       floors: Sequence[Arrays]) -> dict[str, tuple[float, float]]:
+  """key -> (floor, tolerance) in float32.
+
+  The floor of a key is the largest relative difference of any key of its group
+  in any of the `floors` runs (the reference with perturbed initial weights):
+  a single run's floor of a single variable is one sample of a random quantity,
+  which for some variables came out near 5e-9 where a correct run differed by 5e-5.
+  """
+  steps = steps_trained(reference)
+  by_group = {}
+  for floor in floors:
+    for key, value in differences(reference, floor).items():
+      by_group[group(key)] = max(by_group.get(group(key), 0.0), value)
+  return {k: (by_group.get(group(k), 0.0),
+              max(FLOOR_FACTOR * by_group.get(group(k), 0.0), ONE_STEP_TOLERANCE * steps))
+          for k in reference}
+
+
+def float64_tolerances(reference: Arrays, floor: Arrays,
+                       float32: Mapping[str, tuple[float, float]]
+                       ) -> dict[str, tuple[float, float]]:
+  """key -> (floor, tolerance) in float64: `FLOAT64_TOLERANCE` per step, except
+  for a key that float64 rounding alone (`floor`, the float64 reference with
+  perturbed weights) moves past it, which keeps its float32 tolerance (or 10
+  times that floor, if larger)."""
+  base = FLOAT64_TOLERANCE * steps_trained(reference)
+  tolerances = {}
+  for key, value in differences(reference, floor).items():
+    if value <= base:
+      tolerances[key] = (value, base)
+    else:  # rounding alone moves it: a direction the loss does not fix
+      tolerances[key] = (value, max(FLOOR_FACTOR * value, float32[key][1]))
+  return tolerances
+
+
+def compare(config: str, reference: Arrays, run: Arrays,
+            tolerances: Mapping[str, tuple[float, float]], precision: str = "float32",
+            names: Mapping[str, str] | None = None) -> list[Row]:
+  """A row per key of `reference`: `run`'s difference against its tolerance.
+
+  Args:
+    config: the configuration's name.
+    reference, run: the reference's and the configuration's arrays.
+    tolerances: key -> (floor, tolerance), from `float32_tolerances` or
+      `float64_tolerances`.
+    precision: "float32" or "float64", for the rows.
+    names: key -> the name a row shows (a variable's path); default the key.
+  """
+  names = names or {}
+  return [Row(config, names.get(k, k), precision, value, tolerances[k][1], tolerances[k][0])
+          for k, value in differences(reference, run).items()]
+
+
+def perturb(models: Mapping[str, Any], seed: int = 0) -> None:
+  """Moves every floating-point weight of `models` by one unit in the last place,
+  up or down as drawn from `seed` for each weight: the smallest change there is,
+  to measure the rounding floor."""
+  rng = np.random.default_rng(seed)
   for model in models.values():
     for variable in model.weights:
       value = np.asarray(variable.numpy())
       if np.issubdtype(value.dtype, np.floating):
-        variable.assign(np.nextafter(value, np.array(np.inf, value.dtype)))
+        signs = rng.integers(0, 2, value.shape).astype(bool)
+        target = np.where(signs, np.array(np.inf, value.dtype), np.array(-np.inf, value.dtype))
+        variable.assign(np.nextafter(value, target).astype(value.dtype))
 
 
-def diagnose(config: Config, rows: Sequence[Row], reference: Mapping[str, np.ndarray],
-             floor: Mapping[str, np.ndarray], run: Mapping[str, np.ndarray],
-             layers: Mapping[str, list[str]]) -> list[str]:
+def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays,
+             about: Mapping[str, Any] | None = None, *, floors: Sequence[Arrays] = (),
+             floor_reference: Arrays | None = None) -> list[str]:
   """The likely causes of a configuration's difference, from the evidence.
 
   Args:
     config: the configuration.
-    rows: its rows (`compare`).
-    reference, floor, run: the arrays of the reference, the floor run and it.
-    layers: model name -> the kinds of its layers that draw or average per
-      replica ("Dropout", "BatchNormalization"), as `run_one` records them.
+    rows: its rows in the precision that decided (`compare`).
+    reference, run: the reference's and the configuration's arrays, in that
+      precision.
+    about: what the reference's process recorded (`describe`, `analyze`):
+      "paths" (key -> name), "layers" (model -> the kinds of its layers that
+      draw or average per replica), "statistics" (model -> its
+      batch-statistics layers), "analysis" (the step's batch reductions,
+      whether it uses micro-batches).
+    floors: the float32 floor runs (eager, like the reference), and
+    floor_reference: the float32 reference they moved from (default `reference`).
   """
   if all(r.ok for r in rows):
     return []
+  about = about or {}
   causes = []
   losses = [k for k in reference if k.startswith("loss/")]
   first = {k: (float(reference[k][0]), float(run[k][0])) for k in losses
            if np.size(reference[k]) and np.isfinite(run[k][0])}
-  floor_first = {k: float(floor[k][0]) for k in first if np.size(floor[k])}
   # One ulp moves a loss by about epsilon; an unseeded draw moves it by its own size.
-  if any(abs(floor_first[k] - r) > 1e-4 * (1 + abs(r))
-         for k, (r, _) in first.items() if k in floor_first):
+  floor_reference = reference if floor_reference is None else floor_reference
+  if any(abs(float(floor[k][0]) - float(floor_reference[k][0])) >
+         1e-4 * (1 + abs(float(floor_reference[k][0])))
+         for floor in floors for k in first if np.size(floor.get(k, []))):
     causes.append(
-        "the step is not deterministic on its own: the floor run, eager like the "
+        "the step is not deterministic on its own: a floor run, eager like the "
         "reference, already differs at the first step. Look for a draw that ctl "
         "does not seed: np.random or random in the step, tf.random.normal without "
         "a seed (use ctx.normal, ctx.uniform or ctx.seed()).")
+  names = about.get("paths", {})
+  for key in reference:
+    if (key.startswith("counter:") or "/iteration/" in key) and not np.array_equal(
+        reference[key], run[key]):
+      causes.append(
+          f"{names.get(key, key)} is {run[key]} here and {reference[key]} in the "
+          "reference: another number of steps or updates ran (a Python `if` on a "
+          "tensor's value runs one branch eagerly and becomes a tf.cond compiled; "
+          "a LossScaleOptimizer skips an update whose gradient is not finite).")
+      break
   replicas = config.replicas if config.strategy != "default" else 1
+  first_differs = any(abs(c - r) > 1e-5 * (1 + abs(r)) for r, c in first.values())
   if replicas > 1:
-    for key, (r, c) in first.items():
-      if r != 0 and abs(c / r - replicas) < 1e-3 * replicas:
-        causes.append(
-            f"{key} is {replicas} times the reference at the first step, with "
-            f"{replicas} replicas: the loss is scaled by the replica count (e.g. "
-            "ctx.average(...) * ctx.num_replicas, or a mean taken per replica and "
-            "then summed). ctx.average alone is already the global-batch mean.")
-      elif r != 0 and abs(c * replicas / r - 1) < 1e-3:
-        causes.append(
-            f"{key} is 1/{replicas} of the reference at the first step: the loss is "
-            "divided by the replica count once too often.")
-    drawn = sorted(f"{m} ({', '.join(sorted(set(kinds)))})" for m, kinds in layers.items()
-                   if kinds)
-    first_differs = any(abs(c - r) > 1e-5 * (1 + abs(r)) for r, c in first.values())
-    if drawn:
-      causes.append(
-          "layers that work per replica: " + "; ".join(drawn) + ". Keras Dropout "
-          "draws its own mask on each replica, and BatchNormalization averages over "
-          "each replica's rows only (use synchronized=True, or draw the mask with "
-          "ctx.uniform).")
-    if first_differs and not causes:
-      causes.append(
-          f"the first step already differs with {replicas} replicas: something is "
-          "computed per replica. Most often noise drawn without ctx.normal/"
-          "ctx.uniform (tf.random.* with the replica's own batch size draws the same "
-          "rows on every replica), or a value taken from the replica's batch alone.")
+    causes += _replica_causes(replicas, first, first_differs, about)
+  math = (about.get("analysis") or {}).get("float32_math", [])
+  if not causes and math and any(r.precision == "float64" for r in rows):
+    causes.append(
+        "float32 arithmetic inside the float64 replay: " + "; ".join(math[:3]) + ". Its "
+        "float32 rounding can differ eagerly and compiled, and float64 cannot remove it: "
+        "compute it in the input's dtype, or judge with --no-float64.")
   if not causes:
     options = dict(config.options)
     if options.get("jit_compile"):
@@ -300,34 +438,126 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Mapping[str, np.nda
   return causes
 
 
-def format_report(report: Report) -> str:
-  """A table: per configuration, its worst variable against the rounding floor,
-  and the variables past tolerance; then the causes."""
-  lines = [f"{'configuration':28} {'worst variable':40} {'difference':>10} "
-           f"{'floor':>9} {'verdict':>8}"]
-  configs = list(dict.fromkeys(r.config for r in report.rows))
-  for config in configs:
-    row = report.worst(config)
-    verdict = "rounding" if all(r.ok for r in report.rows if r.config == config) else "DIFFERS"
-    lines.append(f"{config:28} {row.key[:40]:40} {row.difference:10.2e} "
-                 f"{row.floor:9.2e} {verdict:>8}")
-  for config, error in report.errors.items():
-    lines.append(f"{config:28} failed: {error}")
-  for config in configs:
-    bad = [r for r in report.rows if r.config == config and not r.ok]
+def _replica_causes(replicas, first, first_differs, about):
+  """The causes that only several replicas reveal."""
+  causes = []
+  for key, (r, c) in first.items():
+    if r != 0 and abs(c / r - replicas) < 1e-3 * replicas:
+      causes.append(
+          f"{key} is {replicas} times the reference at the first step, with "
+          f"{replicas} replicas: the loss is scaled by the replica count (e.g. "
+          "ctx.average(...) * ctx.num_replicas, or a mean taken per replica and "
+          "then summed). ctx.average alone is already the global-batch mean.")
+    elif r != 0 and abs(c * replicas / r - 1) < 1e-3:
+      causes.append(
+          f"{key} is 1/{replicas} of the reference at the first step: the loss is "
+          "divided by the replica count once too often.")
+  drawn = sorted(f"{m} ({', '.join(sorted(set(kinds)))})"
+                 for m, kinds in about.get("layers", {}).items() if kinds)
+  if drawn:
+    causes.append(
+        "layers that work per replica: " + "; ".join(drawn) + ". Keras Dropout "
+        "draws its own mask on each replica, and BatchNormalization averages over "
+        "each replica's rows only (use synchronized=True, or draw the mask with "
+        "ctx.uniform).")
+  if not first_differs or causes:
+    return causes
+  analysis = about.get("analysis", {})
+  for line in analysis.get("batch_reductions", [])[:3]:
+    causes.append(
+        f"a value computed over the replica's batch: {line}. It reduces over the "
+        "batch axis, and each replica sees its own rows: compute it per example "
+        "(e.g. a norm over axis=1 and the axes after it, not the whole tensor), or "
+        "as a global-batch mean with ctx.average.")
+  statistics = sorted(f"{m} ({', '.join(sorted(set(kinds)))})"
+                      for m, kinds in about.get("statistics", {}).items() if kinds)
+  if statistics and not causes:
+    micro = analysis.get("micro_batches")
+    causes.append(
+        "batch statistics: " + "; ".join(statistics) + " compute their statistics "
+        "over the batch they are given, and the first step already differs only with "
+        f"{replicas} replicas. A synchronized layer averages over the replicas' rows: "
+        "each replica must give it the same global examples as one device does"
+        + (" (ctx.minimize(..., micro_batches=k) does: slice i holds the global rows "
+           "i, i+k, ...; slices the step cuts itself must do the same)." if micro else
+           ", so a step that slices the batch itself must take the same global rows "
+           "on every replica count."))
+  if not causes:
+    causes.append(
+        f"the first step already differs with {replicas} replicas: something is "
+        "computed per replica. Most often noise drawn without ctx.normal/"
+        "ctx.uniform (tf.random.* with the replica's own batch size draws the same "
+        "rows on every replica), or a value taken from the replica's batch alone.")
+  return causes
+
+
+def format_report(report: Report, verbose: bool = False) -> str:
+  """A table: per configuration its verdict, then in each precision (the deciding
+  one first) its largest difference and, if another, the variable closest to its
+  tolerance; then what is past rounding and the likely causes. `verbose` adds
+  every variable."""
+  lines = [f"{'configuration':28} {'verdict':8} {'precision':9} {'difference':>10} "
+           f"{'tolerance':>10}  variable"]
+  for config in report.configs:
+    if config in report.errors:
+      lines.append(f"{config:28} failed: {report.errors[config]}")
+      continue
+    verdict = "rounding" if report.within_rounding(config) else "DIFFERS"
+    label = [config, verdict]
+    decided = report.precision(config)
+    for precision in sorted({r.precision for r in report.rows if r.config == config},
+                            key=lambda p: p != decided):
+      largest = report.largest(config, precision)
+      shown = [(largest, "largest")]
+      worst = report.worst(config, precision)
+      if precision == decided and worst.key != largest.key:
+        shown.append((worst, "closest to its tolerance"))
+      for row, what in shown:
+        mark = "" if row.ok else ", past"
+        lines.append(f"{label[0]:28} {label[1]:8} {precision:9} {row.difference:10.2e} "
+                     f"{row.tolerance:10.2e}  {row.key} ({what}{mark})")
+        label = ["", ""]
+  for config in report.configs:
+    if config in report.errors:
+      continue
+    decisive = report.decisive(config)
+    bad = [r for r in decisive if not r.ok]
+    notes = report.notes.get(config, [])
+    if not bad and not notes:
+      continue
+    lines.append("")
     if bad:
-      lines.append("")
-      lines.append(f"{config}: {len(bad)} of "
-                   f"{sum(r.config == config for r in report.rows)} past tolerance, e.g.")
-      for r in sorted(bad, key=lambda r: -r.difference / r.tolerance)[:5]:
+      lines.append(f"{config}: {len(bad)} of {len(decisive)} past tolerance in "
+                   f"{report.precision(config)}, e.g.")
+      for r in sorted(bad, key=lambda r: -r.margin)[:5]:
         lines.append(f"  {r.key}: {r.difference:.2e} (tolerance {r.tolerance:.2e})")
-      for cause in report.causes.get(config, []):
-        lines.append(f"  likely: {cause}")
+    for note in notes:
+      lines.append(f"{config}: {note}")
+    for cause in report.causes.get(config, []):
+      lines.append(f"  likely: {cause}")
+  if verbose:
+    for config in report.configs:
+      for precision in ("float64", "float32"):
+        rows = sorted(report._rows(config, precision), key=lambda r: -r.margin)
+        if rows:
+          lines.append("")
+          lines.append(f"{config}, {precision}, every variable:")
+          for r in rows:
+            lines.append(f"  {r.difference:10.2e} {r.tolerance:10.2e} {r.floor:10.2e}  "
+                         f"{r.key}{'' if r.ok else '  past'}")
   lines.append("")
-  steps = report.rows[0].steps if report.rows else 1
-  lines.append(f"difference and floor: max |x - reference| per variable / its model's "
-               f"largest weight (a logged value: its largest); within rounding when <= "
-               f"max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e} x {steps} steps).")
+  lines += [
+      "difference: max |x - reference| / the scale of its group (its model's largest "
+      "weight; the largest optimizer variable of its kind; a logged value's largest value).",
+      "float64 (decides where it can run): the runs replayed in float64; tolerance "
+      f"{FLOAT64_TOLERANCE:.0e} x {report.steps} steps, or for a variable that float64 "
+      "rounding alone moves further (the float64 floor run), as in float32.",
+      f"float32: tolerance max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e} x "
+      f"{report.steps} steps); the floor is the most that moving every initial weight by "
+      "one ulp moves the variable's group (1 run where float64 decides, "
+      f"{report.floor_samples} where float32 does)."]
+  if verbose:
+    lines.append("every variable: difference, tolerance, floor, variable.")
   return "\n".join(lines)
 
 
@@ -392,63 +622,195 @@ def load_module(path: str) -> Any:
   return module
 
 
-def run_one(path: str, config: Config, steps: int, out: str, *,
-            perturbed: bool = False, bindings: Sequence[str] = (),
+def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "config",
+            seeds: Sequence[int] | None = None, float64: bool = True,
+            floor_samples: int = FLOOR_SAMPLES, bindings: Sequence[str] = (),
             experiment: str | None = None) -> None:
   """Trains the module's step (or the experiment's, for a .gin file) for `steps`
-  steps under `config` in this process and writes every step's results and
-  every variable to `out` (npz), with a JSON sidecar naming the layers that
-  work per replica.
+  steps under `config` in this process, as `role` says, once per seed of `seeds`
+  (None: the module's or the experiment's own), a fresh runner each time, and
+  writes each run's state (`state_arrays`) to `out` (npz, keys `<seed>|<run
+  label>|<key>`), with a JSON sidecar: the variables' names and the layers that
+  work per replica (`describe`), and per seed the runs that failed and what
+  `analyze` found.
+
+  Roles: "config" runs the configuration and its float64 replay. "reference"
+  (the eager reference) also analyzes the step and runs the floors: in float64
+  one, and in float32 one if float64 can decide, else `floor_samples`.
+  "floors" runs float32 floors 1 to `floor_samples` - 1, for a configuration
+  that float64 could not decide after all.
 
   The strategy is made first, before the module is imported or the gin file
-  parsed (either may run TensorFlow ops).
+  parsed (either may run TensorFlow ops). A float64 run that fails is recorded,
+  not raised: float64 then cannot decide.
   """
   import ctl  # pylint: disable=import-outside-toplevel
   strategy = ctl.make_strategy(
       config.strategy,
       logical_cpus=config.replicas if config.strategy in ("mirrored", "central_storage")
       else None)
-  if path.endswith(".gin"):
-    runner = _experiment_runner(path, strategy, bindings, experiment)
-    if config.options:
-      runner = runner.with_options(**dict(config.options))
-  else:
-    module = load_module(path)
-    runner = ctl.Runner(module.step, module.build, module.data(), strategy=strategy,
-                        seed=getattr(module, "seed", 0),
-                        batches_per_step=getattr(module, "batches_per_step", 1),
-                        **dict(config.options))
-  if perturbed:
-    with strategy.scope():
-      perturb(runner.models)
-  history = runner.train(steps)
-  arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
-  layers, paths = {}, {}
-  seen = set()  # a layer shared by two models is compared once, under the first
-  for name, model in runner.models.items():
-    # By position: a layer's name depends on how many Keras made before it.
-    for i, variable in enumerate(model.weights):
-      if id(variable) in seen:
-        continue
-      seen.add(id(variable))
-      arrays[f"{name}/{i}"] = np.asarray(variable.numpy())
-      paths[f"{name}/{i}"] = f"{name}/{variable.path}"
-    layers[name] = [type(layer).__name__ for layer in _layers(model)
-                    if _works_per_replica(layer)]
+  make = _runner_factory(path, strategy, dict(config.options), bindings, experiment)
+  arrays, about = {}, {"seeds": {}}
+
+  def train(seed, run, initial=None, runner=None):
+    """The run's runner (`runner`, or a new one), trained from `initial` weights
+    (the float32 run's, for a float64 one) and its state kept; None if a float64
+    run failed."""
+    try:
+      runner = runner or make(seed, run.float64)
+      with strategy.scope():
+        if initial is not None:
+          for variable, value in zip(_model_variables(runner), initial):
+            variable.assign(np.asarray(value, variable.dtype))
+        if run.perturbation is not None:
+          perturb(runner.models, run.perturbation)
+      history = runner.train(steps)
+    except Exception as e:  # pylint: disable=broad-except
+      if not run.float64:
+        raise
+      found["errors"][run.label] = _one_line(e)
+      return None
+    arrays.update({f"{seed}|{run.label}|{k}": v
+                   for k, v in state_arrays(runner, history).items()})
+    if "paths" not in about:
+      about.update(describe(runner))
+    return runner
+
+  for seed in seeds if seeds is not None else [None]:
+    found = about["seeds"].setdefault(str(seed), {"errors": {}})
+    if role == "floors":
+      for i in range(1, floor_samples):
+        train(seed, Run(f"floor-{i}", False, i))
+      continue
+    # The float64 replay starts from the float32 run's initial weights: Keras'
+    # initializers draw other numbers in float64.
+    runner = make(seed, False)
+    initial = [v.numpy() for v in _model_variables(runner)]
+    train(seed, MAIN, runner=runner)
+    runner64 = train(seed, MAIN64, initial) if float64 else None
+    if role != "reference":
+      continue
+    found["analysis"] = analyze(runner64 or runner)
+    decides = runner64 is not None and not _downcasts(found["analysis"])
+    if decides and train(seed, Run("floor64-0", True, 0), initial) is None:
+      decides = False
+    for i in range(1 if decides else floor_samples):
+      train(seed, Run(f"floor-{i}", False, i))
   if strategy.extended.should_checkpoint:  # the chief, under multi_worker
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
-      json.dump({"layers": layers, "paths": paths}, f)
+      json.dump(about, f)
 
 
-def _experiment_runner(path, strategy, bindings, name):
-  """The runner of the experiment a .gin file describes (its build method)."""
-  from ctl import experiments  # pylint: disable=import-outside-toplevel
-  experiments.require_config_file(path)
-  name = name or experiments.default_experiment()
-  make = experiments.resolve_experiment(name)
-  experiments.parse_gin([path], bindings)
-  return experiments.make_experiment(make, name, needs=("build",)).build(strategy=strategy)
+def _model_variables(runner):
+  """Every variable of the runner's models, each once, in order."""
+  seen, variables = set(), []
+  for model in runner.models.values():
+    for variable in model.variables:
+      if id(variable) not in seen:
+        seen.add(id(variable))
+        variables.append(variable)
+  return variables
+
+
+def _downcasts(analysis):
+  """What in `analyze`'s findings keeps a float64 replay from deciding, or ''."""
+  if analysis.get("downcasts"):
+    return ("the step rounds float64 values to float32 at " +
+            "; ".join(analysis["downcasts"][:3]) + " (a tf.cast to float32, or a layer "
+            "with dtype='float32'), so the float64 replay carries float32 rounding")
+  if analysis.get("float32_variables"):
+    return ("some variables stay float32 in a float64 run (a layer given "
+            "dtype='float32'): " + ", ".join(analysis["float32_variables"][:3]))
+  return ""
+
+
+def _runner_factory(path, strategy, options, bindings, experiment):
+  """A function of (seed, float64) making a fresh runner of the module's (or the
+  experiment's) step under `strategy` with `options`; seed None keeps the
+  module's (the experiment's) own."""
+  import ctl  # pylint: disable=import-outside-toplevel
+  if path.endswith(".gin"):
+    base = _experiment_runner(path, strategy, bindings, experiment)
+    unused = [base]
+
+    def make(seed, float64):
+      changed = dict(options, **({"mixed_precision": "float64"} if float64 else {}),
+                     **({} if seed is None else {"seed": seed}))
+      if unused and not changed:
+        return unused.pop()  # the experiment's own runner
+      unused.clear()
+      return base.with_options(**changed)
+
+    return make
+  module = load_module(path)
+
+  def make(seed, float64):
+    return ctl.Runner(module.step, module.build, module.data(), strategy=strategy,
+                      seed=getattr(module, "seed", 0) if seed is None else seed,
+                      batches_per_step=getattr(module, "batches_per_step", 1),
+                      mixed_precision="float64" if float64 else None, **options)
+
+  return make
+
+
+def state_arrays(runner: Any, history: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Everything a run trained, by key (see `Arrays`): every logged value, every
+  variable of every model (one shared by two models once, under the first), of
+  every optimizer (slots, EMA copies, iteration counts, the loss scale), and
+  the step counter. Variables by position: a layer's name depends on how many
+  Keras made before it."""
+  arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
+  seen = set()
+  for name, model in runner.models.items():
+    for i, variable in enumerate(model.variables):
+      if id(variable) not in seen:
+        seen.add(id(variable))
+        arrays[f"{name}/{i}"] = np.asarray(variable.numpy())
+  model_paths = [v.path for m in runner.models.values() for v in m.variables]
+  for name, optimizer in runner.optimizers.items():
+    for i, variable in enumerate(optimizer.variables):
+      arrays[f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"] = np.asarray(
+          variable.numpy())
+  arrays["counter:step"] = np.asarray(runner.global_step.numpy())
+  return arrays
+
+
+def _slot(path, model_paths):
+  """What an optimizer variable is: the slot it keeps for a model variable
+  ("momentum", "velocity", "average" for EMA), or its own name ("iteration",
+  "dynamic_scale"). Keras names a slot `<optimizer>/<model variable's path with
+  _ for />_<slot>`."""
+  name = path.split("/", 1)[-1]
+  for model_path in sorted(model_paths, key=len, reverse=True):
+    prefix = model_path.replace("/", "_") + "_"
+    if name.startswith(prefix):
+      return name[len(prefix):]
+  return name.replace("/", "_")
+
+
+def describe(runner: Any) -> dict[str, Any]:
+  """What the report names: each key's variable path ("paths"), and per model its
+  layers that draw or average per replica ("layers") and that compute batch
+  statistics ("statistics")."""
+  paths, layers, statistics = {}, {}, {}
+  seen = set()
+  for name, model in runner.models.items():
+    for i, variable in enumerate(model.variables):
+      if id(variable) not in seen:
+        seen.add(id(variable))
+        paths[f"{name}/{i}"] = f"{name}/{variable.path}"
+    layers[name] = [type(layer).__name__ for layer in _layers(model)
+                    if _works_per_replica(layer)]
+    statistics[name] = [_statistics(layer) for layer in _layers(model)
+                        if _statistics(layer)]
+  model_paths = [v.path for m in runner.models.values() for v in m.variables]
+  for name, optimizer in runner.optimizers.items():
+    for i, variable in enumerate(optimizer.variables):
+      key = f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"
+      paths[key] = f"optimizer {name}: {variable.path}"
+  paths["counter:step"] = "step counter"
+  return {"paths": paths, "layers": layers, "statistics": statistics}
 
 
 def _layers(model):
@@ -471,11 +833,155 @@ def _works_per_replica(layer):
                             keras.layers.SpatialDropout2D))
 
 
+def _statistics(layer):
+  """"BatchNormalization" (or "... synchronized") for a layer of batch statistics."""
+  import keras  # pylint: disable=import-outside-toplevel
+  if not isinstance(layer, keras.layers.BatchNormalization):
+    return None
+  return type(layer).__name__ + (" synchronized" if layer.synchronized else "")
+
+
+# Reductions whose result can depend on how the batch is split.
+_REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "EuclideanNorm"}
+# Ops that change a variable: what the step's updates are made of.
+_UPDATES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+            "ResourceApply", "ResourceScatter")
+
+
+def analyze(runner: Any) -> dict[str, Any]:
+  """What the step's graph shows, traced once (nothing runs) on one batch:
+
+  * "downcasts": the user's lines where a float64 value is rounded to a
+    narrower float (a tf.cast, or a layer computing in float32): a float64
+    replay through them carries float32 rounding and cannot decide;
+  * "float32_variables": model variables that a float64 run keeps narrower
+    (a layer given dtype="float32");
+  * "float32_math": the user's lines where a float32 value is computed and then
+    widened into float64 (say, a rate from the step number): its float32
+    rounding is the float64 replay's too, and can differ eagerly and compiled;
+  * "batch_reductions": the user's lines that reduce over the batch axis
+    (a sum, mean, max or norm of a tensor of examples) a value that feeds an
+    update: each replica computes it over its own rows;
+  * "micro_batches": whether an update accumulates over micro-batches;
+  * "error": why the step could not be traced, if it could not.
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  from ctl import _tf_internal  # pylint: disable=import-outside-toplevel
+  from ctl import sources  # pylint: disable=import-outside-toplevel
+  found = {"downcasts": [], "float32_variables": [], "float32_math": [],
+           "batch_reductions": [], "micro_batches": False, "error": None}
+  float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
+  if float64:
+    found["float32_variables"] = sorted(
+        f"{name}/{v.path} ({v.dtype})" for name, m in runner.models.items()
+        for v in m.weights if v.dtype in ("float32", "float16", "bfloat16"))
+  try:
+    batch = runner.next_batch(runner.make_data_iterator())
+    step = runner.global_step.read_value()
+    traced = tf.function(lambda: runner.strategy.run(runner.replica_step, args=(batch, step)),
+                         autograph=False).get_concrete_function()
+  except Exception as e:  # pylint: disable=broad-except
+    found["error"] = _one_line(e)
+    return found
+  batch_size = runner.global_batch_size or 0
+  for graph in [traced.graph] + _tf_internal.function_graphs(traced.graph):
+    feeds_updates = _ancestors_of_updates(graph)
+    for op in graph.get_operations():
+      frames = _tf_internal.op_stack(op)
+      if any(getattr(f, "name", "") == "_micro_batch" for f in frames):
+        found["micro_batches"] = True
+      if float64 and op.type == "Cast" and op.get_attr("SrcT") == tf.float64 and (
+          op.get_attr("DstT") in (tf.float32, tf.float16, tf.bfloat16)):
+        found["downcasts"].append(sources.user_line(frames) or op.name)
+      elif float64 and _widens_float32_math(op):
+        line = sources.user_call(frames)
+        if line:
+          found["float32_math"].append(line)
+      elif (op.type in _REDUCTIONS and op in feeds_updates and
+            _over_examples(op, batch_size) and not _is_gradient(op) and
+            any(c in feeds_updates and not _is_gradient(c) for c in op.outputs[0].consumers())):
+        line = sources.user_call(frames)
+        if line:
+          found["batch_reductions"].append(f"{line} ({op.type} over the batch axis)")
+  for key in ("downcasts", "float32_math", "batch_reductions"):
+    found[key] = list(dict.fromkeys(found[key]))
+  return found
+
+
+# Ops whose float32 result is exact to widen: a read, a constant, a cast of an integer.
+_EXACT = {"ReadVariableOp", "Const", "Placeholder", "Identity", "Cast", "Reshape"}
+
+
+def _widens_float32_math(op):
+  """Whether `op` casts to float64 a float32 value computed by an inexact op."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if op.type != "Cast" or op.get_attr("DstT") != tf.float64:
+    return False
+  source = op.inputs[0]
+  return source.dtype == tf.float32 and source.op.type not in _EXACT
+
+
+def _ancestors_of_updates(graph):
+  """The ops of `graph` that an update of a variable depends on."""
+  stack = [op for op in graph.get_operations() if op.type.startswith(_UPDATES)]
+  seen = set(stack)
+  while stack:
+    op = stack.pop()
+    for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+      if parent not in seen and parent.graph is graph:
+        seen.add(parent)
+        stack.append(parent)
+  return seen
+
+
+def _over_examples(op, batch_size):
+  """Whether reduction `op` reduces axis 0 of a tensor of examples (its first
+  dimension the batch, or a micro-batch of it)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  values, axes = op.inputs[0], tf.get_static_value(op.inputs[1])
+  rows = values.shape[0] if values.shape.rank else None
+  if axes is None or not rows or rows < 2 or not batch_size or batch_size % rows:
+    return False
+  return 0 in {int(a) % values.shape.rank for a in np.reshape(axes, [-1])}
+
+
+def _is_gradient(op):
+  """Whether TF made `op` to compute a gradient (under a tape's name scope)."""
+  return "gradient_tape/" in op.name or op.name.startswith("gradients")
+
+
+def _one_line(error):
+  """An exception as `Type: its first line`."""
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _experiment_runner(path, strategy, bindings, name):
+  """The runner of the experiment a .gin file describes (its build method)."""
+  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  experiments.require_config_file(path)
+  name = name or experiments.default_experiment()
+  make = experiments.resolve_experiment(name)
+  experiments.parse_gin([path], bindings)
+  return experiments.make_experiment(make, name, needs=("build",)).build(strategy=strategy)
+
+
+@dataclasses.dataclass
+class _Process:
+  """One process `check` starts: a configuration and its role (`run_one`)."""
+  name: str
+  config: Config
+  role: str = "config"
+
+
 def check(path: str, configs: Sequence[str], *, steps: int = 10,
-          timeout: float = 900, bindings: Sequence[str] = (),
-          experiment: str | None = None) -> Report:
-  """Runs the module's step under the eager reference, the floor run and each of
-  `configs`, each in a process of its own, and compares them.
+          seeds: Sequence[int] | None = None, timeout: float = 900,
+          bindings: Sequence[str] = (), experiment: str | None = None,
+          float64: bool = True, floor_samples: int = FLOOR_SAMPLES,
+          jobs: int | None = None) -> Report:
+  """Runs the module's step under the eager reference (and its floor runs) and
+  each of `configs`, each in a process of its own, and compares them.
 
   Args:
     path: a Python file (or module name) defining `build`, `step` and `data`;
@@ -483,67 +989,165 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
       each configuration's options (`Runner.with_options`).
     configs: configuration names (`Config.parse`), e.g. ["compiled", "mirrored:2"].
     steps: steps each run trains.
-    timeout: seconds a run may take before it counts as failed.
+    seeds: run seeds to check each configuration with (`Runner(seed=)`: the
+      initial weights and the draws); None: the module's `seed` (0 if it sets
+      none), or the experiment's. With several, each (configuration, seed)
+      gets a verdict, named `<configuration> seed=<seed>`.
+    timeout: seconds a process may take before it counts as failed.
     bindings: gin bindings for a .gin file (as `ctl train --gin`).
     experiment: for a .gin file, what makes the experiment (as `ctl train
       --experiment`); default: the installed one.
+    float64: replay the runs in float64, which then decides (see the module's
+      docstring); False judges in float32 alone.
+    floor_samples: float32 floor runs where float32 decides (one otherwise).
+    jobs: processes run at once (a multi_worker configuration counts its
+      workers); default: the machine's cores, at most 4.
 
   Returns:
     A `Report`; `print` it for the table.
   """
   parsed = [Config.parse(c) for c in configs]
-  if steps < 1:
+  if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
     raise ValueError(f"parity: steps must be an int >= 1, got {steps!r}.")
+  if not isinstance(floor_samples, int) or floor_samples < 1:
+    raise ValueError(f"parity: floor_samples must be an int >= 1, got {floor_samples!r}.")
+  seeds = None if seeds is None else [int(s) for s in seeds]
+  if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
+    raise ValueError(f"parity: seeds must be distinct ints, at least one; got {seeds!r}.")
+  reference = Config.parse(REFERENCE)
+  options = dict(path=path, steps=steps, seeds=seeds, float64=float64,
+                 floor_samples=floor_samples, bindings=bindings, experiment=experiment,
+                 timeout=timeout, jobs=jobs or min(os.cpu_count() or 1, 4))
   with tempfile.TemporaryDirectory(prefix="ctl-parity-") as directory:
-    outputs, errors = {}, {}
-    runs = [(REFERENCE, Config.parse(REFERENCE), False),
-            (FLOOR, Config.parse(REFERENCE), True)] + [(c.name, c, False) for c in parsed]
-    for name, config, perturbed in runs:
-      out = os.path.join(directory, f"{len(outputs) + len(errors)}.npz")
-      error = _run_process(path, config, steps, out, perturbed, timeout, bindings,
-                           experiment)
-      if error:
-        errors[name] = error
+    done = _run_processes([_Process("reference", reference, "reference")] +
+                          [_Process(c.name, c) for c in parsed], directory, options)
+    if isinstance(done["reference"], str):
+      raise RuntimeError(f"parity: the eager reference run of {path} failed:\n"
+                         f"{done['reference']}")
+    report = _report(parsed, done, floor_samples)
+    if floor_samples > 1 and any(report.precision(c) == "float32" for c in report.configs
+                                 if c not in report.errors):
+      # A configuration that float64 could not decide after all: more floors.
+      more = _run_processes([_Process("floors", reference, "floors")], directory, options)
+      if isinstance(more["floors"], str):
+        raise RuntimeError(f"parity: a floor run of {path} failed:\n{more['floors']}")
+      for seed, runs in more["floors"][0].items():
+        done["reference"][0][seed].update(runs)
+      report = _report(parsed, done, floor_samples)
+  return report
+
+
+def _report(configs, done, floor_samples):
+  """The `Report` of the processes' outputs (name -> (runs by seed and label, about)
+  or the error it ended with)."""
+  runs, about = done["reference"]
+  report = Report([], floor_samples=floor_samples)
+  judged = {}  # seed -> what each configuration's runs of it are judged by
+  for seed, ours in runs.items():
+    floors = [a for label, a in ours.items() if label.startswith("floor-")]
+    found = about["seeds"][seed]
+    unable = _float64_unable(found, ours.get("main64"), ours.get("floor64-0"))
+    tolerances32 = float32_tolerances(ours["main"], floors)
+    judged[seed] = (floors, found, unable, tolerances32, None if unable else
+                    float64_tolerances(ours["main64"], ours["floor64-0"], tolerances32))
+    report.steps = steps_trained(ours["main"])
+  for config in configs:
+    for seed, (floors, found, unable, tolerances32, tolerances64) in judged.items():
+      name = config.name if len(judged) == 1 else f"{config.name} seed={seed}"
+      if isinstance(done[config.name], str):
+        report.errors[name] = done[config.name]
+        continue
+      config_runs, config_about = done[config.name]
+      reference, reference64 = runs[seed]["main"], runs[seed].get("main64")
+      run, run64 = config_runs[seed]["main"], config_runs[seed].get("main64")
+      report.rows += compare(name, reference, run, tolerances32, "float32", about["paths"])
+      why = unable or (None if run64 is not None else "its float64 run failed: " +
+                       config_about["seeds"][seed]["errors"].get("main64", "?"))
+      notes = report.notes.setdefault(name, [])
+      if why:
+        notes.append(f"float64 cannot decide: {why}; float32 decides"
+                     + (f" (floor of {len(floors)} runs)." if len(floors) > 1 else "."))
       else:
-        with open(out + ".json") as f:
-          outputs[name] = (dict(np.load(out)), json.load(f))
-  if REFERENCE in errors or FLOOR in errors:
-    raise RuntimeError(f"parity: the eager reference run of {path} failed:\n"
-                       f"{errors.get(REFERENCE) or errors.get(FLOOR)}")
-  reference, about = outputs[REFERENCE]
-  floor = outputs[FLOOR][0]
-  compared = {c.name: outputs[c.name][0] for c in parsed if c.name in outputs}
-  rows = compare(reference, floor, compared)
-  causes = {c.name: diagnose(c, [r for r in rows if r.config == c.name], reference, floor,
-                             outputs[c.name][0], about["layers"])
-            for c in parsed if c.name in outputs}
-  # Name variables by their paths in the reference run.
-  rows = [dataclasses.replace(r, key=about["paths"].get(r.key, r.key)) for r in rows]
-  # A difference that compiling on one device already makes shows again under
-  # every strategy, which compiles too: it is the one to fix first.
-  one_device = [c.name for c in parsed if causes.get(c.name) and c.strategy == "default"
-                and "eager" not in dict(c.options)]
-  for c in parsed:
-    if causes.get(c.name) and c.strategy != "default" and one_device:
-      causes[c.name].append(f"compiled on one device it differs already ({one_device[0]}, "
-                            "above): fix that first.")
-  return Report(rows, causes, errors)
+        report.rows += compare(name, reference64, run64, tolerances64, "float64",
+                               about["paths"])
+        report.decided_by[name] = "float64"
+        reference, run = reference64, run64
+        notes += _amplified_note(report, name)
+      report.causes[name] = diagnose(
+          config, report.decisive(name), reference, run,
+          dict(about, analysis=found.get("analysis", {})), floors=floors,
+          floor_reference=runs[seed]["main"])
+  return report
 
 
-def _run_process(path, config, steps, out, perturbed, timeout, bindings, experiment):
-  """Runs `run_one` in a new process (under `ctl launch` for multi_worker);
-  None, or the error it ended with.
+def _amplified_note(report, name):
+  """For a configuration float64 calls rounding: whether float32 alone would not have."""
+  past = [r for r in report.rows if r.config == name and r.precision == "float32" and not r.ok]
+  if not past or not report.within_rounding(name):
+    return []
+  worst = max(past, key=lambda r: r.margin)
+  return [f"in float32, {len(past)} variables are past tolerance (e.g. {worst.key}, "
+          f"{worst.margin:.1f} times it), and float64 agrees within "
+          f"{report.largest(name).difference:.1e}: rounding that training amplified (Adam "
+          "divides each gradient by its own size), not a bug."]
 
-  The process leads a process group of its own, and whatever stops this call
-  (Ctrl-C, a SIGTERM turned into an exception, the timeout) stops the whole
-  group: no run, launcher or worker outlives `check`.
-  """
-  one = [sys.executable, "-m", "ctl.cli", "parity", path, "--run-one", config.name,
-         "--steps", str(steps), "--out", out] + (["--perturbed"] if perturbed else [])
-  for binding in bindings:
+
+def _float64_unable(found, reference64, floor64):
+  """Why float64 cannot decide for the reference's seed, or None."""
+  if reference64 is None:
+    failed = found["errors"].get("main64")
+    return ("float64 was not asked for" if not failed else
+            f"the reference fails in float64 ({failed}): the step mixes float32 into "
+            "float64 tensors (a tf.constant, tf.cast or tf.zeros of float32: use the "
+            "input's dtype)")
+  reason = _downcasts(found.get("analysis", {}))
+  if reason:
+    return reason
+  if floor64 is None:
+    return "the float64 floor run failed: " + found["errors"].get("floor64-0", "?")
+  return None
+
+
+def _run_processes(processes, directory, options):
+  """Runs `processes`, `options["jobs"]` workers' worth at a time, in order (the
+  reference, the longest, first); name -> (runs by seed and label, about), or
+  the error it ended with."""
+  pending, running, done = list(processes), [], {}
+  try:
+    while pending or running:
+      while pending and (not running or sum(p.config.processes for p, *_ in running)
+                         + pending[0].config.processes <= options["jobs"]):
+        process = pending.pop(0)
+        out = os.path.join(directory, f"{process.role}-{len(os.listdir(directory))}.npz")
+        running.append((process, out, _start(process, out, options), time.monotonic()))
+      time.sleep(0.05)
+      for entry in list(running):
+        process, out, proc, started = entry
+        if proc.poll() is None and time.monotonic() - started < options["timeout"]:
+          continue
+        running.remove(entry)
+        done[process.name] = _finish(proc, out, options["timeout"])
+  finally:
+    for _, _, proc, _ in running:
+      _stop_group(proc)
+  return done
+
+
+def _start(process, out, options):
+  """Starts `run_one` for `process` in a new process (under `ctl launch` for
+  multi_worker), leading a process group of its own."""
+  config = process.config
+  one = [sys.executable, "-m", "ctl.cli", "parity", options["path"], "--run-one",
+         config.name, "--role", process.role, "--steps", str(options["steps"]),
+         "--floor-samples", str(options["floor_samples"]), "--out", out]
+  if options["seeds"] is not None:
+    one += ["--seeds", ",".join(str(s) for s in options["seeds"])]
+  if not options["float64"]:
+    one.append("--no-float64")
+  for binding in options["bindings"]:
     one += ["--gin", binding]
-  if experiment:
-    one += ["--experiment", experiment]
+  if options["experiment"]:
+    one += ["--experiment", options["experiment"]]
   if config.strategy == "multi_worker":
     # A short grace: a stopped parity run has nothing to save.
     command = [sys.executable, "-m", "ctl.cli", "launch", "--workers",
@@ -552,17 +1156,31 @@ def _run_process(path, config, steps, out, perturbed, timeout, bindings, experim
     command = one
   env = dict(os.environ)  # quiet unless CTL_VERBOSE: the run is a `ctl` command (ctl.cli.quiet)
   env.pop("TF_CONFIG", None)
-  proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True)
-  try:
-    stdout, stderr = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
+  # Output to a file, not a pipe: a pipe nobody reads while others run would fill.
+  with open(out + ".log", "w") as log:  # the child has its own copy
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _finish(proc, out, timeout):
+  """What a finished (or timed-out) process left: (runs by seed and label, about),
+  or the error it ended with."""
+  timed_out = proc.poll() is None
+  _stop_group(proc)
+  with open(out + ".log") as f:
+    output = f.read()
+  if timed_out:
     return f"took more than {timeout:g} s"
-  finally:
-    _stop_group(proc)
   if proc.returncode != 0 or not os.path.exists(out):
-    return _last_error(stderr + stdout) or f"exited {proc.returncode}"
-  return None
+    return _last_error(output) or f"exited {proc.returncode}"
+  with open(out + ".json") as f:
+    about = json.load(f)
+  runs = {}
+  with np.load(out) as arrays:
+    for key in arrays.files:
+      seed, label, name = key.split("|", 2)
+      runs.setdefault(seed, {}).setdefault(label, {})[name] = arrays[key]
+  return runs, about
 
 
 def _stop_group(proc):

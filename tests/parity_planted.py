@@ -2,11 +2,19 @@
 
     PLANTED_BUG=noise_per_replica ctl parity tests/parity_planted.py --against mirrored:2
 
-Bugs (tests/test_parity_tool.py checks that `ctl parity` names each):
+Bugs (tests/test_parity_suite.py checks that `ctl parity` names each, on 5 seeds):
   replica_scaled      the losses multiplied by ctx.num_replicas
   noise_per_replica   noise from tf.random with the replica's batch size
   layers              Keras Dropout in the discriminator, BatchNormalization in the generator
+  batch_norm          an unsynchronized BatchNormalization in the generator alone
   python_random       an unseeded np.random draw in the step
+  penalty_over_batch  a gradient penalty whose norm is taken over the replica's whole
+                      batch (tf.norm of the gradient tensor) instead of per example
+  own_micro_batches   the step cuts the batch into contiguous halves itself, one
+                      discriminator update each, through a synchronized BatchNormalization:
+                      a half is other global examples on 2 replicas than on one device
+  casts_to_float32    no bug, but the logits are cast to float32 (as mixed-precision
+                      code does): a float64 replay cannot decide (tests/test_parity_tool.py)
   (unset)             none: every configuration is within rounding
 """
 
@@ -29,6 +37,17 @@ def data():
 def build():
   generator = toy_gan.mlp("generator", toy_gan.NOISE, toy_gan.FEATURES, seed=10)
   discriminator = toy_gan.mlp("discriminator", toy_gan.FEATURES, 1, seed=20)
+  if BUG in ("batch_norm", "own_micro_batches"):
+    normalized = keras.Sequential([
+        keras.Input((toy_gan.NOISE if BUG == "batch_norm" else toy_gan.FEATURES,)),
+        keras.layers.Dense(16),
+        keras.layers.BatchNormalization(synchronized=BUG == "own_micro_batches"),
+        keras.layers.Activation("tanh"),
+        keras.layers.Dense(toy_gan.FEATURES if BUG == "batch_norm" else 1)])
+    if BUG == "batch_norm":
+      generator = normalized
+    else:
+      discriminator = normalized
   if BUG == "layers":
     generator = keras.Sequential([keras.Input((toy_gan.NOISE,)), keras.layers.Dense(16),
                                   keras.layers.BatchNormalization(),
@@ -41,6 +60,8 @@ def build():
 
 
 def step(ctx, real):
+  if BUG == "own_micro_batches":
+    return halves_step(ctx, real)
   generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
   if BUG == "noise_per_replica":
     z = tf.random.stateless_normal([ctx.per_replica_batch_size, toy_gan.NOISE], seed=ctx.seed())
@@ -53,8 +74,43 @@ def step(ctx, real):
     fake = generator(z, training=True)
     real_logits = discriminator(real, training=True)[:, 0]
     fake_logits = discriminator(fake, training=True)[:, 0]
-    d_loss = ctx.average(toy_gan.discriminator_loss(real_logits, fake_logits)) * scale
+    if BUG == "casts_to_float32":
+      real_logits, fake_logits = tf.cast(real_logits, tf.float32), tf.cast(fake_logits,
+                                                                            tf.float32)
+    per_example = toy_gan.discriminator_loss(real_logits, fake_logits)
+    if BUG == "penalty_over_batch":
+      per_example += 10.0 * batch_gradient_penalty(discriminator, real)
+    d_loss = ctx.average(per_example) * scale
     g_loss = ctx.average(toy_gan.generator_loss(fake_logits)) * scale
   ctx.minimize(d_loss, "discriminator", tape=tape)
   ctx.minimize(g_loss, "generator", tape=tape)
   return {"discriminator_loss": d_loss, "generator_loss": g_loss}
+
+
+def batch_gradient_penalty(discriminator, real):
+  """(|grad D(x)| - 1)^2, the norm taken over the whole batch's gradient: one value
+  for the batch (the bug), where WGAN-GP takes one per example."""
+  with tf.GradientTape() as tape:
+    tape.watch(real)
+    total = tf.reduce_sum(discriminator(real, training=True))
+  return tf.square(tf.norm(tape.gradient(total, real)) - 1.0)
+
+
+def halves_step(ctx, real):
+  """One discriminator update per contiguous half of the replica's rows (the bug:
+  ctx.minimize(..., micro_batches=2) slices so that each slice is the same global
+  examples on any replica count), then the generator's update."""
+  generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+  z = ctx.normal([toy_gan.NOISE])
+  half = ctx.per_replica_batch_size // 2
+  for rows in (slice(0, half), slice(half, None)):
+    def d_loss(rows=rows):
+      real_logits = discriminator(real[rows], training=True)[:, 0]
+      fake_logits = discriminator(generator(z[rows], training=True), training=True)[:, 0]
+      return 2 * ctx.average(toy_gan.discriminator_loss(real_logits, fake_logits))
+    discriminator_loss = ctx.minimize(d_loss, "discriminator")
+  with tf.GradientTape() as tape:
+    fake_logits = discriminator(generator(z, training=True), training=True)[:, 0]
+    g_loss = ctx.average(toy_gan.generator_loss(fake_logits))
+  ctx.minimize(g_loss, "generator", tape=tape)
+  return {"discriminator_loss": discriminator_loss, "generator_loss": g_loss}

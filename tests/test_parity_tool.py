@@ -1,8 +1,8 @@
-"""`ctl parity` on a user's own step: within rounding when it is right, and each
-planted bug (tests/parity_planted.py) found and named.
+"""`ctl parity` as a user runs it: the README's example, a .gin experiment, a step
+that float64 cannot replay, and the mistakes refused before anything runs.
 
-Each `ctl.parity.check` runs the eager reference, the rounding floor and each
-configuration in processes of their own (3 steps each, to keep it short).
+(tests/test_parity_suite.py checks its verdicts on ordinary GANs and planted
+bugs, on five seeds each.)
 """
 
 import os
@@ -18,36 +18,19 @@ pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 PLANTED = os.path.join(helpers.ROOT, "tests", "parity_planted.py")
 
 
-def check(monkeypatch, bug, configs):
-  monkeypatch.setenv("PLANTED_BUG", bug)
-  report = parity.check(PLANTED, configs, steps=3)
-  print(report)
-  return report
+def verdicts(stdout):
+  """configuration (with its seed, if several) -> (verdict, deciding precision),
+  from the table's lines that start a configuration."""
+  found = {}
+  for line in stdout.splitlines()[1:]:
+    words = line.split()
+    for i, word in enumerate(words[:3]):
+      if word in ("rounding", "DIFFERS") and i:
+        found[" ".join(words[:i])] = (word, words[i + 1])
+  return found
 
 
-def test_a_right_step_is_within_rounding(monkeypatch):
-  report = check(monkeypatch, "", ["compiled", "mirrored:2"])
-  assert report.ok, str(report)
-  assert {r.config for r in report.rows} == {"compiled", "mirrored:2"}
-  assert "DIFFERS" not in str(report)
-
-
-@pytest.mark.parametrize("bug, configs, config, words", [
-    ("replica_scaled", ["mirrored:2"], "mirrored:2", "scaled by the replica count"),
-    ("noise_per_replica", ["mirrored:2"], "mirrored:2", "noise drawn without ctx.normal"),
-    ("layers", ["mirrored:2"], "mirrored:2", "discriminator (Dropout); generator "
-                                             "(BatchNormalization)"),
-    ("python_random", ["compiled"], "compiled", "np.random"),
-])
-def test_a_planted_bug_is_named(monkeypatch, bug, configs, config, words):
-  report = check(monkeypatch, bug, configs)
-  assert not report.ok
-  assert not all(r.ok for r in report.rows if r.config == config)
-  assert any(words in cause for cause in report.causes[config]), report.causes
-  assert "DIFFERS" in str(report) and words in str(report)
-
-
-def test_the_command_on_the_wgan_gp_example(tmp_path):
+def test_the_command_on_the_wgan_gp_example():
   """The README's example: a WGAN-GP with an encoder, 5 critic updates per step,
   Adam, 10 steps, against compiled, mirrored and multi_worker."""
   proc = helpers.ctl("parity", os.path.join(helpers.ROOT, "examples", "parity_wgan_gp.py"),
@@ -55,9 +38,21 @@ def test_the_command_on_the_wgan_gp_example(tmp_path):
                      "--steps", "10", check=False)
   print(proc.stdout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  lines = [line for line in proc.stdout.splitlines() if line.endswith("rounding")]
-  assert [line.split()[0] for line in lines] == [
-      "compiled", "mirrored:2", "multi_worker:2"]
+  assert verdicts(proc.stdout) == {config: ("rounding", "float64") for config in (
+      "compiled", "mirrored:2", "multi_worker:2")}
+
+
+def test_a_step_that_rounds_to_float32_is_judged_in_float32(monkeypatch):
+  """A tf.cast to float32 inside the step: the float64 replay would carry float32
+  rounding, so float32 decides, from 3 floor runs, and the report says why."""
+  monkeypatch.setenv("PLANTED_BUG", "casts_to_float32")
+  report = parity.check(PLANTED, ["mirrored:2"], steps=3, jobs=2)
+  print(report)
+  assert report.ok and report.precision("mirrored:2") == "float32"
+  note = " ".join(report.notes["mirrored:2"])
+  assert "float64 cannot decide: the step rounds float64 values to float32 at" in note
+  assert "parity_planted.py:" in note and "(floor of 3 runs)" in note
+  assert not any(r.precision == "float64" for r in report.rows)
 
 
 def test_the_command_refuses_mistakes_before_running(tmp_path):
@@ -70,6 +65,10 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
       ([PLANTED, "--against", "mirrored"], "needs a count, e.g. 'mirrored:2'"),
       ([PLANTED, "--against", "jit:2"], "'jit' takes no count"),
       ([PLANTED, "--steps", "0"], "--steps 0"),
+      ([PLANTED, "--seeds", "4-2"], "--seeds 4-2: give seeds as 0,1,2 or a range 0-4"),
+      ([PLANTED, "--seeds", "1,1"], "--seeds 1,1: a seed is given twice"),
+      ([PLANTED, "--floor-samples", "0"], "--floor-samples 0"),
+      ([PLANTED, "--jobs", "0"], "--jobs 0"),
   ]:
     proc = helpers.ctl("parity", *args, check=False)
     assert proc.returncode == 2, (args, proc.stderr)
@@ -77,13 +76,17 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
 
 
 def test_the_command_on_a_gin_experiment():
-  """A .gin file: its experiment's runner, with each configuration's options."""
+  """A .gin file: its experiment's runner, with each configuration's options, in
+  float64 too (the GAN kit computes in the run's float type), on two seeds."""
   proc = helpers.ctl("parity", os.path.join(helpers.ROOT, "examples", "configs", "dcgan.gin"),
                      *helpers.TINY_GAN, "--against", "mirrored:2", "--steps", "2",
-                     check=False)
+                     "--seeds", "0,1", "--verbose", check=False)
   print(proc.stdout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  rows = [line.split() for line in proc.stdout.splitlines() if line.endswith("rounding")]
-  assert [row[0] for row in rows] == ["mirrored:2"]
-  model, _, rest = rows[0][1].partition("/")
-  assert not rest.isdigit(), rows  # a variable is named by its path, not its position
+  assert verdicts(proc.stdout) == {"mirrored:2 seed=0": ("rounding", "float64"),
+                                    "mirrored:2 seed=1": ("rounding", "float64")}
+  lines = proc.stdout.splitlines()
+  every = [line for line in lines if line.endswith("mirrored:2 seed=0, float64, every variable:")]
+  assert every, "--verbose lists every variable"
+  named = [line.split()[-1] for line in lines if line.startswith("    ")]
+  assert any(n.startswith("generator/") and not n.split("/")[-1].isdigit() for n in named)

@@ -25,12 +25,17 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 _DESCRIPTION = """\
 Trains the step of MODULE (a Python file defining build(), step(ctx, batch) and
 data(), and optionally batches_per_step and seed; or a .gin file, whose
-experiment's runner is used, with --gin bindings as for ctl train) for K steps eagerly under the
-default strategy (the reference), again with every initial weight moved by one
-unit in the last place (the rounding floor), and under each configuration of
---against, each in a process of its own. Reports per configuration the variable
-furthest from the reference, relative to its size, against the floor, with a
-verdict; for a configuration past rounding, the variables and the likely cause.
+experiment's runner is used, with --gin bindings as for ctl train) for K steps
+eagerly under the default strategy (the reference), again with every initial
+weight moved by one unit in the last place (the rounding floor, 3 times), and
+under each configuration of --against, in processes of their own; and replays
+the reference, a floor run and each configuration in float64, which decides:
+there a correct configuration agrees to about 1e-15 while a bug keeps its size.
+Compares every model and optimizer variable, the step counter and every logged
+value. Reports per configuration its verdict and, in each precision, the
+largest difference with its tolerance and the variable closest to its
+tolerance; for a configuration past rounding, the variables and the likely cause.
+With --verbose, every variable's difference, tolerance and floor too.
 
 configurations (join with + to combine, e.g. mirrored:2+steps_per_loop:5):
   compiled            tf.function, default strategy
@@ -65,9 +70,20 @@ def add_parser(subparsers: Any) -> None:
                            "compiled,steps_per_loop:5,mirrored:2)")
   parser.add_argument("--steps", type=int, default=10, metavar="K",
                       help="steps each run trains (default 10)")
+  parser.add_argument("--seeds", metavar="SEEDS",
+                      help="check each configuration with these run seeds, e.g. 0,1,2 "
+                           "or 0-4 (default: the module's seed, or the experiment's)")
+  parser.add_argument("--no-float64", dest="float64", action="store_false",
+                      help="judge in float32 alone (no float64 replays: about half the "
+                           "runs, and a verdict that training's amplified rounding can "
+                           "sway)")
+  parser.add_argument("--floor-samples", type=int, default=3, metavar="N",
+                      help="float32 floor runs (default 3)")
+  parser.add_argument("--jobs", type=int, metavar="N",
+                      help="processes at once (default: the cores, at most 4)")
   # What each run's process is given (ctl.parity.check starts them).
   parser.add_argument("--run-one", metavar="CONFIG", help=argparse.SUPPRESS)
-  parser.add_argument("--perturbed", action="store_true", help=argparse.SUPPRESS)
+  parser.add_argument("--role", default="config", help=argparse.SUPPRESS)
   parser.add_argument("--out", help=argparse.SUPPRESS)
   parser.set_defaults(run=run)
 
@@ -86,12 +102,30 @@ def shipped_config(module: str) -> str:
   return configs.shipped().get(module, module)
 
 
+def parse_seeds(text: str) -> list[int]:
+  """"0,1,2" or "0-4" (or a mix, "0-2,7") as a list of distinct ints."""
+  seeds = []
+  for part in text.split(","):
+    low, dash, high = part.strip().partition("-")
+    if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+      raise ValueError(f"--seeds {text}: give seeds as 0,1,2 or a range 0-4.")
+    seeds += range(int(low), int(high) + 1) if dash else [int(low)]
+  if len(set(seeds)) != len(seeds):
+    raise ValueError(f"--seeds {text}: a seed is given twice.")
+  return seeds
+
+
 def run(args: argparse.Namespace) -> int:
   """`ctl parity`: runs and compares (or, with --run-one, is one of the runs)."""
   from ctl import parity  # pylint: disable=import-outside-toplevel
   try:
     if args.steps < 1:
       raise ValueError(f"--steps {args.steps}: give at least 1.")
+    if args.floor_samples < 1:
+      raise ValueError(f"--floor-samples {args.floor_samples}: give at least 1.")
+    if args.jobs is not None and args.jobs < 1:
+      raise ValueError(f"--jobs {args.jobs}: give at least 1.")
+    seeds = None if args.seeds is None else parse_seeds(args.seeds)
     configs = [c for c in args.against.split(",") if c.strip()]
     if not configs:
       raise ValueError("--against: name at least one configuration, e.g. mirrored:2.")
@@ -104,14 +138,18 @@ def run(args: argparse.Namespace) -> int:
     return experiments.fail("parity", e, experiments.USAGE_ERROR)
   if args.run_one:
     parity.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
-                   perturbed=args.perturbed, bindings=args.gin, experiment=args.experiment)
+                   role=args.role, seeds=seeds, float64=args.float64,
+                   floor_samples=args.floor_samples, bindings=args.gin,
+                   experiment=args.experiment)
     return 0
   # A SIGTERM (or `timeout`) becomes an exception, so that the runs in flight
   # are stopped and the temporary files removed, as for Ctrl-C.
   signal.signal(signal.SIGTERM, _raise_terminated)
   try:
-    report = parity.check(args.module, configs, steps=args.steps,
-                          bindings=args.gin, experiment=args.experiment)
+    report = parity.check(args.module, configs, steps=args.steps, seeds=seeds,
+                          bindings=args.gin,
+                          experiment=args.experiment, float64=args.float64,
+                          floor_samples=args.floor_samples, jobs=args.jobs)
   except RuntimeError as e:
     return experiments.fail("parity", e, experiments.FAILURE)
   except KeyboardInterrupt:
@@ -120,5 +158,5 @@ def run(args: argparse.Namespace) -> int:
   except _Terminated:
     print("ctl parity: SIGTERM; the runs in progress were stopped.", file=sys.stderr)
     return 128 + signal.SIGTERM
-  print(report, flush=True)
+  print(report.format(verbose=args.verbose), flush=True)
   return 0 if report.ok else experiments.FAILURE
