@@ -7,12 +7,13 @@
 
 Every penalty is `penalty(ctx, discriminator, real, fake, *, weight=...)` and
 returns `[per_replica_batch]` float32 values (float64 in a float64 run), so that
-a config swaps them by reference (`gan.Experiment.penalty = @gan.penalties.r1_penalty`). `discriminator` is any
-callable from images to logits (a conditional one as a closure over the
-labels). It must treat examples independently (no batch norm), because each
-example's gradient is taken from the gradient of the summed logits. Gradients
-are taken with an inner tape, so an outer tape can differentiate the penalty
-with respect to the discriminator's weights.
+a config swaps them by reference (`gan.Experiment.penalty =
+@gan.penalties.r1_penalty`). `discriminator` is any callable from images to
+logits (a conditional one as a closure over the labels). It must treat examples
+independently (no batch norm), because each example's gradient is taken from
+the gradient of the summed logits. Gradients are taken with an inner tape, so
+an outer tape can differentiate the penalty with respect to the
+discriminator's weights.
 """
 
 from collections.abc import Callable
