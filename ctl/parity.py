@@ -676,6 +676,7 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
       about.update(describe(runner))
     return runner
 
+  analysis = None
   for seed in seeds if seeds is not None else [None]:
     found = about["seeds"].setdefault(str(seed), {"errors": {}})
     if role == "floors":
@@ -690,8 +691,9 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     runner64 = train(seed, MAIN64, initial) if float64 else None
     if role != "reference":
       continue
-    found["analysis"] = analyze(runner64 or runner)
-    decides = runner64 is not None and not _downcasts(found["analysis"])
+    # The step's graph is the same for every seed: traced for the first only.
+    found["analysis"] = analysis = analysis or analyze(runner64 or runner)
+    decides = runner64 is not None and not _downcasts(analysis)
     if decides and train(seed, Run("floor64-0", True, 0), initial) is None:
       decides = False
     for i in range(1 if decides else floor_samples):

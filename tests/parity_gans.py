@@ -1,29 +1,26 @@
 """Ordinary GAN steps, none tuned for parity, as a module for `ctl parity`.
 
-    PARITY_GAN=hinge_sn PARITY_OPTIMIZERS=mixed ctl parity tests/parity_gans.py --seeds 0-4
+    PARITY_GAN=hinge_sn ctl parity tests/parity_gans.py --seeds 0-4
 
 tests/test_parity_suite.py checks that `ctl parity` calls each of them rounding
 under every seed. $PARITY_GAN picks the step:
 
   wgan_gp_encoder     WGAN-GP with an encoder (BiGAN/ALI style): 2 critic updates
                       per step, each on its own batch, with the gradient penalty
-  wgan_gp_encoder_bn  the same, with a synchronized BatchNormalization in the
-                      generator and each critic update accumulated over
-                      micro_batches=2
+  wgan_gp_encoder_bn  the same with one critic update per step, accumulated over
+                      micro_batches=2, and a synchronized BatchNormalization in
+                      the generator
   hinge_sn            hinge loss, spectral normalization in the discriminator
   conditional         class-conditional: labels into both models (one-hot into
                       the generator, a projection in the discriminator)
   bigan_lion          BiGAN: generator, encoder and a joint discriminator, with Lion
 
-$PARITY_OPTIMIZERS picks the optimizers' options; the two bundles hold every
-option README's table lists:
-
-  adam    every model: Adam (Lion for bigan_lion) with an ExponentialDecay
-          schedule, clipnorm, weight_decay and use_ema
-  mixed   generator: LossScaleOptimizer over AdamW with global_clipnorm;
-          discriminator: RMSprop (centered, momentum) with clipvalue; encoder:
-          SGD (momentum, Nesterov) with a CosineDecay schedule (bigan_lion:
-          Lion with the same options)
+Each step's optimizers hold a different mix of the options README's table lists
+(`OPTIMIZERS`), six or more per step: each option (clipnorm, global_clipnorm,
+clipvalue, weight_decay, use_ema, a LossScaleOptimizer, ExponentialDecay and
+CosineDecay schedules) in at least two steps, each optimizer (Adam, AdamW,
+RMSprop with momentum and centered, SGD with momentum and Nesterov, Lion) in at
+least one.
 """
 
 import os
@@ -35,14 +32,12 @@ import tensorflow as tf
 import gan
 
 GAN = os.environ.get("PARITY_GAN", "wgan_gp_encoder")
-OPTIMIZERS = os.environ.get("PARITY_OPTIMIZERS", "adam")
 GANS = ("wgan_gp_encoder", "wgan_gp_encoder_bn", "hinge_sn", "conditional", "bigan_lion")
-if GAN not in GANS or OPTIMIZERS not in ("adam", "mixed"):
-  raise ValueError(f"PARITY_GAN={GAN!r} PARITY_OPTIMIZERS={OPTIMIZERS!r}: give one of "
-                   f"{GANS} and adam or mixed.")
+if GAN not in GANS:
+  raise ValueError(f"PARITY_GAN={GAN!r}: give one of {GANS}.")
 
 FEATURES, NOISE, CLASSES, GLOBAL_BATCH, WIDTH = 2, 4, 8, 32, 32
-batches_per_step = 2 if GAN.startswith("wgan") else 1
+batches_per_step = 2 if GAN == "wgan_gp_encoder" else 1
 seed = 0
 
 
@@ -84,40 +79,60 @@ def conditional_generator():
 def conditional_discriminator():
   """Projection discriminator (Miyato & Koyama 2018): logit + <embed(y), features>.
 
-  The embedding is a Dense layer on one-hot labels under the mixed bundle: Keras
-  3.15's RMSprop fails on an Embedding's sparse gradient (IndexedSlices: "indices[0]
-  = 332 is not in [0, 65)" from its sparse divide), with or without ctl.
+  (Not under RMSprop(centered=True), which in Keras 3.15 fails on an Embedding's
+  sparse gradient from its second update, "indices[0] = 332 is not in [0, 65)",
+  with or without ctl.)
   """
   points = keras.Input((FEATURES,))
   y = keras.Input((), dtype="int32")
   features = keras.layers.Dense(WIDTH, activation="relu")(points)
   logit = keras.layers.Dense(1)(features)
-  if OPTIMIZERS == "mixed":
-    one_hot = keras.layers.CategoryEncoding(CLASSES, "one_hot")(y)
-    embedded = keras.layers.Dense(WIDTH, use_bias=False)(one_hot)
-  else:
-    embedded = keras.layers.Embedding(CLASSES, WIDTH)(y)
+  embedded = keras.layers.Embedding(CLASSES, WIDTH)(y)
   logit = keras.layers.Add()([logit, keras.layers.Dot(axes=1)([embedded, features])])
   return keras.Model([points, y], logit, name="discriminator")
 
 
-def optimizer(name):
-  lion = GAN == "bigan_lion"
-  kind = keras.optimizers.Lion if lion else keras.optimizers.Adam
-  rate = 1e-4 if lion else 1e-3
-  if OPTIMIZERS == "adam":
-    return kind(keras.optimizers.schedules.ExponentialDecay(rate, 5, 0.9), clipnorm=1.0,
-                weight_decay=1e-4, use_ema=True)
-  if name == "generator":
-    inner = (keras.optimizers.Lion(rate, global_clipnorm=1.0) if lion else
-             keras.optimizers.AdamW(rate, weight_decay=1e-3, global_clipnorm=1.0))
-    return keras.optimizers.LossScaleOptimizer(inner)
-  if name == "discriminator":
-    return (keras.optimizers.Lion(rate, clipvalue=0.5) if lion else
-            keras.optimizers.RMSprop(rate, momentum=0.9, centered=True, clipvalue=0.5))
-  return (keras.optimizers.Lion(keras.optimizers.schedules.CosineDecay(rate, 20)) if lion
-          else keras.optimizers.SGD(keras.optimizers.schedules.CosineDecay(1e-2, 20),
-                                    momentum=0.9, nesterov=True))
+def exponential(rate):
+  return keras.optimizers.schedules.ExponentialDecay(rate, 5, 0.9)
+
+
+def cosine(rate):
+  return keras.optimizers.schedules.CosineDecay(rate, 20)
+
+
+# GAN -> model -> its optimizer: a different mix of the options per step.
+OPTIMIZERS = {
+    "wgan_gp_encoder": {
+        "generator": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.AdamW(
+            exponential(1e-3), weight_decay=1e-3, global_clipnorm=1.0)),
+        "discriminator": lambda: keras.optimizers.RMSprop(1e-3, momentum=0.9, centered=True,
+                                                          clipvalue=0.5),
+        "encoder": lambda: keras.optimizers.SGD(cosine(1e-2), momentum=0.9, nesterov=True,
+                                                clipnorm=1.0)},
+    "wgan_gp_encoder_bn": {
+        "generator": lambda: keras.optimizers.Adam(exponential(1e-3), clipnorm=1.0,
+                                                   weight_decay=1e-4, use_ema=True),
+        "discriminator": lambda: keras.optimizers.AdamW(1e-3, beta_1=0.5, beta_2=0.9,
+                                                        weight_decay=1e-3, global_clipnorm=1.0),
+        "encoder": lambda: keras.optimizers.RMSprop(1e-3, momentum=0.9, clipvalue=0.5,
+                                                    use_ema=True)},
+    "hinge_sn": {
+        "generator": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(
+            exponential(1e-3), clipnorm=1.0, use_ema=True)),
+        "discriminator": lambda: keras.optimizers.SGD(1e-2, momentum=0.9, nesterov=True,
+                                                      weight_decay=1e-4, global_clipnorm=1.0)},
+    "conditional": {
+        "generator": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(
+            cosine(1e-3), global_clipnorm=1.0)),
+        "discriminator": lambda: keras.optimizers.Adam(1e-3, weight_decay=1e-4, clipvalue=0.5,
+                                                       use_ema=True)},
+    "bigan_lion": {
+        "generator": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Lion(
+            exponential(1e-4), global_clipnorm=1.0)),
+        "discriminator": lambda: keras.optimizers.Lion(1e-4, clipvalue=0.5, use_ema=True),
+        "encoder": lambda: keras.optimizers.Lion(cosine(1e-4), weight_decay=1e-3,
+                                                 clipnorm=1.0)},
+}
 
 
 def build():
@@ -132,7 +147,7 @@ def build():
                                batch_norm=GAN == "wgan_gp_encoder_bn"),
               "encoder": mlp("encoder", FEATURES, NOISE),
               "discriminator": mlp("discriminator", FEATURES + NOISE, 1)}
-  return models, {name: optimizer(name) for name in models}
+  return models, {name: OPTIMIZERS[GAN][name]() for name in models}
 
 
 def step(ctx, batch):
@@ -142,6 +157,8 @@ def step(ctx, batch):
 def wgan_gp_encoder_step(ctx, batches):
   generator, encoder = ctx.models["generator"], ctx.models["encoder"]
   micro_batches = 2 if GAN == "wgan_gp_encoder_bn" else 1
+  if batches_per_step == 1:
+    batches = (batches,)
 
   def critic(pairs):
     return ctx.models["discriminator"](pairs, training=True)[:, 0]
