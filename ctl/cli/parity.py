@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
   except (ValueError, FileNotFoundError, AttributeError) as e:
     return experiments.fail("parity", e, experiments.USAGE_ERROR)
   if args.run_one:
-    parity.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
+    from ctl import parity_runs  # pylint: disable=import-outside-toplevel
+    parity_runs.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
                    role=args.role, seeds=seeds, float64=args.float64,
                    floor_samples=args.floor_samples, bindings=args.gin,
                    experiment=args.experiment)

@@ -1,0 +1,364 @@
+"""What one `ctl parity` process runs: a configuration's runs, their state, and
+the step's analysis.
+
+    parity_runs.run_one("my_gan.py", parity.Config.parse("mirrored:2"), 10, "out.npz",
+                        seeds=[0, 1])
+
+`ctl.parity.check` starts a process per configuration (`ctl parity ... --run-one
+CONFIG`), which calls `run_one`: it makes the strategy, then for each seed a
+fresh runner per run (the configuration as it is, its float64 replay, and in the
+reference's process the floor runs and the analysis of the traced step), and
+writes every run's state for `check` to compare.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ctl import parity
+from ctl.parity import FLOOR_SAMPLES
+from ctl.parity import MAIN
+from ctl.parity import MAIN64
+from ctl.parity import Config
+from ctl.parity import Run
+from ctl.parity import perturb
+
+
+def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "config",
+            seeds: Sequence[int] | None = None, float64: bool = True,
+            floor_samples: int = FLOOR_SAMPLES, bindings: Sequence[str] = (),
+            experiment: str | None = None) -> None:
+  """Trains the module's step (or the experiment's, for a .gin file) for `steps`
+  steps under `config` in this process, as `role` says, once per seed of `seeds`
+  (None: the module's or the experiment's own), a fresh runner each time, and
+  writes each run's state (`state_arrays`) to `out` (npz, keys `<seed>|<run
+  label>|<key>`), with a JSON sidecar: the variables' names and the layers that
+  work per replica (`describe`), and per seed the runs that failed and what
+  `analyze` found.
+
+  Roles: "config" runs the configuration and its float64 replay. "reference"
+  (the eager reference) also analyzes the step and runs the floors: in float64
+  one, and in float32 one if float64 can decide, else `floor_samples`.
+  "floors" runs float32 floors 1 to `floor_samples` - 1, for a configuration
+  that float64 could not decide after all.
+
+  The strategy is made first, before the module is imported or the gin file
+  parsed (either may run TensorFlow ops). A float64 run that fails is recorded,
+  not raised: float64 then cannot decide.
+  """
+  import ctl  # pylint: disable=import-outside-toplevel
+  strategy = ctl.make_strategy(
+      config.strategy,
+      logical_cpus=config.replicas if config.strategy in ("mirrored", "central_storage")
+      else None)
+  make = _runner_factory(path, strategy, dict(config.options), bindings, experiment)
+  arrays, about = {}, {"seeds": {}}
+
+  def train(seed, run, initial=None, runner=None):
+    """The run's runner (`runner`, or a new one), trained from `initial` weights
+    (the float32 run's, for a float64 one) and its state kept; None if a float64
+    run failed."""
+    try:
+      runner = runner or make(seed, run.float64)
+      with strategy.scope():
+        if initial is not None:
+          for variable, value in zip(_model_variables(runner), initial):
+            variable.assign(np.asarray(value, variable.dtype))
+        if run.perturbation is not None:
+          perturb(runner.models, run.perturbation)
+      history = runner.train(steps)
+    except Exception as e:  # pylint: disable=broad-except
+      if not run.float64:
+        raise
+      found["errors"][run.label] = _one_line(e)
+      return None
+    arrays.update({f"{seed}|{run.label}|{k}": v
+                   for k, v in state_arrays(runner, history).items()})
+    if "paths" not in about:
+      about.update(describe(runner))
+    return runner
+
+  analysis = None
+  for seed in seeds if seeds is not None else [None]:
+    found = about["seeds"].setdefault(str(seed), {"errors": {}})
+    if role == "floors":
+      for i in range(1, floor_samples):
+        train(seed, Run(f"floor-{i}", False, i))
+      continue
+    # The float64 replay starts from the float32 run's initial weights: Keras'
+    # initializers draw other numbers in float64.
+    runner = make(seed, False)
+    initial = [v.numpy() for v in _model_variables(runner)]
+    train(seed, MAIN, runner=runner)
+    runner64 = train(seed, MAIN64, initial) if float64 else None
+    if role != "reference":
+      continue
+    # The step's graph is the same for every seed: traced for the first only.
+    found["analysis"] = analysis = analysis or analyze(runner64 or runner)
+    decides = runner64 is not None and not parity.float64_blockers(analysis)
+    if decides and train(seed, Run("floor64-0", True, 0), initial) is None:
+      decides = False
+    for i in range(1 if decides else floor_samples):
+      train(seed, Run(f"floor-{i}", False, i))
+  if strategy.extended.should_checkpoint:  # the chief, under multi_worker
+    np.savez(out, **arrays)
+    with open(out + ".json", "w") as f:
+      json.dump(about, f)
+
+
+def _model_variables(runner):
+  """Every variable of the runner's models, each once, in order."""
+  seen, variables = set(), []
+  for model in runner.models.values():
+    for variable in model.variables:
+      if id(variable) not in seen:
+        seen.add(id(variable))
+        variables.append(variable)
+  return variables
+
+
+def _runner_factory(path, strategy, options, bindings, experiment):
+  """A function of (seed, float64) making a fresh runner of the module's (or the
+  experiment's) step under `strategy` with `options`; seed None keeps the
+  module's (the experiment's) own."""
+  import ctl  # pylint: disable=import-outside-toplevel
+  if path.endswith(".gin"):
+    base = _experiment_runner(path, strategy, bindings, experiment)
+    unused = [base]
+
+    def make(seed, float64):
+      changed = dict(options, **({"mixed_precision": "float64"} if float64 else {}),
+                     **({} if seed is None else {"seed": seed}))
+      if unused and not changed:
+        return unused.pop()  # the experiment's own runner
+      unused.clear()
+      return base.with_options(**changed)
+
+    return make
+  module = parity.load_module(path)
+
+  def make(seed, float64):
+    return ctl.Runner(module.step, module.build, module.data(), strategy=strategy,
+                      seed=getattr(module, "seed", 0) if seed is None else seed,
+                      batches_per_step=getattr(module, "batches_per_step", 1),
+                      mixed_precision="float64" if float64 else None, **options)
+
+  return make
+
+
+def state_arrays(runner: Any, history: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Everything a run trained, by key (see `Arrays`): every logged value, every
+  variable of every model (one shared by two models once, under the first), of
+  every optimizer (slots, EMA copies, iteration counts, the loss scale), and
+  the step counter. Variables by position: a layer's name depends on how many
+  Keras made before it."""
+  arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
+  seen = set()
+  for name, model in runner.models.items():
+    for i, variable in enumerate(model.variables):
+      if id(variable) not in seen:
+        seen.add(id(variable))
+        arrays[f"{name}/{i}"] = np.asarray(variable.numpy())
+  model_paths = [v.path for m in runner.models.values() for v in m.variables]
+  for name, optimizer in runner.optimizers.items():
+    for i, variable in enumerate(optimizer.variables):
+      arrays[f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"] = np.asarray(
+          variable.numpy())
+  arrays["counter:step"] = np.asarray(runner.global_step.numpy())
+  return arrays
+
+
+def _slot(path, model_paths):
+  """What an optimizer variable is: the slot it keeps for a model variable
+  ("momentum", "velocity", "average" for EMA), or its own name ("iteration",
+  "dynamic_scale"). Keras names a slot `<optimizer>/<model variable's path with
+  _ for />_<slot>`."""
+  name = path.split("/", 1)[-1]
+  for model_path in sorted(model_paths, key=len, reverse=True):
+    prefix = model_path.replace("/", "_") + "_"
+    if name.startswith(prefix):
+      return name[len(prefix):]
+  return name.replace("/", "_")
+
+
+def describe(runner: Any) -> dict[str, Any]:
+  """What the report names: each key's variable path ("paths"), and per model its
+  layers that draw or average per replica ("layers") and that compute batch
+  statistics ("statistics")."""
+  paths, layers, statistics = {}, {}, {}
+  seen = set()
+  for name, model in runner.models.items():
+    for i, variable in enumerate(model.variables):
+      if id(variable) not in seen:
+        seen.add(id(variable))
+        paths[f"{name}/{i}"] = f"{name}/{variable.path}"
+    layers[name] = [type(layer).__name__ for layer in _layers(model)
+                    if _works_per_replica(layer)]
+    statistics[name] = [_statistics(layer) for layer in _layers(model)
+                        if _statistics(layer)]
+  model_paths = [v.path for m in runner.models.values() for v in m.variables]
+  for name, optimizer in runner.optimizers.items():
+    for i, variable in enumerate(optimizer.variables):
+      key = f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"
+      paths[key] = f"optimizer {name}: {variable.path}"
+  paths["counter:step"] = "step counter"
+  return {"paths": paths, "layers": layers, "statistics": statistics}
+
+
+def _layers(model):
+  seen, stack = [], [model]
+  while stack:
+    layer = stack.pop()
+    if any(layer is s for s in seen):
+      continue
+    seen.append(layer)
+    stack.extend(getattr(layer, "layers", []) or [])
+  return seen
+
+
+def _works_per_replica(layer):
+  import keras  # pylint: disable=import-outside-toplevel
+  if isinstance(layer, keras.layers.BatchNormalization):
+    return not getattr(layer, "synchronized", False)
+  return isinstance(layer, (keras.layers.Dropout, keras.layers.GaussianNoise,
+                            keras.layers.GaussianDropout, keras.layers.SpatialDropout1D,
+                            keras.layers.SpatialDropout2D))
+
+
+def _statistics(layer):
+  """"BatchNormalization" (or "... synchronized") for a layer of batch statistics."""
+  import keras  # pylint: disable=import-outside-toplevel
+  if not isinstance(layer, keras.layers.BatchNormalization):
+    return None
+  return type(layer).__name__ + (" synchronized" if layer.synchronized else "")
+
+
+# Reductions whose result can depend on how the batch is split.
+_REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "EuclideanNorm"}
+# Ops that change a variable: what the step's updates are made of.
+_UPDATES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+            "ResourceApply", "ResourceScatter")
+
+
+def analyze(runner: Any) -> dict[str, Any]:
+  """What the step's graph shows, traced once (nothing runs) on one batch:
+
+  * "downcasts": the user's lines where a float64 value is rounded to a
+    narrower float (a tf.cast, or a layer computing in float32): a float64
+    replay through them carries float32 rounding and cannot decide;
+  * "float32_variables": model variables that a float64 run keeps narrower
+    (a layer given dtype="float32");
+  * "float32_math": the user's lines where a float32 value is computed and then
+    widened into float64 (say, a rate from the step number): its float32
+    rounding is the float64 replay's too, and can differ eagerly and compiled;
+  * "batch_reductions": the user's lines that reduce over the batch axis
+    (a sum, mean, max or norm of a tensor of examples) a value that feeds an
+    update: each replica computes it over its own rows;
+  * "micro_batches": whether an update accumulates over micro-batches;
+  * "error": why the step could not be traced, if it could not.
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  from ctl import _tf_internal  # pylint: disable=import-outside-toplevel
+  from ctl import sources  # pylint: disable=import-outside-toplevel
+  found = {"downcasts": [], "float32_variables": [], "float32_math": [],
+           "batch_reductions": [], "micro_batches": False, "error": None}
+  float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
+  if float64:
+    found["float32_variables"] = sorted(
+        f"{name}/{v.path} ({v.dtype})" for name, m in runner.models.items()
+        for v in m.weights if v.dtype in ("float32", "float16", "bfloat16"))
+  try:
+    batch = runner.next_batch(runner.make_data_iterator())
+    step = runner.global_step.read_value()
+    traced = tf.function(lambda: runner.strategy.run(runner.replica_step, args=(batch, step)),
+                         autograph=False).get_concrete_function()
+  except Exception as e:  # pylint: disable=broad-except
+    found["error"] = _one_line(e)
+    return found
+  batch_size = runner.global_batch_size or 0
+  for graph in [traced.graph] + _tf_internal.function_graphs(traced.graph):
+    feeds_updates = _ancestors_of_updates(graph)
+    for op in graph.get_operations():
+      frames = _tf_internal.op_stack(op)
+      if any(getattr(f, "name", "") == "_micro_batch" for f in frames):
+        found["micro_batches"] = True
+      if float64 and op.type == "Cast" and op.get_attr("SrcT") == tf.float64 and (
+          op.get_attr("DstT") in (tf.float32, tf.float16, tf.bfloat16)):
+        found["downcasts"].append(sources.user_line(frames) or op.name)
+      elif float64 and _widens_float32_math(op):
+        line = sources.user_call(frames)
+        if line:
+          found["float32_math"].append(line)
+      elif (op.type in _REDUCTIONS and op in feeds_updates and
+            _over_examples(op, batch_size) and not _is_gradient(op) and
+            any(c in feeds_updates and not _is_gradient(c) for c in op.outputs[0].consumers())):
+        line = sources.user_call(frames)
+        if line:
+          found["batch_reductions"].append(f"{line} ({op.type} over the batch axis)")
+  for key in ("downcasts", "float32_math", "batch_reductions"):
+    found[key] = list(dict.fromkeys(found[key]))
+  return found
+
+
+# Ops whose float32 result is exact to widen: a read, a constant, a cast of an integer.
+_EXACT = {"ReadVariableOp", "Const", "Placeholder", "Identity", "Cast", "Reshape"}
+
+
+def _widens_float32_math(op):
+  """Whether `op` casts to float64 a float32 value computed by an inexact op."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if op.type != "Cast" or op.get_attr("DstT") != tf.float64:
+    return False
+  source = op.inputs[0]
+  return source.dtype == tf.float32 and source.op.type not in _EXACT
+
+
+def _ancestors_of_updates(graph):
+  """The ops of `graph` that an update of a variable depends on."""
+  stack = [op for op in graph.get_operations() if op.type.startswith(_UPDATES)]
+  seen = set(stack)
+  while stack:
+    op = stack.pop()
+    for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+      if parent not in seen and parent.graph is graph:
+        seen.add(parent)
+        stack.append(parent)
+  return seen
+
+
+def _over_examples(op, batch_size):
+  """Whether reduction `op` reduces axis 0 of a tensor of examples (its first
+  dimension the batch, or a micro-batch of it)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  values, axes = op.inputs[0], tf.get_static_value(op.inputs[1])
+  rows = values.shape[0] if values.shape.rank else None
+  if axes is None or not rows or rows < 2 or not batch_size or batch_size % rows:
+    return False
+  return 0 in {int(a) % values.shape.rank for a in np.reshape(axes, [-1])}
+
+
+def _is_gradient(op):
+  """Whether TF made `op` to compute a gradient (under a tape's name scope)."""
+  return "gradient_tape/" in op.name or op.name.startswith("gradients")
+
+
+def _one_line(error):
+  """An exception as `Type: its first line`."""
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _experiment_runner(path, strategy, bindings, name):
+  """The runner of the experiment a .gin file describes (its build method)."""
+  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  experiments.require_config_file(path)
+  name = name or experiments.default_experiment()
+  make = experiments.resolve_experiment(name)
+  experiments.parse_gin([path], bindings)
+  return experiments.make_experiment(make, name, needs=("build",)).build(strategy=strategy)
