@@ -201,6 +201,9 @@ class Report:
   notes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
   steps: int = 1
   floor_samples: int = FLOOR_SAMPLES
+  # configurations whose reference is not deterministic on its own: no verdict
+  # of rounding is possible (`not_deterministic`)
+  unsteady: set[str] = dataclasses.field(default_factory=set)
 
   @property
   def configs(self) -> list[str]:
@@ -217,8 +220,10 @@ class Report:
     return [r for r in self.rows if r.config == config and r.precision == precision]
 
   def within_rounding(self, config: str) -> bool:
-    """Whether `config` ran and every one of its deciding rows is within tolerance."""
-    return config not in self.errors and all(r.ok for r in self.decisive(config))
+    """Whether `config` ran, its reference was deterministic, and every one of its
+    deciding rows is within tolerance."""
+    return (config not in self.errors and config not in self.unsteady and
+            all(r.ok for r in self.decisive(config)))
 
   @property
   def ok(self) -> bool:
@@ -389,18 +394,16 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
     floors: the float32 floor runs (eager, like the reference), and
     floor_reference: the float32 reference they moved from (default `reference`).
   """
-  if all(r.ok for r in rows):
+  unsteady = not_deterministic(reference if floor_reference is None else floor_reference,
+                               floors)
+  if all(r.ok for r in rows) and not unsteady:
     return []
   about = about or {}
   causes = []
   losses = [k for k in reference if k.startswith("loss/")]
   first = {k: (float(reference[k][0]), float(run[k][0])) for k in losses
            if np.size(reference[k]) and np.isfinite(run[k][0])}
-  # One ulp moves a loss by about epsilon; an unseeded draw moves it by its own size.
-  floor_reference = reference if floor_reference is None else floor_reference
-  if any(abs(float(floor[k][0]) - float(floor_reference[k][0])) >
-         1e-4 * (1 + abs(float(floor_reference[k][0])))
-         for floor in floors for k in first if np.size(floor.get(k, []))):
+  if unsteady:
     causes.append(
         "the step is not deterministic on its own: a floor run, eager like the "
         "reference, already differs at the first step. Look for a draw that ctl "
@@ -441,6 +444,16 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
       causes.append("no known cause matched: compare the first step's results "
                     "and each model's variables to see where it starts.")
   return causes
+
+
+def not_deterministic(reference: Arrays, floors: Sequence[Arrays]) -> bool:
+  """Whether a floor run already differs from `reference` at the first step: one
+  ulp moves a loss by about an epsilon, an unseeded draw by its own size. Its
+  differences are then no rounding floor, and no configuration can be judged."""
+  return any(abs(float(floor[k][0]) - float(reference[k][0])) >
+             1e-4 * (1 + abs(float(reference[k][0])))
+             for floor in floors for k in reference
+             if k.startswith("loss/") and np.size(reference[k]) and np.size(floor.get(k, [])))
 
 
 def _replica_causes(replicas, first, first_differs, about):
@@ -496,6 +509,15 @@ def _replica_causes(replicas, first, first_differs, about):
   return causes
 
 
+def _kind_order(name):
+  """Logged values first, then model variables, the step counter, optimizer variables."""
+  if name.startswith("loss/"):
+    return 0
+  if name.startswith("optimizer "):
+    return 3
+  return 2 if name == "step counter" else 1
+
+
 def format_report(report: Report, verbose: bool = False) -> str:
   """A table: per configuration its verdict, then in each precision (the deciding
   one first) its largest difference and, if another, the variable closest to its
@@ -528,13 +550,13 @@ def format_report(report: Report, verbose: bool = False) -> str:
     decisive = report.decisive(config)
     bad = [r for r in decisive if not r.ok]
     notes = report.notes.get(config, [])
-    if not bad and not notes:
+    if not bad and not notes and not report.causes.get(config):
       continue
     lines.append("")
     if bad:
       lines.append(f"{config}: {len(bad)} of {len(decisive)} past tolerance in "
                    f"{report.precision(config)}, e.g.")
-      for r in sorted(bad, key=lambda r: -r.margin)[:5]:
+      for r in sorted(bad, key=lambda r: (_kind_order(r.key), -r.margin))[:5]:
         lines.append(f"  {r.key}: {r.difference:.2e} (tolerance {r.tolerance:.2e})")
     for note in notes:
       lines.append(f"{config}: {note}")
@@ -608,7 +630,9 @@ def _require_parts(path, missing):
 
 
 def load_module(path: str) -> Any:
-  """The user's module, from a file path (`my_gan.py`) or a module name."""
+  """The user's module, from a file path (`my_gan.py`) or a module name, executed
+  anew at each call: each run starts from the module as written, not from the
+  Python state (a counter, a list) that an earlier run in the process left."""
   if path.endswith(".py") or os.sep in path:
     if not os.path.isfile(path):
       raise FileNotFoundError(f"parity: no file {path!r}; give the path of a Python "
@@ -616,11 +640,15 @@ def load_module(path: str) -> Any:
     name = os.path.splitext(os.path.basename(path))[0]
     # As `python path` would: the file's own folder first on the path, so
     # that it can import the modules beside it.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    folder = os.path.dirname(os.path.abspath(path))
+    if sys.path[:1] != [folder]:
+      sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+  elif path in sys.modules:
+    module = importlib.reload(sys.modules[path])
   else:
     module = importlib.import_module(path)
   _require_parts(path, [n for n in _NEEDED if not callable(getattr(module, n, None))])
@@ -746,11 +774,30 @@ def _report(configs, done, floor_samples):
         report.decided_by[name] = "float64"
         reference, run = reference64, run64
         notes += _amplified_note(report, name)
+      if not_deterministic(runs[seed]["main"], floors):
+        report.unsteady.add(name)
       report.causes[name] = diagnose(
           config, report.decisive(name), reference, run,
           dict(about, analysis=found.get("analysis", {})), floors=floors,
           floor_reference=runs[seed]["main"])
+  _first_fix_compiling(report, configs, list(judged))
   return report
+
+
+def _first_fix_compiling(report, configs, seeds):
+  """A difference that compiling on one device already makes shows again under
+  every strategy, which compiles too: it is the one to fix first."""
+  def name(config, seed):
+    return config.name if len(seeds) == 1 else f"{config.name} seed={seed}"
+
+  for seed in seeds:
+    compiled = [name(c, seed) for c in configs if c.strategy == "default" and
+                "eager" not in dict(c.options) and report.causes.get(name(c, seed))]
+    for config in configs:
+      if compiled and config.strategy != "default" and report.causes.get(name(config, seed)):
+        report.causes[name(config, seed)].append(
+            f"compiled on one device it differs already ({compiled[0]}, above): fix that "
+            "first.")
 
 
 def _amplified_note(report, name):
@@ -759,7 +806,8 @@ def _amplified_note(report, name):
   if not past or not report.within_rounding(name):
     return []
   worst = max(past, key=lambda r: r.margin)
-  return [f"in float32, {len(past)} variables are past tolerance (e.g. {worst.key}, "
+  count = "1 variable is" if len(past) == 1 else f"{len(past)} variables are"
+  return [f"in float32, {count} past tolerance (e.g. {worst.key}, "
           f"{worst.margin:.1f} times it), and float64 agrees within "
           f"{report.largest(name).difference:.1e}: rounding that training amplified (Adam "
           "divides each gradient by its own size), not a bug."]

@@ -140,9 +140,10 @@ def _runner_factory(path, strategy, options, bindings, experiment):
       return base.with_options(**changed)
 
     return make
-  module = parity.load_module(path)
+  parity.load_module(path)  # a mistake in it fails here, before any run
 
   def make(seed, float64):
+    module = parity.load_module(path)  # anew: no Python state from an earlier run
     return ctl.Runner(module.step, module.build, module.data(), strategy=strategy,
                       seed=getattr(module, "seed", 0) if seed is None else seed,
                       batches_per_step=getattr(module, "batches_per_step", 1),

@@ -8,6 +8,8 @@ Bugs (tests/test_parity_suite.py checks that `ctl parity` names each, on 5 seeds
   layers              Keras Dropout in the discriminator, BatchNormalization in the generator
   batch_norm          an unsynchronized BatchNormalization in the generator alone
   python_random       an unseeded np.random draw in the step
+  python_counter      a Python counter in the step, scaling the loss: it counts
+                      eagerly, and is frozen at the value it had when compiled
   penalty_over_batch  a gradient penalty whose norm is taken over the replica's whole
                       batch (tf.norm of the gradient tensor) instead of per example
   own_micro_batches   the step cuts the batch into contiguous halves itself, one
@@ -28,6 +30,7 @@ import toy_gan
 
 BUG = os.environ.get("PLANTED_BUG", "")
 seed = 7
+calls = [0]  # python_counter's counter
 
 
 def data():
@@ -70,6 +73,9 @@ def step(ctx, real):
   if BUG == "python_random":
     real = real + float(np.random.normal())
   scale = ctx.num_replicas if BUG == "replica_scaled" else 1
+  if BUG == "python_counter":
+    calls[0] += 1
+    scale = 1 + 0.1 * calls[0]
   with tf.GradientTape(persistent=True) as tape:
     fake = generator(z, training=True)
     real_logits = discriminator(real, training=True)[:, 0]

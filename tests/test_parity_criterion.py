@@ -178,6 +178,17 @@ def test_a_step_that_is_not_deterministic_is_named():
   assert any("not deterministic on its own" in c for c in causes), causes
 
 
+def test_a_reference_that_is_not_deterministic_gives_no_verdict_of_rounding():
+  """A floor run that differs at the first step (an unseeded draw): its differences
+  are no rounding floor, so tolerances built on it could hide anything."""
+  reference, floor, near = runs()
+  drawn = dict(floor, **{"loss/d": reference["loss/d"] + 0.3})
+  assert parity.not_deterministic(reference, [drawn])
+  assert not parity.not_deterministic(reference, [floor])
+  report = parity.Report(float32_rows(reference, [drawn], near), unsteady={"c"})
+  assert all(r.ok for r in report.rows) and not report.within_rounding("c")
+
+
 def report_of(near32, run64):
   reference, floor, _ = runs()
   tolerances32 = parity.float32_tolerances(reference, [floor])

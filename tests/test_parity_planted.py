@@ -27,6 +27,7 @@ PLANTED = {
     "batch_norm": (["mirrored:2"], ["layers that work per replica: generator "
                                     "(BatchNormalization)"]),
     "python_random": (["compiled"], ["np.random"]),
+    "python_counter": (["compiled"], ["a Python counter"]),
     "penalty_over_batch": (["mirrored:2"], ["a value computed over the replica's batch: ",
                                             "parity_planted.py:", "tf.norm("]),
     "own_micro_batches": (["mirrored:2"], ["batch statistics: discriminator "

@@ -26,16 +26,17 @@ _DESCRIPTION = """\
 Trains the step of MODULE (a Python file defining build(), step(ctx, batch) and
 data(), and optionally batches_per_step and seed; or a .gin file, whose
 experiment's runner is used, with --gin bindings as for ctl train) for K steps
-eagerly under the default strategy (the reference), again with every initial
-weight moved by one unit in the last place (the rounding floor, 3 times), and
-under each configuration of --against, in processes of their own; and replays
-the reference, a floor run and each configuration in float64, which decides:
-there a correct configuration agrees to about 1e-15 while a bug keeps its size.
-Compares every model and optimizer variable, the step counter and every logged
-value. Reports per configuration its verdict and, in each precision, the
-largest difference with its tolerance and the variable closest to its
-tolerance; for a configuration past rounding, the variables and the likely cause.
-With --verbose, every variable's difference, tolerance and floor too.
+eagerly under the default strategy (the reference) and under each configuration
+of --against, in processes of their own, and replays every run in float64,
+which decides: there a correct configuration agrees to about 1e-15 while a bug
+keeps its size. The rounding floor is the reference again with every initial
+weight moved by one unit in the last place (in float64 once; in float32 once,
+or --floor-samples times where float32 has to decide). Compares every model and
+optimizer variable, the step counter and every logged value. Reports per
+configuration its verdict and, in each precision, the largest difference with
+its tolerance and the variable closest to its tolerance; for a configuration
+past rounding, the variables and the likely cause. With --verbose, every
+variable's difference, tolerance and floor too.
 
 configurations (join with + to combine, e.g. mirrored:2+steps_per_loop:5):
   compiled            tf.function, default strategy
@@ -78,7 +79,7 @@ def add_parser(subparsers: Any) -> None:
                            "runs, and a verdict that training's amplified rounding can "
                            "sway)")
   parser.add_argument("--floor-samples", type=int, default=3, metavar="N",
-                      help="float32 floor runs (default 3)")
+                      help="float32 floor runs where float32 decides (default 3)")
   parser.add_argument("--jobs", type=int, metavar="N",
                       help="processes at once (default: the cores, at most 4)")
   # What each run's process is given (ctl.parity.check starts them).
