@@ -487,25 +487,25 @@ def _replica_causes(replicas, first, first_differs, about):
         "batch axis, and each replica sees its own rows: compute it per example "
         "(e.g. a norm over axis=1 and the axes after it, not the whole tensor), or "
         "as a global-batch mean with ctx.average.")
-  statistics = sorted(f"{m} ({', '.join(sorted(set(kinds)))})"
-                      for m, kinds in about.get("statistics", {}).items() if kinds)
-  if statistics and not causes:
-    micro = analysis.get("micro_batches")
-    causes.append(
-        "batch statistics: " + "; ".join(statistics) + " compute their statistics "
-        "over the batch they are given, and the first step already differs only with "
-        f"{replicas} replicas. A synchronized layer averages over the replicas' rows: "
-        "each replica must give it the same global examples as one device does"
-        + (" (ctx.minimize(..., micro_batches=k) does: slice i holds the global rows "
-           "i, i+k, ...; slices the step cuts itself must do the same)." if micro else
-           ", so a step that slices the batch itself must take the same global rows "
-           "on every replica count."))
   if not causes:
     causes.append(
         f"the first step already differs with {replicas} replicas: something is "
         "computed per replica. Most often noise drawn without ctx.normal/"
         "ctx.uniform (tf.random.* with the replica's own batch size draws the same "
         "rows on every replica), or a value taken from the replica's batch alone.")
+  statistics = sorted(f"{m} ({', '.join(sorted(set(kinds)))})"
+                      for m, kinds in about.get("statistics", {}).items() if kinds)
+  if statistics:
+    micro = analysis.get("micro_batches")
+    causes.append(
+        "batch statistics: " + "; ".join(statistics) + " compute their statistics "
+        "over the batch they are given. A synchronized layer averages over the "
+        "replicas' rows: each replica must give it the same global examples as one "
+        "device does"
+        + (" (ctx.minimize(..., micro_batches=k) does: slice i holds the global rows "
+           "i, i+k, ...; slices the step cuts itself must do the same)." if micro else
+           ", so a step that slices the batch itself must take the same global rows "
+           "on every replica count."))
   return causes
 
 
