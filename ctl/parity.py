@@ -537,8 +537,8 @@ def format_report(report: Report, verbose: bool = False) -> str:
       largest = report.largest(config, precision)
       shown = [(largest, "largest")]
       worst = report.worst(config, precision)
-      if precision == decided and worst.key != largest.key:
-        shown.append((worst, "closest to its tolerance"))
+      if worst.key != largest.key and (precision == decided or not worst.ok):
+        shown.append((worst, "closest to its tolerance" if worst.ok else "furthest past"))
       for row, what in shown:
         mark = "" if row.ok else ", past"
         lines.append(f"{label[0]:28} {label[1]:8} {precision:9} {row.difference:10.2e} "
@@ -568,7 +568,8 @@ def format_report(report: Report, verbose: bool = False) -> str:
         rows = sorted(report._rows(config, precision), key=lambda r: -r.margin)
         if rows:
           lines.append("")
-          lines.append(f"{config}, {precision}, every variable:")
+          lines.append(f"{config}, {precision}, every variable (difference, tolerance, "
+                       "floor):")
           for r in rows:
             lines.append(f"  {r.difference:10.2e} {r.tolerance:10.2e} {r.floor:10.2e}  "
                          f"{r.key}{'' if r.ok else '  past'}")
@@ -583,8 +584,6 @@ def format_report(report: Report, verbose: bool = False) -> str:
       f"{report.steps} steps); the floor is the most that moving every initial weight by "
       "one ulp moves the variable's group (1 run where float64 decides, "
       f"{report.floor_samples} where float32 does)."]
-  if verbose:
-    lines.append("every variable: difference, tolerance, floor, variable.")
   return "\n".join(lines)
 
 
@@ -765,7 +764,9 @@ def _report(configs, done, floor_samples):
       why = unable or (None if run64 is not None else "its float64 run failed: " +
                        config_about["seeds"][seed]["errors"].get("main64", "?"))
       notes = report.notes.setdefault(name, [])
-      if why:
+      if why == "--no-float64":
+        notes.append(f"float32 decides (--no-float64; floor of {len(floors)} runs).")
+      elif why:
         notes.append(f"float64 cannot decide: {why}; float32 decides"
                      + (f" (floor of {len(floors)} runs)." if len(floors) > 1 else "."))
       else:
@@ -817,10 +818,10 @@ def _float64_unable(found, reference64, floor64):
   """Why float64 cannot decide for the reference's seed, or None."""
   if reference64 is None:
     failed = found["errors"].get("main64")
-    return ("float64 was not asked for" if not failed else
+    return ("--no-float64" if not failed else
             f"the reference fails in float64 ({failed}): the step mixes float32 into "
-            "float64 tensors (a tf.constant, tf.cast or tf.zeros of float32: use the "
-            "input's dtype)")
+            "float64 tensors (a tf.constant, tf.zeros, tf.random.* or tf.cast of "
+            "float32: give them the input's dtype)")
   reason = float64_blockers(found.get("analysis", {}))
   if reason:
     return reason
@@ -849,8 +850,7 @@ def _run_processes(processes, directory, options):
         running.remove(entry)
         done[process.name] = _finish(proc, out, options["timeout"])
   finally:
-    for _, _, proc, _ in running:
-      _stop_group(proc)
+    _stop_groups([proc for _, _, proc, _ in running])
   return done
 
 
@@ -887,7 +887,7 @@ def _finish(proc, out, timeout):
   """What a finished (or timed-out) process left: (runs by seed and label, about),
   or the error it ended with."""
   timed_out = proc.poll() is None
-  _stop_group(proc)
+  _stop_groups([proc])
   with open(out + ".log") as f:
     output = f.read()
   if timed_out:
@@ -904,25 +904,36 @@ def _finish(proc, out, timeout):
   return runs, about
 
 
-def _stop_group(proc):
-  """SIGTERM to `proc`'s process group, SIGKILL after 10 s; reaps `proc`.
-
-  (`ctl launch` stops its workers, which lead groups of their own, within its
-  --grace of 3 s.)
+def _stop_groups(procs):
+  """SIGTERM to each of `procs`' process groups, SIGKILL to what is left after 10 s;
+  reaps them. Ctrl-C and SIGTERM wait until it is done (a second Ctrl-C used to
+  cut it short and leave a run behind): no run, launcher or worker outlives
+  `check`. (`ctl launch` stops its workers, which lead groups of their own,
+  within its --grace of 3 s.)
   """
+  stopping = {signal.SIGINT, signal.SIGTERM}
+  blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
   try:
-    os.killpg(proc.pid, signal.SIGTERM)
-  except (ProcessLookupError, PermissionError):
-    pass  # all gone
-  try:
-    proc.wait(timeout=10)
-  except subprocess.TimeoutExpired:
-    pass
-  try:
-    os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group
-  except (ProcessLookupError, PermissionError):
-    pass
-  proc.wait()
+    _signal_groups(procs, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for proc in procs:
+      try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+      except subprocess.TimeoutExpired:
+        break
+    _signal_groups(procs, signal.SIGKILL)  # what is left of the groups
+    for proc in procs:
+      proc.wait()
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _signal_groups(procs, signum):
+  for proc in procs:
+    try:
+      os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+      pass  # all gone
 
 
 def _last_error(output):

@@ -14,6 +14,7 @@ writes every run's state for `check` to compare.
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ctl import parity
+from ctl import sources
 from ctl.parity import FLOOR_SAMPLES
 from ctl.parity import MAIN
 from ctl.parity import MAIN64
@@ -350,9 +352,11 @@ def _is_gradient(op):
 
 
 def _one_line(error):
-  """An exception as `Type: its first line`."""
+  """An exception as `Type: its first line`, and the user's line that raised it."""
   text = str(error).strip().splitlines()
-  return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+  where = sources.user_line(traceback.extract_tb(error.__traceback__))
+  return (f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+          + (f", at {where}" if where else ""))
 
 
 def _experiment_runner(path, strategy, bindings, name):

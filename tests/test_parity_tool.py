@@ -6,6 +6,10 @@ bugs, on five seeds each.)
 """
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -67,6 +71,7 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
       ([PLANTED, "--steps", "0"], "--steps 0"),
       ([PLANTED, "--seeds", "4-2"], "--seeds 4-2: give seeds as 0,1,2 or a range 0-4"),
       ([PLANTED, "--seeds", "1,1"], "--seeds 1,1: a seed is given twice"),
+      ([PLANTED, "--seeds", "0-1000000"], "give at most 100 seeds"),
       ([PLANTED, "--floor-samples", "0"], "--floor-samples 0"),
       ([PLANTED, "--jobs", "0"], "--jobs 0"),
   ]:
@@ -90,3 +95,44 @@ def test_the_command_on_a_gin_experiment():
   assert every, "--verbose lists every variable"
   named = [line.split()[-1] for line in lines if line.startswith("    ")]
   assert any(n.startswith("generator/") and not n.split("/")[-1].isdigit() for n in named)
+
+
+def _children(pid):
+  """The processes whose parent is `pid` (from /proc)."""
+  found = []
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open(f"/proc/{entry}/stat") as f:
+          if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+      except (OSError, IndexError, ValueError):
+        pass  # gone meanwhile
+  return found
+
+
+def test_a_second_ctrl_c_leaves_no_run_behind(monkeypatch):
+  """Two SIGINTs 50 ms apart while the runs train: exit 130, and every process
+  group it started is gone. The second used to cut the clean-up short and leave
+  a run training at full CPU for 20 s (new-user finding). The clean-up now holds
+  SIGINT and SIGTERM until it is done, so where the second lands does not matter."""
+  monkeypatch.setenv("PLANTED_BUG", "")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "ctl.cli", "parity", PLANTED, "--against", "mirrored:2",
+       "--steps", "500"], cwd=helpers.ROOT, env=helpers.subprocess_env({}),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + helpers.SUBPROCESS_TIMEOUT
+  while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+    time.sleep(0.2)  # until both runs (the reference and mirrored:2) have started
+  runs = _children(proc.pid)
+  assert len(runs) == 2, "the runs did not start"
+  time.sleep(3)  # into their training
+  proc.send_signal(signal.SIGINT)
+  time.sleep(0.05)
+  proc.send_signal(signal.SIGINT)
+  _, stderr = proc.communicate(timeout=60)
+  assert proc.returncode == 130, stderr[-2000:]
+  assert "the runs in progress were stopped" in stderr
+  for run in runs:  # each leads a process group of its own
+    with pytest.raises(ProcessLookupError):
+      os.killpg(run, 0)

@@ -55,8 +55,10 @@ def add_parser(subparsers: Any) -> None:
       "parity", help="check that a step gives the same numbers under other strategies",
       description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
       epilog="example:\n  ctl parity my_gan.py --against compiled,mirrored:2 --steps 10"
-             "\n\nExit code 0 if every configuration is within rounding, 1 if one is not "
-             "or fails, 2 for a mistake in the command or the module.")
+             "\n\nExit code 0 if every configuration is within rounding; 1 if one is not, "
+             "or a run fails (its error is in the table: a step that raises, a batch "
+             "that does not split over the replicas); 2 for a mistake in the command "
+             "or a module without build, step or data.")
   parser.add_argument("module", help="a Python file defining build, step and data, or "
                       "a .gin file or the name of a config a package ships (its "
                       "experiment's build method makes the runner)")
@@ -103,6 +105,9 @@ def shipped_config(module: str) -> str:
   return configs.shipped().get(module, module)
 
 
+MAX_SEEDS = 100
+
+
 def parse_seeds(text: str) -> list[int]:
   """"0,1,2" or "0-4" (or a mix, "0-2,7") as a list of distinct ints."""
   seeds = []
@@ -110,7 +115,11 @@ def parse_seeds(text: str) -> list[int]:
     low, dash, high = part.strip().partition("-")
     if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
       raise ValueError(f"--seeds {text}: give seeds as 0,1,2 or a range 0-4.")
-    seeds += range(int(low), int(high) + 1) if dash else [int(low)]
+    last = int(high) if dash else int(low)
+    if len(seeds) + last - int(low) + 1 > MAX_SEEDS or last > 2**31 - 1:
+      raise ValueError(f"--seeds {text}: give at most {MAX_SEEDS} seeds, each below 2**31 "
+                       "(each seed trains every configuration once more).")
+    seeds += range(int(low), last + 1)
   if len(set(seeds)) != len(seeds):
     raise ValueError(f"--seeds {text}: a seed is given twice.")
   return seeds
@@ -154,11 +163,13 @@ def run(args: argparse.Namespace) -> int:
                           floor_samples=args.floor_samples, jobs=args.jobs)
   except RuntimeError as e:
     return experiments.fail("parity", e, experiments.FAILURE)
-  except KeyboardInterrupt:
-    print("ctl parity: interrupted; the runs in progress were stopped.", file=sys.stderr)
-    return INTERRUPTED_EXIT_CODE
-  except _Terminated:
-    print("ctl parity: SIGTERM; the runs in progress were stopped.", file=sys.stderr)
-    return 128 + signal.SIGTERM
+  except (KeyboardInterrupt, _Terminated) as e:
+    # The runs are stopped; a further Ctrl-C or SIGTERM would only turn the exit
+    # code into a death by signal (-2) on the way out.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    what = "SIGTERM" if isinstance(e, _Terminated) else "interrupted"
+    print(f"ctl parity: {what}; the runs in progress were stopped.", file=sys.stderr)
+    return 128 + signal.SIGTERM if isinstance(e, _Terminated) else INTERRUPTED_EXIT_CODE
   print(report.format(verbose=args.verbose), flush=True)
   return 0 if report.ok else experiments.FAILURE
