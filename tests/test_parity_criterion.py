@@ -223,5 +223,5 @@ def test_the_table_names_the_largest_difference_its_tolerance_and_the_closest():
   text = str(report)
   assert f"{largest.difference:10.2e} {largest.tolerance:10.2e}  {largest.key} (largest)" in text
   verbose = report.format(verbose=True)
-  assert "c, float32, every variable:" in verbose
+  assert "c, float32, every variable (difference, tolerance, floor):" in verbose
   assert all(key in verbose for key in reference)

@@ -91,7 +91,7 @@ def test_the_command_on_a_gin_experiment():
   assert verdicts(proc.stdout) == {"mirrored:2 seed=0": ("rounding", "float64"),
                                     "mirrored:2 seed=1": ("rounding", "float64")}
   lines = proc.stdout.splitlines()
-  every = [line for line in lines if line.endswith("mirrored:2 seed=0, float64, every variable:")]
+  every = [line for line in lines if line.startswith("mirrored:2 seed=0, float64, every variable")]
   assert every, "--verbose lists every variable"
   named = [line.split()[-1] for line in lines if line.startswith("    ")]
   assert any(n.startswith("generator/") and not n.split("/")[-1].isdigit() for n in named)
