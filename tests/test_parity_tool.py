@@ -7,8 +7,6 @@ bugs, on five seeds each.)
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -82,16 +80,16 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
 
 def test_the_command_on_a_gin_experiment():
   """A .gin file: its experiment's runner, with each configuration's options, in
-  float64 too (the GAN kit computes in the run's float type), on two seeds."""
+  float64 too (the GAN kit computes in the run's float type), on another seed
+  than the experiment's."""
   proc = helpers.ctl("parity", os.path.join(helpers.ROOT, "examples", "configs", "dcgan.gin"),
                      *helpers.TINY_GAN, "--against", "mirrored:2", "--steps", "2",
-                     "--seeds", "0,1", "--verbose", check=False)
+                     "--seeds", "3", "--verbose", check=False)
   print(proc.stdout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  assert verdicts(proc.stdout) == {"mirrored:2 seed=0": ("rounding", "float64"),
-                                    "mirrored:2 seed=1": ("rounding", "float64")}
+  assert verdicts(proc.stdout) == {"mirrored:2": ("rounding", "float64")}
   lines = proc.stdout.splitlines()
-  every = [line for line in lines if line.startswith("mirrored:2 seed=0, float64, every variable")]
+  every = [line for line in lines if line.startswith("mirrored:2, float64, every variable")]
   assert every, "--verbose lists every variable"
   named = [line.split()[-1] for line in lines if line.startswith("    ")]
   assert any(n.startswith("generator/") and not n.split("/")[-1].isdigit() for n in named)
@@ -117,10 +115,8 @@ def test_a_second_ctrl_c_leaves_no_run_behind(monkeypatch):
   a run training at full CPU for 20 s (new-user finding). The clean-up now holds
   SIGINT and SIGTERM until it is done, so where the second lands does not matter."""
   monkeypatch.setenv("PLANTED_BUG", "")
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "ctl.cli", "parity", PLANTED, "--against", "mirrored:2",
-       "--steps", "500"], cwd=helpers.ROOT, env=helpers.subprocess_env({}),
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = helpers.start_python(["-m", "ctl.cli", "parity", PLANTED, "--against", "mirrored:2",
+                               "--steps", "500"])
   deadline = time.monotonic() + helpers.SUBPROCESS_TIMEOUT
   while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
     time.sleep(0.2)  # until both runs (the reference and mirrored:2) have started
@@ -133,6 +129,18 @@ def test_a_second_ctrl_c_leaves_no_run_behind(monkeypatch):
   _, stderr = proc.communicate(timeout=60)
   assert proc.returncode == 130, stderr[-2000:]
   assert "the runs in progress were stopped" in stderr
-  for run in runs:  # each leads a process group of its own
-    with pytest.raises(ProcessLookupError):
-      os.killpg(run, 0)
+  # Each run leads a process group of its own. It was stopped and reaped before
+  # ctl parity exited; a process it started may linger a moment as a zombie
+  # until init reaps it, hence the short wait.
+  deadline = time.monotonic() + 10
+  while any(_group_exists(run) for run in runs) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not any(_group_exists(run) for run in runs)
+
+
+def _group_exists(group):
+  try:
+    os.killpg(group, 0)
+  except ProcessLookupError:
+    return False
+  return True
