@@ -61,6 +61,13 @@ def _philox_key(seed):
       halves[1], tf.constant(32, tf.uint64))), [1])
 
 
+def draw_key(seed: int) -> tf.Tensor:
+  """The Philox key of a run's draws from `seed`, as the int64 [1] with its
+  bits: what the run's key variable holds (`StepContext(key=)`). A step that
+  reads the key from a variable is reseeded without a new trace (`Runner.reset`)."""
+  return tf.bitcast(_philox_key(tf.constant([seed, 0], tf.int64)), tf.int64)
+
+
 def _uniform(bits):
   """Philox bits as floats in [0, 1): 24 random bits, exact in float32."""
   return tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) * (2.0 ** -24)
@@ -119,10 +126,15 @@ class StepContext:
 
   def __init__(self, *, models: Mapping[str, keras.Model],
                optimizers: Mapping[str, keras.optimizers.Optimizer], step: tf.Tensor,
-               seed: tf.Tensor, global_batch_size: int | tf.Tensor, num_replicas: int,
-               replica_id: int | tf.Tensor,
+               seed: tf.Tensor | None = None, global_batch_size: int | tf.Tensor,
+               num_replicas: int, replica_id: int | tf.Tensor,
                compile_update: Callable[[Callable], Callable] | None = None,
-               float_dtype: tf.DType = tf.float32):
+               float_dtype: tf.DType = tf.float32, key: Any = None):
+    # The draws' key: from `seed` (int64 [2]), or read from `key` (a variable
+    # holding `draw_key(seed)`, which a runner reseeds without a new trace).
+    if (seed is None) == (key is None):
+      raise ValueError("StepContext: give exactly one of seed (an int64 [2] tensor) "
+                       "and key (a variable holding draw_key(seed)).")
     self.models = _Named("model", models)
     self.optimizers = _Named("optimizer", optimizers)
     self.step = step
@@ -131,7 +143,8 @@ class StepContext:
     self.per_replica_batch_size = global_batch_size // num_replicas
     self._replica_rows = self.per_replica_batch_size  # while a micro-batch runs too
     self.replica_id = replica_id
-    self._key = _philox_key(seed)
+    self._key = (_philox_key(seed) if key is None
+                 else tf.bitcast(tf.convert_to_tensor(key), tf.uint64))
     self._draws = 0
     # (slice, slices) of a micro-batch being run, else None: its rows are the
     # replica's rows slice, slice + slices, ... (see `_accumulate`)

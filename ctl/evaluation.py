@@ -30,16 +30,14 @@ class Evaluator:
   Args:
     state: the `ctl.state.State` (its models, and the step `ctx.step` reports).
     strategy: the strategy the state was built under.
-    seed: int, seeds the per-example draws.
     eager: run as plain Python.
     float_dtype: the run's float type (`ctl.steps.run_on_replica`).
   """
 
-  def __init__(self, state: State, strategy: tf.distribute.Strategy, *, seed: int = 0,
+  def __init__(self, state: State, strategy: tf.distribute.Strategy, *,
                eager: bool = False, float_dtype: tf.DType = tf.float32):
     self._state = state
     self._strategy = strategy
-    self._seed = tf.constant([seed, 0], tf.int64)
     self._eager = eager
     self._float_dtype = float_dtype
     self._compiled = {}  # (eval step, data, global batch size) -> (feed, function)
@@ -85,7 +83,7 @@ class Evaluator:
     def on_replica(batch, step):
       results = steps_lib.run_on_replica(
           step_fn, batch, step, state=self._state, strategy=self._strategy,
-          seed=self._seed, global_batch_size=feed.global_batch_size,
+          global_batch_size=feed.global_batch_size,
           reductions=reductions, float_dtype=self._float_dtype)
       return results, tf.shape(tf.nest.flatten(batch)[0])[0]
 

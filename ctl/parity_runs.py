@@ -14,6 +14,8 @@ writes every run's state for `check` to compare.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import traceback
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -37,17 +39,19 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
             experiment: str | None = None) -> None:
   """Trains the module's step (or the experiment's, for a .gin file) for `steps`
   steps under `config` in this process, as `role` says, once per seed of `seeds`
-  (None: the module's or the experiment's own), a fresh runner each time, and
-  writes each run's state (`state_arrays`) to `out` (npz, keys `<seed>|<run
-  label>|<key>`), with a JSON sidecar: the variables' names and the layers that
-  work per replica (`describe`), and per seed the runs that failed and what
-  `analyze` found.
+  (None: the module's or the experiment's own), and writes each run's state
+  (`state_arrays`) to `out` (npz, keys `<seed>|<run label>|<key>`), with a JSON
+  sidecar: the variables' names and the layers that work per replica
+  (`describe`), and per seed the runs that failed and what `analyze` found.
 
   Roles: "config" runs the configuration and its float64 replay. "reference"
   (the eager reference) also analyzes the step and runs the floors: in float64
   one, and in float32 one if float64 can decide, else `floor_samples`.
   "floors" runs float32 floors 1 to `floor_samples` - 1, for a configuration
   that float64 could not decide after all.
+
+  A compiled configuration traces once per precision: its first runner takes
+  over each later new runner's start (`start_as`).
 
   The strategy is made first, before the module is imported or the gin file
   parsed (either may run TensorFlow ops). A float64 run that fails is recorded,
@@ -60,13 +64,26 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
       else None)
   make = _runner_factory(path, strategy, dict(config.options), bindings, experiment)
   arrays, about = {}, {"seeds": {}}
+  compiled = {}  # float64 -> a compiled runner, started anew for each later seed
+
+  def runner_for(seed, float64):
+    """A runner of `seed`: a new one (each loads the module anew: no Python
+    state carries over), whose start a compiled configuration's first runner
+    takes over where it can (no new trace: traces are most of a check's time)."""
+    runner = make(seed, float64)
+    traced = compiled.get(float64)
+    if traced is not None and start_as(traced, runner):
+      return traced
+    if not runner.eager:
+      compiled[float64] = runner
+    return runner
 
   def train(seed, run, initial=None, runner=None):
     """The run's runner (`runner`, or a new one), trained from `initial` weights
     (the float32 run's, for a float64 one) and its state kept; None if a float64
     run failed."""
     try:
-      runner = runner or make(seed, run.float64)
+      runner = runner or runner_for(seed, run.float64)
       with strategy.scope():
         if initial is not None:
           for variable, value in zip(_model_variables(runner), initial):
@@ -75,6 +92,7 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
           perturb(runner.models, run.perturbation)
       history = runner.train(steps)
     except Exception as e:  # pylint: disable=broad-except
+      compiled.pop(run.float64, None)  # a failed run's runner is not reused
       if not run.float64:
         raise
       found["errors"][run.label] = _one_line(e)
@@ -94,7 +112,7 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
       continue
     # The float64 replay starts from the float32 run's initial weights: Keras'
     # initializers draw other numbers in float64.
-    runner = make(seed, False)
+    runner = runner_for(seed, False)
     initial = [v.numpy() for v in _model_variables(runner)]
     train(seed, MAIN, runner=runner)
     runner64 = train(seed, MAIN64, initial) if float64 else None
@@ -111,6 +129,34 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
       json.dump(about, f)
+
+
+def start_as(runner: Any, new: Any) -> bool:
+  """Puts `runner` (compiled and traced) where `new`, a new runner of the same
+  step, starts: `new`'s variables (models, optimizers, step counter), draws'
+  key and data position, so that it trains as `new` would, to the bit, with
+  no new trace. Returns False, having changed nothing, where the data's
+  position cannot be carried over (a dataset function, TF's distributed
+  datasets, a stateful op in the pipeline) or the variables differ."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if runner.data_iterator is None or new.data_iterator is None:
+    return False
+  mine, theirs = ([*tf.nest.flatten(r.state.variables()), r.state.draw_key]
+                  for r in (runner, new))
+  if [(v.dtype, tuple(v.shape)) for v in mine] != [(v.dtype, tuple(v.shape))
+                                                   for v in theirs]:
+    return False
+  with tempfile.TemporaryDirectory(prefix="ctl-parity-start-") as directory:
+    start = os.path.join(directory, "start")
+    try:
+      tf.train.Checkpoint(data=new.data_iterator).write(start)
+    except tf.errors.OpError:
+      return False
+    tf.train.Checkpoint(data=runner.data_iterator).read(start).assert_consumed()
+  with runner.strategy.scope():
+    for variable, value in zip(mine, theirs):
+      variable.assign(tf.convert_to_tensor(value))
+  return True
 
 
 def _model_variables(runner):

@@ -142,11 +142,11 @@ class Runner:
     self.state = state_lib.build_state(build, strategy, seed=self.seed,
                                        mixed_precision=mixed_precision)
     self._train_step = steps.TrainStep(
-        step, self.state, self._feed, strategy, seed=self.seed, eager=eager,
+        step, self.state, self._feed, strategy, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
-    self._evaluator = evaluation.Evaluator(self.state, strategy, seed=self.seed,
-                                           eager=eager, float_dtype=float_dtype)
+    self._evaluator = evaluation.Evaluator(self.state, strategy, eager=eager,
+                                           float_dtype=float_dtype)
     # Every step's results: `train` and `fit` append; `fit` with a workdir
     # starts it from the run's history file (`ctl.history`).
     self.history = history_lib.History()

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import _tf_internal
+from ctl import context
 
 BuildFn: TypeAlias = Callable[
     [], tuple[dict[str, keras.Model], dict[str, keras.optimizers.Optimizer]]]
@@ -32,10 +33,15 @@ class State:
     models: name -> `keras.Model`.
     optimizers: name -> `keras.optimizers.Optimizer`, each built.
     global_step: int64 variable, the number of steps trained.
+    draw_key: int64 [1] variable, the key of the per-example draws
+      (`ctl.context.draw_key` of the run's seed). Not checkpointed: the seed
+      is the runner's. Steps read it, so that another seed's key needs no new
+      trace (`ctl parity` runs a configuration's seeds so).
   """
   models: dict[str, keras.Model]
   optimizers: dict[str, keras.optimizers.Optimizer]
   global_step: tf.Variable
+  draw_key: tf.Variable
 
   def variables(self) -> dict[str, Any]:
     """Every variable, by kind and name: what a checkpoint saves.
@@ -61,7 +67,7 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
       in `build` (`optimizer.build(variables)`).
     strategy: the `tf.distribute.Strategy` whose scope the variables belong to.
     seed: `keras.utils.set_random_seed(seed)` runs just before `build`, which
-      fixes the initial weights.
+      fixes the initial weights; and the draws' key.
     mixed_precision: None, "mixed_float16", "mixed_bfloat16" or "float64":
       Keras' global policy while `build` runs (float64 also Keras' floatx, so
       that `keras.Input` is float64 too); float16 wraps every optimizer in a
@@ -82,7 +88,8 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
     # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
     # parameter servers (see TF field notes).
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-  return State(models, optimizers, global_step)
+    key = tf.Variable(context.draw_key(seed), trainable=False, name="draw_key")
+  return State(models, optimizers, global_step, key)
 
 
 def _call_build(build, seed, mixed_precision):

@@ -1,6 +1,6 @@
 """The compiled training step, in three layers.
 
-    train_step = TrainStep(step_fn, state, feed, strategy, seed=0)
+    train_step = TrainStep(step_fn, state, feed, strategy)
     results = train_step.run(10)   # {"loss": array of 10 values, ...}
 
 1. `replica_step(batch, step)`: the user's `step(ctx, batch)` on one replica,
@@ -55,7 +55,7 @@ _MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
 
 
 def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State,
-                   strategy: tf.distribute.Strategy, seed: tf.Tensor,
+                   strategy: tf.distribute.Strategy,
                    global_batch_size: int | None,
                    reductions: dict[str, tf.distribute.ReduceOp],
                    compile_update: Callable[[Callable], Callable] | None = None,
@@ -72,7 +72,6 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
     step: int64 scalar, the global step the context reports.
     state: the `ctl.state.State` whose models and optimizers the step uses.
     strategy: the strategy running the replicas.
-    seed: int64 [2] tensor for the context's per-example draws.
     global_batch_size: examples over all replicas; None takes this replica's
       batch size (one replica, dynamic batch).
     reductions: dict to fill in.
@@ -84,7 +83,7 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
   if global_batch_size is None:
     global_batch_size = tf.shape(tf.nest.flatten(batch)[0])[0]
   ctx = StepContext(
-      models=state.models, optimizers=state.optimizers, step=step, seed=seed,
+      models=state.models, optimizers=state.optimizers, step=step, key=state.draw_key,
       global_batch_size=global_batch_size, num_replicas=strategy.num_replicas_in_sync,
       replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
       compile_update=compile_update, float_dtype=float_dtype)
@@ -186,7 +185,6 @@ class TrainStep:
     state: the `ctl.state.State` it trains.
     feed: the training data's feed (`ctl.data.make_feed`).
     strategy: the strategy the state was built under.
-    seed: int, seeds the per-example draws (`ctx.normal`, `ctx.uniform`).
     eager: run as plain Python.
     jit_compile: compile with XLA (per update under merge-call strategies).
     coordinator: a `ClusterCoordinator` under parameter servers, else None.
@@ -195,7 +193,7 @@ class TrainStep:
   """
 
   def __init__(self, step_fn: StepFn, state: State, feed: Feed,
-               strategy: tf.distribute.Strategy, *, seed: int = 0, eager: bool = False,
+               strategy: tf.distribute.Strategy, *, eager: bool = False,
                jit_compile: bool = False, coordinator: ClusterCoordinator | None = None,
                steps_per_loop: int = 1, float_dtype: tf.DType = tf.float32):
     self._step_fn = step_fn
@@ -206,7 +204,6 @@ class TrainStep:
     self._strategy = strategy
     self._coordinator = coordinator
     self._eager = eager
-    self._seed = tf.constant([seed, 0], tf.int64)
     # result key -> ReduceOp, filled in when the step is traced
     self.reductions: dict[str, tf.distribute.ReduceOp] = {}
     self.result_keys: list[str] | None = None
@@ -240,7 +237,7 @@ class TrainStep:
     """Layer 1: the user's step on this replica (in replica context)."""
     return run_on_replica(
         self._step_fn, batch, step, state=self._state, strategy=self._strategy,
-        seed=self._seed, global_batch_size=self._feed.global_batch_size,
+        global_batch_size=self._feed.global_batch_size,
         reductions=self.reductions, compile_update=self._compile_update,
         expected_keys=self.result_keys, float_dtype=self._float_dtype)
 

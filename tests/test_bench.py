@@ -2,7 +2,7 @@
 
     pytest tests/test_bench.py
 
-A short run of the `tiny` workload only (20 steps, 2 repetitions, under the
+A short run of the `tiny` workload only (20 steps, 1 repetition, under the
 default strategy, mirrored over 2 logical CPUs, and a local parameter-server
 cluster; first steps in fresh processes): it checks the rows' shape, that
 every ratio is set against the floor it names, that no variant retraces and
@@ -27,7 +27,7 @@ FIELDS = ("workload", "variant", "strategy", "ms_per_step", "examples_per_s",
 @pytest.fixture(scope="module")
 def records():
   proc = helpers.python(["bench/run.py", "--quick", "--workloads", "tiny",
-                         "--steps", "20", "--repetitions", "2"], timeout=600)
+                         "--steps", "20", "--repetitions", "1"], timeout=600)
   lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
   return proc.stdout, lines
 
@@ -48,7 +48,7 @@ def test_quick_tiny_rows(records):
     missing = [f for f in FIELDS if f not in row]
     assert not missing, (missing, row)
     assert row["workload"] == "tiny"
-    assert row["steps"] == 20 and row["repetitions"] == 2
+    assert row["steps"] == 20 and row["repetitions"] == 1
     assert row["ms_per_step"] > 0 and row["gflop_per_step"] > 0, row
     assert row["share_of_ceiling"] is None  # no convolution workload, no ceiling
     # A retrace after the warm-up call would be paid on every later call.
@@ -68,7 +68,7 @@ def test_first_step_parameter_server_cpu_and_target_records(records):
   text, lines = records
   first = [r for r in lines if r.get("measure") == "first_step"]
   assert {r["variant"] for r in first} == {"handwritten", "ctl steps_per_loop=1"}
-  assert all(r["first_step_s"] > 0 and r["repetitions"] == 2 for r in first), first
+  assert all(r["first_step_s"] > 0 and r["repetitions"] == 1 for r in first), first
   ps = [r for r in lines if r.get("measure") == "parameter_server"]
   assert sorted(r["variant"] for r in ps) == ["ctl steps_per_loop=1", "ctl steps_per_loop=10"]
   assert all(r["workers"] == 2 and r["ps"] == 1 and r["traces_after_first_call"] == 0
