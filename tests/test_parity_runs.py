@@ -40,6 +40,18 @@ def assert_the_same(got, expected):
     np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
 
 
+def assert_started_as_new(new_runner, trained_before=4, seed=3):
+  """A runner of seed 0, trained, then started as a new runner of `seed`, trains
+  3 steps as that new runner does; returns it."""
+  traced = new_runner(0)
+  traced.train(trained_before)
+  assert parity_runs.start_as(traced, new_runner(seed))
+  got = everything(traced, traced.train(3))
+  fresh = new_runner(seed)
+  assert_the_same(got, everything(fresh, fresh.train(3)))
+  return traced
+
+
 @pytest.mark.parametrize("gan, strategy_name, float64", [
     ("wgan_gp_encoder_bn", "mirrored", False),  # BN, EMA, schedules, micro-batches
     ("wgan_gp_encoder", "default", True),  # 2 batches a step, loss scaling, RMSprop
@@ -56,13 +68,7 @@ def test_a_traced_runner_started_as_a_new_one_trains_as_it(gan, strategy_name, f
                       batches_per_step=module.batches_per_step,
                       mixed_precision="float64" if float64 else None)
 
-  traced = new_runner(0)
-  traced.train(4)
-  assert parity_runs.start_as(traced, new_runner(3))
-  got = everything(traced, traced.train(3))
-  fresh = new_runner(3)
-  assert_the_same(got, everything(fresh, fresh.train(3)))
-  assert traced.trace_count == 1
+  assert assert_started_as_new(new_runner).trace_count == 1
 
 
 def test_a_reshuffling_dataset_starts_in_the_new_runners_order():
@@ -77,12 +83,7 @@ def test_a_reshuffling_dataset_starts_in_the_new_runners_order():
     return ctl.Runner(toy_gan.make_step(), toy_gan.mlp_gan(toy_gan.FEATURES),
                       toy_gan.batches(x, shuffle_seed=2, repeat=True), seed=seed)
 
-  traced = new_runner(0)
-  traced.train(5)
-  assert parity_runs.start_as(traced, new_runner(4))
-  got = everything(traced, traced.train(3))
-  fresh = new_runner(4)
-  assert_the_same(got, everything(fresh, fresh.train(3)))
+  assert_started_as_new(new_runner, trained_before=5, seed=4)
 
 
 def test_data_whose_position_cannot_move_changes_nothing():
