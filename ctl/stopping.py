@@ -1,4 +1,4 @@
-"""How `fit` stops: SIGTERM and Ctrl-C end a run within a bounded time, saved.
+"""How `fit` stops: SIGTERM, Ctrl-C and SIGHUP end a run within a bounded time, saved.
 
     stopper = Stopper(runner, checkpointer)   # `fit` makes one per run
     results = runner.run_steps(n)
@@ -16,7 +16,9 @@ KeyboardInterrupt (the `ctl` command exits with `INTERRUPTED_EXIT_CODE`, 130;
 a notebook shows it and keeps the runner; a script that lets it through exits
 with 1, as CPython exits with 130 only for a plain KeyboardInterrupt); a
 second Ctrl-C quits at once, saving first if the training is at rest (during
-an action), without saving inside a compiled call.
+an action), without saving inside a compiled call. SIGHUP (a closed terminal,
+a dropped SSH session): output to that terminal goes to /dev/null, then as
+SIGTERM (exit code 42); under `nohup`, which ignores it, the run goes on.
 
 The longest wait for the checkpoint is one compiled call (`steps_per_loop`
 steps) plus the save. An evaluation, sample grid or export in progress when
@@ -90,7 +92,7 @@ class Abandoned(Exception):
 
 
 class Stopper:
-  """Watches SIGTERM and SIGINT during `fit`; see the module docstring.
+  """Watches SIGTERM, SIGINT and SIGHUP during `fit`; see the module docstring.
 
   Args:
     runner: the `ctl.Runner` being trained.
@@ -129,6 +131,13 @@ class Stopper:
       self._catch(signal.SIGTERM, lambda signum, frame: self._on_signal(signum))
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # e.g. a background job
       self._catch(signal.SIGINT, lambda signum, frame: self._on_signal(signum))
+    # A closed terminal or a dropped SSH session (SIGHUP): as SIGTERM, which the
+    # signal's thread sends (`_hang_up`). `nohup` ignores it: left so.
+    self._terminals = []  # stdout and stderr where they are the terminal
+    if checkpointer is not None and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+      self._terminals = [fd for fd in (1, 2) if _is_terminal(fd)]
+      # Detached at once in the main thread too, before it writes again.
+      self._catch(signal.SIGHUP, lambda signum, frame: self._detach())
     if self._previous:
       self._wakeup = _Wakeup(self._on_signal_now)
 
@@ -226,6 +235,10 @@ class Stopper:
 
   def _on_signal_now(self, signum, count):
     # Runs in a thread as the signal arrives, even during a compiled call.
+    if signum == signal.SIGHUP:
+      if count == 1:
+        self._hang_up()
+      return
     if signum == signal.SIGINT:
       self._sigint = True
       if count > 1:
@@ -237,6 +250,23 @@ class Stopper:
           and self.checkpointer is not None):
         threading.Thread(target=self._stop_if_stuck, args=(doing,), daemon=True,
                          name="ctl-sigterm").start()
+
+  def _hang_up(self):
+    """SIGHUP: the terminal is gone, and a write to it would fail (EIO), so
+    stdout and stderr, where they were the terminal, go to /dev/null; then
+    SIGTERM to this process: saved and stopped as at SIGTERM, exit code 42."""
+    self._detach()
+    _write("ctl: SIGHUP (the terminal closed): stopping as at SIGTERM.")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  def _detach(self):
+    """stdout and stderr, where they were the lost terminal, to /dev/null."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+      for fd in self._terminals:
+        os.dup2(null, fd)
+    finally:
+      os.close(null)
 
   def _in_action(self):
     """Whether the main thread is in an abandonable action: the training state
@@ -327,6 +357,13 @@ def agree(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> list[bool]
   return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)
 
 
+def _is_terminal(fd):
+  try:
+    return os.isatty(fd)
+  except OSError:
+    return False
+
+
 def _write(line):
   sys.stderr.write(line + "\n")
   sys.stderr.flush()
@@ -362,7 +399,7 @@ class _Wakeup:
       if not data:
         return
       for signum in data:
-        if signum in (signal.SIGINT, signal.SIGTERM):
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
           self._counts[signum] = self._counts.get(signum, 0) + 1
           self._on_signal(signum, self._counts[signum])
 

@@ -16,12 +16,14 @@ work ever finishing.
     python -m pytest tests/test_fault_matrix.py -s   # with the times to stop
 """
 
+import fcntl
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import termios
 import time
 import typing
 
@@ -107,6 +109,12 @@ MATRIX = [
          "as SIGTERM", "130", "none"),
     Cell("SIGINT (Ctrl-C)", "export", "test_a_signal_during_an_export_abandons_it",
          "as SIGTERM", "130", "none"),
+    Cell("SIGHUP (closed terminal)", "inside a compiled call",
+         "test_a_closed_terminal_saves_and_stops_as_at_sigterm",
+         "output to the lost terminal goes to /dev/null, then as SIGTERM: the call ends, "
+         "a checkpoint is saved; the rerun resumes", "42", "none"),
+    Cell("SIGHUP (closed terminal)", "(any other)", None, "as SIGTERM in that phase, "
+         "which ctl sends itself; under `nohup` (SIGHUP ignored) the run goes on"),
     Cell("second SIGINT", "evaluation",
          "test_a_second_ctrl_c_during_a_stuck_evaluation_saves_first",
          "the process quits at once, saving first (the training is at rest during an "
@@ -192,6 +200,45 @@ def test_a_signal_inside_a_compiled_call(tmp_path, name):
   report(f"{name} inside a compiled call (from the call's end)", time.monotonic() - released)
   assert exit_code == code, log
   assert newest(work) == 7  # where the call ended: nothing lost
+
+
+def test_a_closed_terminal_saves_and_stops_as_at_sigterm(tmp_path):
+  """The run's terminal closes (a closed window, a dropped SSH session) inside a
+  compiled call: the kernel sends SIGHUP, the call ends, a checkpoint is saved
+  there, the exit code is 42, and nothing fails writing to the lost terminal;
+  the rerun resumes."""
+  work = tmp_path / "work"
+  os.makedirs(work)
+  terminal, its_end = os.openpty()
+
+  def take_the_terminal():  # in the child, a session leader: as a login shell's job
+    fcntl.ioctl(1, termios.TIOCSCTTY, 0)
+
+  proc = subprocess.Popen(
+      [sys.executable, RESUME_TASK, "--workdir", str(work), "--out",
+       str(tmp_path / "out.npz"), "--steps", "12", "--pause-in", "call", "--pause-at", "5"],
+      cwd=ROOT, env=subprocess_env(None), stdin=its_end, stdout=its_end, stderr=its_end,
+      start_new_session=True, preexec_fn=take_the_terminal)  # noqa: PLW1509
+  os.close(its_end)
+  try:
+    # The whole line (the task writes its end apart): inside the call of steps
+    # 4, 5 and 6, where the task waits, writing nothing more.
+    seen, deadline = b"", time.monotonic() + 180
+    while b"PAUSED call 5\r\n" not in seen and time.monotonic() < deadline:
+      seen += os.read(terminal, 4096)
+    assert b"PAUSED call 5\r\n" in seen, seen.decode(errors="replace")[-3000:]
+  finally:
+    os.close(terminal)  # the hang-up: SIGHUP to the terminal's session
+  closed = time.monotonic()
+  go(work)
+  proc.wait(timeout=180)
+  report("SIGHUP (closed terminal) inside a compiled call (from the hang-up)",
+         time.monotonic() - closed)
+  assert proc.returncode == ctl.PREEMPTED_EXIT_CODE
+  assert newest(work) == 7  # where the call ended: nothing lost
+  exit_code, log = finish(start(work))
+  assert exit_code == 0 and newest(work) == 12, log
+  assert "restored" in log
 
 
 def test_a_second_ctrl_c_quits_at_once(tmp_path):
