@@ -34,10 +34,15 @@ def export_model(model: keras.Model, name: str, directory: str,
   is_chief = strategy.extended.should_checkpoint
   if not is_chief:
     directory = tempfile.mkdtemp(prefix="ctl-export-")
-  os.makedirs(directory, exist_ok=True)
   keras_path = os.path.join(directory, f"{name}.keras")
   saved_path = os.path.join(directory, name)
-  scratch = tempfile.mkdtemp(prefix=f".{name}-", dir=directory)
+  try:
+    os.makedirs(directory, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f".{name}-", dir=directory)
+  except OSError as e:  # a read-only work directory, a file in the way, ...
+    raise OSError(f"could not export model {name!r} to {directory}: {e}. Export to a "
+                  "directory you can write to (`ctl export --out DIR`, or the "
+                  "directory argument), or fix this one's permissions.") from e
   try:
     model.save(os.path.join(scratch, "model.keras"))
     model.export(os.path.join(scratch, "saved_model"), verbose=False)

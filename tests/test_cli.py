@@ -107,6 +107,19 @@ def test_export_writes_the_generator(trained, tmp_path):
 
 
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
+def test_export_where_it_cannot_write_names_the_fix(trained, tmp_path):
+  """A read-only work directory, or a file in the way (root writes anywhere):
+  exit 1, naming the directory and --out, with no traceback."""
+  in_the_way = tmp_path / "exported"
+  in_the_way.write_text("a file\n")
+  proc = ctl("export", CONFIG, "--workdir", trained[0], "--out", str(in_the_way), *TINY,
+             check=False)
+  assert proc.returncode == 1, proc.stderr
+  assert f"could not export model 'generator' to {in_the_way}" in proc.stderr
+  assert "`ctl export --out DIR`" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_eval_without_checkpoint_names_the_directory(tmp_path):
   proc = ctl("eval", CONFIG, "--workdir", str(tmp_path), *TINY, check=False)
   assert proc.returncode == 1

@@ -162,8 +162,9 @@ def _run(args, method, report, **kwargs):
                                          **kwargs)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
-  except (FileNotFoundError, workdir_lib.WorkdirInUse) as e:
-    # e.g. eval or export before any checkpoint; another run in the workdir
+  except (OSError, workdir_lib.WorkdirInUse) as e:
+    # e.g. eval or export before any checkpoint, an export to a directory
+    # that cannot be written; another run in the workdir
     return fail(args.command, e, FAILURE)
   except stopping.Interrupted as e:
     print(f"ctl {args.command}: {e}", file=sys.stderr)
