@@ -213,6 +213,9 @@ def test_a_closed_terminal_saves_and_stops_as_at_sigterm(tmp_path):
 
   def take_the_terminal():  # in the child, a session leader: as a login shell's job
     fcntl.ioctl(1, termios.TIOCSCTTY, 0)
+    # SIGHUP's default action, as in a terminal: a suite run under nohup (CI's
+    # background shell) would pass it on ignored, and ctl then leaves it so.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
   proc = subprocess.Popen(
       [sys.executable, RESUME_TASK, "--workdir", str(work), "--out",
