@@ -63,8 +63,9 @@ def _philox_key(seed):
 
 def draw_key(seed: int) -> tf.Tensor:
   """The Philox key of a run's draws from `seed`, as the int64 [1] with its
-  bits: what the run's key variable holds (`StepContext(key=)`). A step that
-  reads the key from a variable is reseeded without a new trace (`Runner.reset`)."""
+  bits: what the run's key variable holds (`State.draw_key`, `StepContext(key=)`).
+  A step that reads the key from a variable takes another seed without a new
+  trace (`ctl.parity_runs.start_as`)."""
   return tf.bitcast(_philox_key(tf.constant([seed, 0], tf.int64)), tf.int64)
 
 

@@ -156,6 +156,7 @@ def start_as(runner: Any, new: Any) -> bool:
   with runner.strategy.scope():
     for variable, value in zip(mine, theirs):
       variable.assign(tf.convert_to_tensor(value))
+  runner.seed = new.seed  # (the draws' key came with the variables)
   return True
 
 

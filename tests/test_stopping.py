@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import warnings
 import weakref
 
@@ -84,6 +85,35 @@ def test_a_signal_during_an_action_saves_at_once_and_stops(tmp_path, signum, rai
   resumed = runner()
   resumed.fit(12, tmp_path, progress=False)
   assert int(resumed.global_step.numpy()) == 12
+
+
+@pytest.mark.parametrize("nohup", [False, True])
+def test_sighup_stops_as_sigterm_unless_ignored_as_under_nohup(tmp_path, nohup, monkeypatch,
+                                                               capfd):
+  """A closed terminal (SIGHUP) stops the run as SIGTERM does, saved; under
+  nohup (SIGHUP ignored) the run goes on to its end. (The real hang-up of a
+  terminal is in tests/test_fault_matrix.py.)"""
+  # Not this test's terminal: ctl would send it to /dev/null.
+  monkeypatch.setattr(ctl.stopping, "_is_terminal", lambda fd: False)
+  previous = signal.signal(signal.SIGHUP, signal.SIG_IGN if nohup else signal.SIG_DFL)
+  try:
+    if nohup:
+      runner().fit(12, tmp_path, actions=[SendAt(signal.SIGHUP, at=4)], progress=False)
+      assert latest_step(tmp_path) == 12
+    else:
+      class HangUpAt(SendAt):
+        def __call__(self, context):
+          super().__call__(context)
+          time.sleep(10)  # SIGTERM, from ctl's signal thread, abandons the wait
+
+      with pytest.raises(ctl.Preempted):
+        runner().fit(12, tmp_path, actions=[HangUpAt(signal.SIGHUP, at=4)], progress=False)
+      assert latest_step(tmp_path) == 4
+      assert "ctl: SIGHUP (the terminal closed): stopping as at SIGTERM." in (
+          capfd.readouterr().err)
+    assert signal.getsignal(signal.SIGHUP) == (signal.SIG_IGN if nohup else signal.SIG_DFL)
+  finally:
+    signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_signal_inside_a_callback_lets_the_action_finish_then_stops(tmp_path, capfd):
