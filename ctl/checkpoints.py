@@ -36,8 +36,14 @@ _log = logging.getLogger("ctl")
 
 
 def newest(workdir: str) -> str | None:
-  """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None."""
-  return tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+  """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
+
+  The one the `checkpoint` file names, else the newest whose files are there.
+  """
+  listing = _Listing(os.path.join(workdir, "checkpoints"))
+  if listing.named:
+    return listing.named
+  return listing.on_disk[max(listing.on_disk)] if listing.on_disk else None
 
 
 class Checkpoint:
@@ -117,15 +123,22 @@ class Checkpointer:
     if not restore_data and iterator is not None:
       self._restored = tf.train.Checkpoint(**{k: v for k, v in state.items()
                                               if k not in ("data", _BATCH_SIZE)})
-    self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+    self._keep = keep
+    if not self.is_chief:
+      self._scratch = os.path.join(directory,
+                                   f"workertemp_{runner.strategy.cluster_resolver.task_id}")
+    self._open_managers()
+
+  def _open_managers(self):
+    """TF's managers of the directory, which read its `checkpoint` file."""
+    self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
+                                              max_to_keep=self._keep)
     # What TF's preemption handler restores through (it restores at creation).
-    self.restore_manager = tf.train.CheckpointManager(self._restored, directory,
-                                                      max_to_keep=keep)
+    self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
+                                                      max_to_keep=self._keep)
     if self.is_chief:
       self._write_manager = self.manager
     else:
-      self._scratch = os.path.join(directory,
-                                   f"workertemp_{runner.strategy.cluster_resolver.task_id}")
       self._write_manager = tf.train.CheckpointManager(self.checkpoint, self._scratch,
                                                        max_to_keep=1)
 
@@ -164,24 +177,36 @@ class Checkpointer:
     finally:
       shutil.rmtree(probe, ignore_errors=True)
 
-  def restore(self) -> int:
-    """Restores the newest checkpoint if there is one; returns the global step."""
-    path = self.latest
+  def restore(self, *, repair: bool = False) -> int:
+    """Restores the newest checkpoint that can be read; returns the global step.
+
+    The newest is the one the directory's `checkpoint` file names; without
+    that file (a partial copy, a sync tool that skipped it), the newest whose
+    files are there. A checkpoint whose files cannot be read whole (a
+    truncated data file, a damaged index, files missing) is skipped, with a
+    warning naming it and why, for the next older one; none readable is an
+    error that names them all. Nothing is ever deleted.
+
+    Args:
+      repair: (the chief of a `fit`, which holds the work directory's lock)
+        move the skipped checkpoints' files into `damaged/` and write the
+        `checkpoint` file again to name the restored one, so that the next
+        saves neither keep the damaged ones nor delete good ones for them.
+    """
     step = int(self.runner.global_step.numpy())
+    listing = _Listing(self.directory)
+    path = self._readable(listing)
     if path is None:  # a new run (or one trained before without a workdir)
       return step
-    saved_step = int(path.rsplit("-", 1)[1])
+    saved_step = _step_of(path)
     if step not in (0, saved_step):
       raise ValueError(
           f"the runner has trained to step {step} in memory, but the newest "
           f"checkpoint in {self.directory} is at step {saved_step}: restoring it "
           "would discard the difference. Pass another workdir to keep this "
           "runner's state, or make a new Runner to resume from the checkpoint.")
-    try:
-      reader = tf.train.load_checkpoint(path)
-      saved = _saved_layout(reader)
-    except tf.errors.OpError as e:
-      raise self._damaged(path, e) from None
+    reader = tf.train.load_checkpoint(path)  # read whole by `_readable`
+    saved = _saved_layout(reader)
     self._check_data(path, reader)
     differences = _differences(saved, self.runner.state.variables())
     if differences:
@@ -215,7 +240,88 @@ class Checkpointer:
     step = int(self.runner.global_step.numpy())
     _log.info("restored %s (step %d)%s", path, step, "" if self._restored is self.checkpoint
               else "; the data starts again from its beginning (restore_data=False)")
+    if repair and self.is_chief and (listing.skipped or listing.named != path):
+      self._repair(listing, path)
     return step
+
+  def _readable(self, listing):
+    """The path of the newest checkpoint of `listing` whose files read whole,
+    or None when there is none; warns of each one passed over."""
+    where = f"{self.directory}/checkpoint"
+    if listing.named is None:
+      if not listing.on_disk:
+        return None
+      found = ", ".join(os.path.basename(listing.on_disk[s]) for s in sorted(listing.on_disk))
+      _log.warning("%s, which names the newest checkpoint, %s: the checkpoints found "
+                   "from their files are %s; restoring the newest that reads whole.",
+                   where, "cannot be read" if listing.pointer_exists else
+                   "is missing (a partial copy, a sync that skipped it, a clean-up?)",
+                   found)
+      candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
+    else:
+      named_step = _step_of(listing.named)
+      newer = sorted(s for s in listing.on_disk if named_step is not None and s > named_step)
+      if newer:
+        _log.warning(
+            "%s names %s as the newest checkpoint, but %s %s newer (a save that "
+            "did not finish, or a `checkpoint` file set back by hand): not restored.",
+            where, os.path.basename(listing.named),
+            ", ".join(f"ckpt-{s}" for s in newer), "is" if len(newer) == 1 else "are")
+      candidates = [listing.named] + [
+          listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)
+          if named_step is not None and s < named_step]
+      if not tf.io.gfile.exists(listing.named + ".index"):
+        listing.skipped.append(
+            (listing.named, f"its index file {os.path.basename(listing.named)}.index is "
+             "not there"))
+        candidates.pop(0)
+        if not candidates:
+          raise ValueError(
+              f"{where} names the checkpoint {listing.named}, but no checkpoint's files "
+              f"are in {self.directory} (copied in part?). Copy the ckpt-* files too; "
+              f"or, to train from step 0, delete {where}.")
+    for path in candidates:
+      why = _unreadable(path)
+      if why is None:
+        break
+      listing.skipped.append((path, why))
+    else:
+      path = None
+    for skipped, why in listing.skipped:
+      _log.warning("checkpoint %s is skipped: %s.%s", skipped, why,
+                   f" Restoring {path} instead." if path else "")
+    if path is None:
+      raise ValueError(
+          f"no checkpoint in {self.directory} can be read: " + "; ".join(
+              f"{os.path.basename(p)}: {why}" for p, why in listing.skipped) +
+          ". Nothing was deleted. Copy the files again from where they were written, "
+          "or move the directory away to train from step 0.")
+    return path
+
+  def _repair(self, listing, path):
+    """Moves the skipped checkpoints' files into `damaged/` and names `path`
+    the newest in the `checkpoint` file (the older ones TF knew, or found,
+    kept for `keep`)."""
+    damaged = os.path.join(self.directory, "damaged")
+    for skipped, _ in listing.skipped:
+      files = tf.io.gfile.glob(skipped + ".*")
+      if files:
+        os.makedirs(damaged, exist_ok=True)
+      for f in files:
+        os.replace(f, os.path.join(damaged, os.path.basename(f)))
+      if files:
+        _log.warning("moved the files of %s to %s", os.path.basename(skipped), damaged)
+    step = _step_of(path)
+    if listing.named is not None:
+      known = [p for p in listing.all_named if p in listing.on_disk.values()]
+    else:
+      known = [listing.on_disk[s] for s in sorted(listing.on_disk)]
+    known = [p for p in known if p not in dict(listing.skipped) and p != path and
+             (step is None or (_step_of(p) or 0) < step)]
+    _write_pointer(self.directory, known + [path])
+    _log.warning("%s/checkpoint now names %s as the newest checkpoint", self.directory,
+                 os.path.basename(path))
+    self._open_managers()
 
   def _check_data(self, path, reader):
     """Refuses a data position saved for batches of another size."""
@@ -232,12 +338,11 @@ class Checkpointer:
           "and optimizers and start the data again from its beginning.")
 
   def _damaged(self, path, error):
-    older = [p for p in self.manager.checkpoints if p != path]
     return ValueError(
         f"checkpoint {path} cannot be read ({type(error).__name__}: "
-        f"{_tf_message(error)}): its files are damaged. Delete {path}.* so that the "
-        f"previous checkpoint ({older[-1] if older else 'none'}) is restored, or use "
-        "a new work directory.")
+        f"{_tf_message(error)}): its files are damaged, although they read whole a "
+        f"moment ago (changed meanwhile?). Move {path}.* elsewhere so that the "
+        "previous checkpoint is restored, or use a new work directory.")
 
   def save(self) -> str | None:
     """Writes `ckpt-<global step>`; returns its path (on the chief).
@@ -270,6 +375,74 @@ class Checkpointer:
       return None
     _save_operative_config(self.directory)
     return path
+
+
+class _Listing:
+  """What a checkpoint directory holds, from its `checkpoint` file and its files.
+
+  Attributes:
+    pointer_exists: whether there is a `checkpoint` file (readable or not).
+    named: the path of the checkpoint it names newest, or None (no file, or
+      one TF cannot read).
+    all_named: the paths of all the checkpoints it names, oldest first.
+    on_disk: {step: path} of the `ckpt-<step>` whose index file is there.
+    skipped: [(path, why)] of the checkpoints passed over (filled by the
+      `Checkpointer`).
+  """
+
+  def __init__(self, directory):
+    self.pointer_exists = tf.io.gfile.exists(os.path.join(directory, "checkpoint"))
+    try:
+      state = tf.train.get_checkpoint_state(directory)  # None if unreadable
+    except ValueError:  # a `checkpoint` file that names no checkpoint
+      state = None
+    self.named = state.model_checkpoint_path if state else None
+    self.all_named = list(state.all_model_checkpoint_paths) if state else []
+    self.on_disk = {}
+    for index in tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index")):
+      step = _step_of(index[:-len(".index")])
+      if step is not None:
+        self.on_disk[step] = index[:-len(".index")]
+    self.skipped = []
+
+
+def _write_pointer(directory, paths):
+  """Writes the `checkpoint` file of `directory` as TF's CheckpointManager
+  would, naming `paths` (oldest first; the last is the newest).
+
+  With each file's time, as TF writes it: TF's manager deletes (for `keep`)
+  only the checkpoints written after the file's `last_preserved_timestamp`.
+  """
+  times = [os.path.getmtime(p + ".index") for p in paths]
+  lines = [f'model_checkpoint_path: "{os.path.basename(paths[-1])}"']
+  lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in paths]
+  lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in times]
+  lines.append(f"last_preserved_timestamp: {min(times) - 1.0!r}")
+  write_text_atomically(os.path.join(directory, "checkpoint"), "\n".join(lines) + "\n")
+
+
+def _step_of(path):
+  """N of a path `.../ckpt-N`, or None."""
+  match = re.fullmatch(r"ckpt-(\d+)", os.path.basename(path))
+  return int(match.group(1)) if match else None
+
+
+def _unreadable(path):
+  """Why the checkpoint at `path` cannot be read whole, or None if it can.
+
+  Reads every tensor (TF checks each one's checksum) and the object graph.
+  """
+  try:
+    reader = tf.train.load_checkpoint(path)
+    dtypes = reader.get_variable_to_dtype_map()
+    keys = sorted(dtypes)
+    with tf.device("/cpu:0"):  # the data position is a variant: only an op reads it
+      tf.raw_ops.RestoreV2(prefix=path, tensor_names=keys, shape_and_slices=[""] * len(keys),
+                           dtypes=[dtypes[k] for k in keys])
+    _saved_layout(reader)
+  except (tf.errors.OpError, IndexError, KeyError, RuntimeError, ValueError) as e:
+    return f"{type(e).__name__}: {_op_message(e).strip()}"
+  return None
 
 
 _BATCH_SIZE = "data_batch_size"

@@ -78,7 +78,7 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
     checkpointer = None
     if checkpoint:
       checkpointer = checkpoint.open(runner, workdir)
-      context.step = context.start_step = checkpointer.restore()
+      context.step = context.start_step = checkpointer.restore(repair=True)
     history_file = _open_history(context, write=not earlier_run)
     try:
       return _train(context, num_steps, checkpoint, checkpointer, actions, progress,

@@ -323,7 +323,7 @@ class Runner:
     is for evaluating or exporting a trained run.
     """
     checkpointer = checkpoints.Checkpointer(self, os.path.join(workdir, "checkpoints"))
-    if checkpointer.latest is None:
+    if checkpoints.newest(workdir) is None:
       raise FileNotFoundError(
           f"no checkpoint in {checkpointer.directory}: train first (`fit`, or "
           "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")

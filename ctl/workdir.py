@@ -69,7 +69,8 @@ class Lock:
       os.close(fd)
     previous = _read(fd)
     if previous and previous.get("pid") != os.getpid():
-      _log.warning("workdir %s: taking over the lock left by %s, which is gone",
+      _log.warning("workdir %s: taking over the lock file left by %s, which no longer "
+                   "holds it (its process ended, or this directory is a copy)",
                    workdir, _describe(previous))
     self._fd = fd
     os.ftruncate(fd, 0)

@@ -1337,18 +1337,20 @@ CASES = [
          ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
           "models['encoder'] is in the checkpoint, not in this runner", "[global step 0]")),
     Case("truncated-checkpoint-index",
-         "ValueError from fit, before step 0: checkpoint ... cannot be read (DataLossError: "
-         "...): its files are damaged. Delete ckpt-2.* so that the previous checkpoint is "
-         "restored, or use a new work directory",
+         "ValueError from fit, before step 0, nothing deleted: no checkpoint in ... can be "
+         "read: ckpt-2: OpError: ...; copy the files again, or move the directory away to "
+         "train from step 0 (with an older checkpoint, that one is restored: "
+         "tests/test_fault_matrix.py)",
          truncated_checkpoint_index, ValueError,
-         ("checkpoint <tmp>/run/checkpoints/ckpt-2 cannot be read", "damaged",
-          "Delete <tmp>/run/checkpoints/ckpt-2.*", "new work directory", "[global step 0]")),
+         ("no checkpoint in <tmp>/run/checkpoints can be read: ckpt-2: OpError",
+          "Nothing was deleted", "move the directory away to train from step 0",
+          "[global step 0]")),
     Case("overwritten-checkpoint-data",
-         "ValueError from fit, before step 0, nothing restored: checkpoint ... cannot be read "
-         "(...: The length checksum does not match ...): its files are damaged ...",
+         "ValueError from fit, before step 0, nothing restored or deleted: no checkpoint in "
+         "... can be read: ckpt-2: DataLossError: The checksum ... does not match ...",
          overwritten_checkpoint_data, ValueError,
-         ("checkpoint <tmp>/run/checkpoints/ckpt-2 cannot be read", "checksum does not match",
-          "Delete <tmp>/run/checkpoints/ckpt-2.*", "[global step 0]")),
+         ("no checkpoint in <tmp>/run/checkpoints can be read: ckpt-2: DataLossError",
+          "does not match", "Nothing was deleted", "[global step 0]")),
     Case("fit-over-steps-trained-in-memory",
          "ValueError from fit: the runner has trained to step 3 in memory, but the newest "
          "checkpoint is at step 2",

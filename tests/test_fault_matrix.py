@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +137,31 @@ MATRIX = [
          "noticed after the next compiled call: made again, a checkpoint saved there at "
          "once, summaries written to it again; the run ends normally", "0",
          "none (what was in the old directory is gone)"),
+    Cell("checkpoint folder not quite right", "start-up",
+         "test_a_checkpoint_folder_not_quite_right_restores_the_best_and_deletes_nothing",
+         "the newest checkpoint that reads whole is restored, with a warning naming each "
+         "one passed over and why: without the `checkpoint` file (or with one TF cannot "
+         "read), the newest found from the files; with it naming a checkpoint whose files "
+         "are gone, or the newest's data truncated or overwritten or its index damaged, "
+         "the one before (the damaged files moved into checkpoints/damaged/, the "
+         "`checkpoint` file written again); `finished_step` missing or wrong, or the "
+         "workdir copied with or without its lock: as if untouched. Nothing is deleted",
+         "0", "since the restored checkpoint (none when the newest is whole)"),
+    Cell("checkpoint folder not quite right", "checkpoint save",
+         "test_checkpoints_found_without_the_pointer_file_are_kept_as_before",
+         "the checkpoints found without the `checkpoint` file are kept as before: `keep` "
+         "removes the oldest when a new one is saved", "0", "none"),
+    Cell("checkpoint folder not quite right, read by `ctl eval`/`ctl export`", "start-up",
+         "test_evaluating_a_folder_with_a_damaged_newest_restores_the_one_before_untouched",
+         "`Runner.restore` restores the newest that reads whole, with the same warnings, "
+         "and changes nothing in the folder (a run may hold it)", "0", "none"),
+    Cell("checkpoint folder not quite right", "(any other)", None,
+         "n/a: the folder is read when a run starts"),
+    Cell("no checkpoint readable", "start-up",
+         "test_no_readable_checkpoint_is_refused_and_nothing_is_touched",
+         "a ValueError naming each checkpoint and why it cannot be read (or the "
+         "`checkpoint` file naming one whose files are all gone); nothing trained, "
+         "moved or deleted", "1", "none"),
     Cell("failing write", "checkpoint save",
          "test_faults.py::test_failed_checkpoint_write_reports_and_keeps_the_previous",
          "an OSError naming the checkpoint and the fix; the previous checkpoint is whole",
@@ -486,6 +512,172 @@ def test_killing_the_launcher_stops_its_workers(tmp_path):
   assert not any(alive(pid) for pid in workers)
   # TF's handler, told at step 3: both workers save after the next call, together.
   assert newest(work) == 6
+
+
+# A checkpoint folder that is not quite right (in this process: the faults are
+# in the files, not in the run). `base` is a finished run of 12 steps with
+# ckpt-4, ckpt-8 and ckpt-12; each case copies it, changes it, and runs the
+# same `fit(12)` again.
+
+def _folder_runner():
+  import toy_gan  # pylint: disable=import-outside-toplevel
+  return ctl.Runner(toy_gan.make_step(), toy_gan.mlp_gan(toy_gan.FEATURES),
+                    toy_gan.batches(toy_gan.normal_features(40, seed=5), repeat=True),
+                    steps_per_loop=2)
+
+
+def _folder_fit(work, num_steps=12):
+  """(the step restored, the history) of `fit(num_steps)` in `work`."""
+  runner = _folder_runner()
+  history = runner.fit(num_steps, str(work), checkpoint=ctl.Checkpoint(ctl.Every(steps=4)),
+                       progress=False)
+  return (int(history.steps[0]) if len(history.steps) else num_steps), history
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+  work = tmp_path_factory.mktemp("base") / "work"
+  _folder_fit(work)
+  return work
+
+
+def _files(work):
+  """{name: bytes} of every file under <work>/checkpoints, damaged/ included."""
+  found = {}
+  for folder, _, names in os.walk(work / "checkpoints"):
+    for name in names:
+      with open(os.path.join(folder, name), "rb") as f:
+        found[name] = f.read()
+  return found
+
+
+def _cut(path, keep=0.5):
+  with open(path, "r+b") as f:
+    f.truncate(int(os.path.getsize(path) * keep))
+
+
+def _overwrite_middle(path):
+  size = os.path.getsize(path)
+  with open(path, "r+b") as f:
+    f.seek(size // 2)
+    f.write(b"\xff" * min(64, size - size // 2))
+
+
+def _remove(*paths):
+  for path in paths:
+    os.remove(path)
+
+
+def _lock_of_a_live_run(work):
+  """A lock file as a copy taken while the run went on holds: its holder lives."""
+  with open(work / ".ctl-lock", "w") as f:
+    json.dump({"host": os.uname().nodename, "pid": os.getppid(),
+               "since": "earlier", "command": "the run copied"}, f)
+
+
+CKPT = "checkpoints/ckpt-12"
+DATA = ".data-00000-of-00001"
+FOLDER_FAULTS = {  # name: (the change, the step restored, what the log says)
+    "pointer missing": (lambda w: _remove(w / "checkpoints/checkpoint"), 12,
+                        "checkpoint, which names the newest checkpoint, is missing"),
+    "pointer unreadable": (lambda w: (w / "checkpoints/checkpoint").write_text("{{ half"), 12,
+                           "checkpoint, which names the newest checkpoint, cannot be read"),
+    "pointer naming a missing checkpoint": (
+        lambda w: _remove(w / (CKPT + ".index"), w / (CKPT + DATA)), 8,
+        "ckpt-12 is skipped: its index file ckpt-12.index is not there"),
+    "newest data truncated": (lambda w: _cut(w / (CKPT + DATA)), 8,
+                              "ckpt-12 is skipped: OutOfRangeError"),
+    "newest data overwritten": (lambda w: _overwrite_middle(w / (CKPT + DATA)), 8,
+                                "ckpt-12 is skipped: DataLossError"),
+    "newest index damaged": (lambda w: _overwrite_middle(w / (CKPT + ".index")), 8,
+                             "ckpt-12 is skipped: "),
+    "newest index empty": (lambda w: _cut(w / (CKPT + ".index"), 0), 8,
+                           "ckpt-12 is skipped: "),
+    "finished_step missing": (lambda w: _remove(w / "checkpoints/finished_step"), 12, ""),
+    "finished_step wrong": (lambda w: (w / "checkpoints/finished_step").write_text("8\n"), 12,
+                            ""),
+    "finished_step garbage": (lambda w: (w / "checkpoints/finished_step").write_text("x"), 12,
+                              ""),
+    "copied without its lock": (lambda w: None, 12, ""),
+    "copied with the lock of the run going on": (_lock_of_a_live_run, 12,
+                                                 "taking over the lock file left by"),
+}
+
+
+@pytest.mark.parametrize("fault", FOLDER_FAULTS)
+def test_a_checkpoint_folder_not_quite_right_restores_the_best_and_deletes_nothing(
+    fault, finished_run, tmp_path, caplog):
+  change, expected, said = FOLDER_FAULTS[fault]
+  work = tmp_path / "work"
+  shutil.copytree(finished_run, work)
+  assert not (work / ".ctl-lock").exists()  # released at the end of the run
+  change(work)
+  before = _files(work)
+  with caplog.at_level("WARNING", logger="ctl"):
+    restored, _ = _folder_fit(work)
+  assert restored == expected, caplog.text
+  assert said in caplog.text
+  after = _files(work)
+  assert set(before) <= set(after), sorted(set(before) - set(after))  # nothing deleted
+  ckpts = lambda files: {n: v for n, v in files.items() if n.startswith("ckpt-")}  # noqa: E731
+  if expected == 12:  # untouched
+    assert ckpts(after) == ckpts(before)
+  assert newest(work) == 12
+  if expected == 8 and "not there" not in said:
+    damaged = sorted(os.listdir(work / "checkpoints" / "damaged"))
+    assert damaged == ["ckpt-12" + DATA, "ckpt-12.index"], damaged
+  assert (work / "checkpoints" / "finished_step").read_text() == "12\n"
+  # The next run takes it from here without a word.
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):
+    assert _folder_fit(work, 16)[0] == 12
+  assert "skipped" not in caplog.text and "checkpoint, which names" not in caplog.text
+
+
+def test_checkpoints_found_without_the_pointer_file_are_kept_as_before(finished_run,
+                                                                       tmp_path):
+  """`keep` goes on as if the file had never gone: the oldest goes when a new one comes."""
+  work = tmp_path / "work"
+  shutil.copytree(finished_run, work)
+  os.remove(work / "checkpoints" / "checkpoint")
+  assert _folder_fit(work, 16)[0] == 12
+  assert sorted(n for n in os.listdir(work / "checkpoints") if n.endswith(".index")) == [
+      "ckpt-12.index", "ckpt-16.index", "ckpt-8.index"]
+
+
+def test_evaluating_a_folder_with_a_damaged_newest_restores_the_one_before_untouched(
+    finished_run, tmp_path, caplog):
+  """`Runner.restore` (`ctl eval`, `ctl export`) reads, never moves: a run may hold the folder."""
+  work = tmp_path / "work"
+  shutil.copytree(finished_run, work)
+  _cut(work / (CKPT + DATA))
+  before = _files(work)
+  with caplog.at_level("WARNING", logger="ctl"):
+    assert _folder_runner().restore(str(work)) == 8
+  assert "ckpt-12 is skipped: OutOfRangeError" in caplog.text
+  assert _files(work) == before
+
+
+@pytest.mark.parametrize("fault", ["every checkpoint damaged", "pointer naming gone files"])
+def test_no_readable_checkpoint_is_refused_and_nothing_is_touched(fault, finished_run,
+                                                                 tmp_path):
+  work = tmp_path / "work"
+  shutil.copytree(finished_run, work)
+  for step in (4, 8, 12):
+    if fault == "every checkpoint damaged":
+      _cut(work / f"checkpoints/ckpt-{step}{DATA}")
+    else:
+      _remove(*(work / f"checkpoints/ckpt-{step}{end}" for end in (DATA, ".index")))
+  before = _files(work)
+  with pytest.raises(ValueError) as raised:
+    _folder_fit(work)
+  message = str(raised.value)
+  if fault == "every checkpoint damaged":
+    assert re.search(r"no checkpoint in \S+ can be read: ckpt-12: OutOfRangeError.*; "
+                     r"ckpt-8: .*; ckpt-4: .*Nothing was deleted", message), message
+  else:
+    assert "checkpoint names the checkpoint" in message and "delete" in message, message
+  assert _files(work) == before
 
 
 def test_the_matrix_lists_every_test_here_and_every_cell():
