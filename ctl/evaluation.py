@@ -9,6 +9,7 @@ What `Runner.evaluate` does. Each (step, data) pair is compiled once and kept
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
 
 # Compiled evaluations kept (each holds a traced function and an input feed).
 _EVALUATIONS_KEPT = 4
+# The batches read from evaluation data whose length tf.data cannot tell (a
+# `filter`, a generator) when `num_batches` is not given: such data may never
+# end (`.repeat().filter(...)`), and an evaluation would then run forever.
+UNKNOWN_LENGTH_BATCHES = 1000
+_log = logging.getLogger("ctl")
 
 
 class Evaluator:
@@ -59,14 +65,17 @@ class Evaluator:
       while len(self._compiled) > _EVALUATIONS_KEPT:  # a new dataset per call
         del self._compiled[next(iter(self._compiled))]
     feed, one_batch = self._compiled[key]
+    bound = num_batches
+    if bound is None and _length_unknown(data):
+      bound = UNKNOWN_LENGTH_BATCHES
     iterator = feed.make_iterator()
     totals, examples, batches = {}, 0.0, 0
-    while num_batches is None or batches < num_batches:
-      batches += 1
+    while bound is None or batches < bound:
       try:
         results, rows = one_batch(iterator)
       except tf.errors.OutOfRangeError:
         break
+      batches += 1
       rows = float(rows)
       for k, v in results.items():
         totals[k] = totals.get(k, 0.0) + float(v) * rows
@@ -74,6 +83,14 @@ class Evaluator:
     if not examples:
       raise ValueError("evaluate: data gave no batch; pass a dataset with at least "
                        "one (and without .repeat(), which never ends).")
+    if num_batches is None and batches == bound:
+      _log.warning(
+          "evaluate: the evaluation data's length is unknown (a dataset after a "
+          "filter, from a generator, or a dataset function) and it had not ended "
+          "after %d batches: "
+          "stopped there (ctl.evaluation.UNKNOWN_LENGTH_BATCHES), and the metrics "
+          "are over those batches. Pass num_batches=N to choose how many, or make "
+          "the data finite (data.take(N); no .repeat() before a filter).", bound)
     return {k: v / examples for k, v in totals.items()}
 
   def _one_batch_fn(self, step_fn, feed):
@@ -97,3 +114,11 @@ class Evaluator:
 
     return one_batch if self._eager else steps_lib.OneTrace(
         tf.function(one_batch, autograph=False))
+
+
+def _length_unknown(data):
+  """Whether tf.data cannot tell how many batches `data` holds (a dataset
+  function's data is made on each worker: its length is unknown here too)."""
+  if not isinstance(data, tf.data.Dataset):
+    return True
+  return int(data.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)

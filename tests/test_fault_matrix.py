@@ -162,6 +162,12 @@ MATRIX = [
          "a ValueError naming each checkpoint and why it cannot be read (or the "
          "`checkpoint` file naming one whose files are all gone); nothing trained, "
          "moved or deleted", "1", "none"),
+    Cell("evaluation data that never ends (unknown length)", "evaluation",
+         "test_evaluation_data_of_unknown_length_that_never_ends_is_cut_with_a_warning",
+         "the evaluation stops after ctl.evaluation.UNKNOWN_LENGTH_BATCHES (1000) batches, "
+         "with a warning naming num_batches and .take(); its metrics are over those "
+         "batches and the run goes on (an endless dataset of known, infinite length is "
+         "refused before training: tests/test_bad_input.py)", "0", "none"),
     Cell("failing write", "checkpoint save",
          "test_faults.py::test_failed_checkpoint_write_reports_and_keeps_the_previous",
          "an OSError naming the checkpoint and the fix; the previous checkpoint is whole",
@@ -678,6 +684,33 @@ def test_no_readable_checkpoint_is_refused_and_nothing_is_touched(fault, finishe
   else:
     assert "checkpoint names the checkpoint" in message and "delete" in message, message
   assert _files(work) == before
+
+
+def test_evaluation_data_of_unknown_length_that_never_ends_is_cut_with_a_warning(
+    tmp_path, caplog, monkeypatch):
+  from ctl import evaluation  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(evaluation, "UNKNOWN_LENGTH_BATCHES", 7)
+  import toy_gan  # pylint: disable=import-outside-toplevel
+  features = toy_gan.normal_features(40, seed=5)
+  never_ends = toy_gan.batches(features, repeat=True).filter(lambda batch: True)
+  ends = toy_gan.batches(features).filter(lambda batch: True)  # 5 batches
+  assert int(never_ends.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
+
+  def eval_step(ctx, batch):
+    return {"mean": ctx.average(tf.reduce_mean(batch, axis=1))}
+
+  runner = _folder_runner()
+  with caplog.at_level("WARNING", logger="ctl"):
+    runner.evaluate(eval_step, ends)
+  assert "UNKNOWN_LENGTH_BATCHES" not in caplog.text  # read to its end, no word
+  with caplog.at_level("WARNING", logger="ctl"):
+    history = runner.fit(4, str(tmp_path / "work"), progress=False,
+                         actions=[ctl.Evaluate(eval_step, never_ends, ctl.Every(steps=2))])
+  assert len(history.steps) == 4
+  said = [r.getMessage() for r in caplog.records if "UNKNOWN_LENGTH_BATCHES" in r.getMessage()]
+  assert len(said) == 2, said  # at steps 2 and 4
+  assert "had not ended after 7 batches" in said[0] and "num_batches=N" in said[0]
+  assert "data.take(N)" in said[0]
 
 
 def test_the_matrix_lists_every_test_here_and_every_cell():
