@@ -176,14 +176,16 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
     every.start(context.step)
   bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
   stopper = stopping.Stopper(context.runner, checkpointer)
-  stopper.before_exit = context.flush  # a signal's thread may end the process
+  # A signal's thread may end the process: what is written goes out, the lock goes.
+  stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
   try:
     while context.step < num_steps:
       ends = [context.runner.steps_per_call, num_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
-      with tf.profiler.experimental.Trace("train", step_num=context.step, _r=1):
+      with stopper.in_call(n), tf.profiler.experimental.Trace(
+          "train", step_num=context.step, _r=1):
         results = context.runner.run_steps(n)
       # Kept before the NaN check: the steps up to a NaN, and its own, not the
       # steps after it in the call (they ran on non-finite weights).

@@ -16,7 +16,9 @@ KeyboardInterrupt (the `ctl` command exits with `INTERRUPTED_EXIT_CODE`, 130;
 a notebook shows it and keeps the runner; a script that lets it through exits
 with 1, as CPython exits with 130 only for a plain KeyboardInterrupt); a
 second Ctrl-C quits at once, saving first if the training is at rest (during
-an action), without saving inside a compiled call. SIGHUP (a closed terminal,
+an action); inside a compiled call it waits for the call's end and its save
+if that comes within `SECOND_CTRL_C_WAIT_SECONDS`, else quits without saving;
+in a notebook it never ends the kernel. SIGHUP (a closed terminal,
 a dropped SSH session): output to that terminal goes to /dev/null, then as
 SIGTERM (exit code 42); under `nohup`, which ignores it, the run goes on.
 
@@ -39,6 +41,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -48,6 +51,7 @@ import tensorflow as tf
 
 import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
+from ctl import notebook
 from ctl import strategies
 from ctl.constants import INTERRUPTED_EXIT_CODE
 from ctl.constants import PREEMPTED_EXIT_CODE
@@ -59,6 +63,10 @@ if TYPE_CHECKING:
 # before ctl saves and exits from another thread: Python cannot abandon an
 # action stuck in TensorFlow (a pipeline that never yields a batch, a hung call).
 STUCK_SECONDS = 5.0
+# How long a second Ctrl-C inside a compiled call waits for that call to end,
+# to save its steps, when the calls so far say it ends by then; else it quits
+# at once, losing the steps since the last checkpoint.
+SECOND_CTRL_C_WAIT_SECONDS = 3.0
 _log = logging.getLogger("ctl")
 
 
@@ -112,6 +120,10 @@ class Stopper:
     self._left = threading.Event()  # set outside an abandonable action
     self._left.set()
     self._saving = threading.Lock()  # the main thread's save, or a signal thread's
+    self._call = None  # (steps, start time) of the compiled call in flight
+    self._seconds_per_step = None  # of the last compiled call
+    self._call_ended = threading.Event()
+    self._quitting = False  # a second Ctrl-C: save after the call, then stop
     # called before a signal thread ends the process
     self.before_exit: Callable[[], None] | None = None
     self._previous = {}
@@ -153,6 +165,9 @@ class Stopper:
     if saved and not preempted:
       with self._saving:
         self.checkpointer.save()
+    if self._quitting:  # a second Ctrl-C came during the call: no actions
+      then = None
+      _write("ctl: second Ctrl-C: saved at the end of the compiled call; stopping.")
     if then is not None:
       self._sigterm = self._sigint = False  # only a new signal abandons `then`
       try:
@@ -172,6 +187,21 @@ class Stopper:
       raise Preempted(step, self.checkpointer is not None)
     if self._sigint:
       raise Interrupted(step, self.checkpointer is not None)
+
+  @contextlib.contextmanager
+  def in_call(self, num_steps: int) -> Iterator[None]:
+    """Around a compiled call of `num_steps` steps: a second Ctrl-C inside it
+    waits for its end if the calls so far say it comes soon (`_quit`)."""
+    self._call_ended.clear()
+    self._call = (num_steps, time.monotonic())
+    try:
+      yield
+    finally:
+      seconds = time.monotonic() - self._call[1]
+      if num_steps:
+        self._seconds_per_step = seconds / num_steps
+      self._call = None
+      self._call_ended.set()
 
   @contextlib.contextmanager
   def abandonable(self, what: str = "action") -> Iterator[None]:
@@ -292,23 +322,71 @@ class Stopper:
     self._exit(PREEMPTED_EXIT_CODE)
 
   def _quit(self):
-    """A second Ctrl-C: quits at once, saving first if the training is at rest."""
+    """A second Ctrl-C (from the signal's thread): quits within a bound.
+
+    At rest (in an action), saves first. Inside a compiled call, the state is
+    consistent only at the call's end: if the calls so far say that comes
+    within `SECOND_CTRL_C_WAIT_SECONDS`, waits for it, and the main thread
+    saves and stops (`check`); else quits at once, losing the steps since the
+    last checkpoint. A notebook's kernel is never ended: the cell stops after
+    the call's save (restarting the kernel stops it at once).
+    """
+    call, quitting = self._call, self._quitting
+    self._quitting = True  # the main thread skips the actions due
     if self.checkpointer is None:
-      said = ", without saving (no workdir)"
-    elif self._in_action():
-      said = f"; {self._save_from_thread()}"
-    else:  # inside a compiled call or a save: nothing consistent to save
-      said = (f", without saving: the steps since "
-              f"{self.checkpointer.latest or 'the start'} are lost")
+      if not self._keep_kernel("stops after the compiled call in flight"):
+        self._quit_now(", without saving (no workdir)")
+      return
+    if self._in_action():
+      said = self._save_from_thread()
+      if not self._keep_kernel(f"{said}; the cell stops when the {self._doing}'s "
+                               "TensorFlow call returns"):
+        self._quit_now(f"; {said}")
+      return
+    lost = f"the steps since {self.checkpointer.latest or 'the start'} are lost"
+    if call is None or quitting:  # a save in progress, or a third Ctrl-C
+      if not self._keep_kernel("the cell stops after the work in progress (restarting "
+                               "the kernel stops it now)"):
+        self._quit_now(f", without saving: {lost}")
+      return
+    steps, started = call
+    left = (None if self._seconds_per_step is None else
+            self._seconds_per_step * steps - (time.monotonic() - started))
+    if self._keep_kernel(
+        "the compiled call in flight ends" + (f" in about {max(left, 0):.0f} s" if left
+                                              is not None else f" (at most {steps} steps)") +
+        f", then a checkpoint is saved and the cell stops (restarting the kernel stops "
+        f"it now: {lost})"):
+      return
+    if left is not None and left <= SECOND_CTRL_C_WAIT_SECONDS:
+      _write(f"ctl: second Ctrl-C: the compiled call in flight ends in about "
+             f"{max(left, 0):.1f} s: saving its steps then, and stopping (waiting at most "
+             f"{SECOND_CTRL_C_WAIT_SECONDS:g} s; Ctrl-C again to quit now).")
+      if self._call_ended.wait(SECOND_CTRL_C_WAIT_SECONDS):
+        return  # the main thread saves and stops
+      self._quit_now(f": the call did not end within {SECOND_CTRL_C_WAIT_SECONDS:g} s; "
+                     f"without saving: {lost}")
+      return
+    self._quit_now(f", without saving: {lost}")
+
+  def _keep_kernel(self, what):
+    """In a notebook: says `what` happens instead of ending the kernel (which
+    would lose it and all it holds); True there."""
+    if not notebook.in_notebook():
+      return False
+    _write(f"ctl: second Ctrl-C: a notebook's kernel is kept: {what}.")
+    return True
+
+  def _quit_now(self, said):
     _write(f"ctl: second Ctrl-C: quitting now{said}.")
     self._exit(INTERRUPTED_EXIT_CODE)
 
   def _exit(self, code):
-    if self.before_exit is not None:
-      try:
-        self.before_exit()  # e.g. flush TensorBoard's summaries
-      except Exception:  # pylint: disable=broad-except
-        pass
+    if self.before_exit is not None:  # e.g. flush TensorBoard's summaries
+      # In a thread of its own, waited for at most a second: ending is bounded.
+      done = threading.Thread(target=_quietly, args=(self.before_exit,), daemon=True)
+      done.start()
+      done.join(1.0)
     os._exit(code)  # pylint: disable=protected-access
 
   def _see(self, signum):
@@ -355,6 +433,13 @@ def agree(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> list[bool]
   votes = tf.constant([int(f) for f in flags], tf.int32)
   values = strategy.experimental_distribute_values_from_function(lambda _: votes)
   return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)
+
+
+def _quietly(fn):
+  try:
+    fn()
+  except Exception:  # pylint: disable=broad-except
+    pass
 
 
 def _is_terminal(fd):

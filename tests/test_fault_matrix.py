@@ -16,6 +16,7 @@ work ever finishing.
     python -m pytest tests/test_fault_matrix.py -s   # with the times to stop
 """
 
+import contextlib
 import fcntl
 import json
 import os
@@ -120,8 +121,18 @@ MATRIX = [
          "test_a_second_ctrl_c_during_a_stuck_evaluation_saves_first",
          "the process quits at once, saving first (the training is at rest during an "
          "action)", "130", "none"),
-    Cell("second SIGINT", "inside a compiled call", "test_a_second_ctrl_c_quits_at_once",
-         "the process quits at once, inside the call, without saving", "130",
+    Cell("second SIGINT", "inside a compiled call",
+         "test_a_second_ctrl_c_waits_for_a_call_that_ends_soon_and_saves_it",
+         "when the calls so far say the call in flight ends within "
+         "ctl.stopping.SECOND_CTRL_C_WAIT_SECONDS (3 s): a line says so, the call ends, a "
+         "checkpoint is saved, the actions due are skipped, and the process stops", "130",
+         "none"),
+    Cell("second SIGINT, the call longer", "inside a compiled call",
+         "test_a_second_ctrl_c_in_a_call_that_does_not_end_quits_within_the_wait",
+         "the process quits at once if the call is expected to last longer than the wait "
+         "(or is the first), else after the wait (also with the CPUs overloaded by "
+         "busy processes); the lock file is removed. In a notebook the kernel is never "
+         "ended: the cell stops after the call's save (tests/test_stopping.py)", "130",
          "since the last checkpoint"),
     Cell("second writer", "between calls", "test_a_second_writer_fails_at_once",
          "the second run fails before restoring, naming the first (host, PID, command); "
@@ -276,20 +287,57 @@ def test_a_closed_terminal_saves_and_stops_as_at_sigterm(tmp_path):
   assert "restored" in log
 
 
-def test_a_second_ctrl_c_quits_at_once(tmp_path):
-  work = tmp_path / "work"
+@contextlib.contextmanager
+def overloaded():
+  """Twice as many busy processes as CPUs, as on a loaded machine."""
+  busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+          for _ in range(2 * (os.cpu_count() or 1))]
+  try:
+    yield
+  finally:
+    for proc in busy:
+      proc.kill()
+      proc.wait()
+
+
+def second_ctrl_c_in_a_call(work):
+  """Starts the run, pauses it inside the call of steps 4-6, presses Ctrl-C
+  twice; returns the process and the time of the second."""
   proc = start(work, "--pause-in", "call", "--pause-at", "5")
   wait_for(proc, "PAUSED call 5")
   proc.send_signal(signal.SIGINT)
   wait_for(proc, "ctl: Ctrl-C:")
-  sent = time.monotonic()
   proc.send_signal(signal.SIGINT)
-  exit_code, log = finish(proc)  # without `go`: the call never finished
-  report("a second SIGINT inside a compiled call", time.monotonic() - sent)
+  return proc, time.monotonic()
+
+
+def test_a_second_ctrl_c_waits_for_a_call_that_ends_soon_and_saves_it(tmp_path):
+  work = tmp_path / "work"
+  proc, sent = second_ctrl_c_in_a_call(work)
+  wait_for(proc, "ctl: second Ctrl-C: the compiled call in flight ends in about")
+  go(work)  # the call ends within the wait
+  exit_code, log = finish(proc)
+  report("a second SIGINT inside a compiled call that ends soon", time.monotonic() - sent)
   assert exit_code == ctl.INTERRUPTED_EXIT_CODE, log
-  assert ("ctl: second Ctrl-C: quitting now, without saving: the steps since "
+  assert "ctl: second Ctrl-C: saved at the end of the compiled call; stopping." in log
+  assert newest(work) == 7  # nothing lost
+  assert not (work / ".ctl-lock").exists()
+
+
+@pytest.mark.parametrize("load", ["idle", "overloaded"])
+def test_a_second_ctrl_c_in_a_call_that_does_not_end_quits_within_the_wait(tmp_path, load):
+  work = tmp_path / "work"
+  with overloaded() if load == "overloaded" else contextlib.nullcontext():
+    proc, sent = second_ctrl_c_in_a_call(work)
+    exit_code, log = finish(proc)  # without `go`: the call never finishes
+    report(f"a second SIGINT inside a compiled call that does not end ({load})",
+           time.monotonic() - sent)
+  assert exit_code == ctl.INTERRUPTED_EXIT_CODE, log
+  assert (f"the call did not end within {ctl.stopping.SECOND_CTRL_C_WAIT_SECONDS:g} s; "
+          "without saving: the steps since "
           f"{os.path.join(str(work), 'checkpoints', 'ckpt-4')} are lost.") in log
   assert newest(work) == 4
+  assert not (work / ".ctl-lock").exists()  # released on the way out
 
 
 def test_a_second_ctrl_c_during_a_stuck_evaluation_saves_first(tmp_path):

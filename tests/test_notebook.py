@@ -9,6 +9,7 @@ device setup requires.
 
 import os
 import re
+import time
 
 import nbclient
 import nbformat
@@ -52,3 +53,85 @@ def test_notebook_runs(monkeypatch):
   assert any(".plot(" in source for source in images), shown  # the loss curves
   widgets = shown.get("application/vnd.jupyter.widget-view+json", [])
   assert any(".fit(" in source for source in widgets), sorted(shown)  # fit's progress bar
+
+
+def test_a_second_interrupt_in_a_notebook_keeps_the_kernel_and_saves_the_call(tmp_path):
+  """Jupyter's interrupt (SIGINT to the kernel) twice inside a compiled call:
+  the kernel lives on with its runner, the call's steps are saved, the cell
+  ends with ctl.Interrupted."""
+  import jupyter_client  # pylint: disable=import-outside-toplevel
+  work = tmp_path / "work"
+  setup = f"""
+import os, sys, time
+sys.path.insert(0, {os.path.join(ROOT, "tests")!r})
+import tensorflow as tf
+import ctl, toy_gan
+WORK = {str(work)!r}
+os.makedirs(WORK, exist_ok=True)
+
+def wait(step):
+  if int(step) == 5:
+    open(os.path.join(WORK, "paused"), "w").close()
+    while not os.path.exists(os.path.join(WORK, "go")):
+      time.sleep(0.02)
+  return step
+
+def prepare(ctx, real):
+  waited = tf.py_function(wait, [ctx.step], tf.int64)
+  waited.set_shape([])
+  return real + 0.0 * tf.cast(waited, tf.float32)
+
+runner = ctl.Runner(toy_gan.make_step(prepare=prepare), toy_gan.mlp_gan(toy_gan.FEATURES),
+                    toy_gan.batches(toy_gan.normal_features(40, seed=5), repeat=True),
+                    steps_per_loop=3)
+"""
+  manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3")
+  try:
+    def run(code, timeout=300):
+      """(the reply's content, what the cell printed)."""
+      msg_id = client.execute(code)
+      printed = []
+      while True:
+        msg = client.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+          continue
+        if msg["msg_type"] == "stream":
+          printed.append(msg["content"]["text"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+          break
+      return client.get_shell_msg(timeout=timeout)["content"], "".join(printed)
+
+    reply, printed = run(setup)
+    assert reply["status"] == "ok", (reply, printed)
+    msg_id = client.execute(
+        "runner.fit(12, WORK, checkpoint=ctl.Checkpoint(ctl.Every(steps=4)), progress=False)")
+    printed = []
+    deadline = time.monotonic() + 300
+    while not (work / "paused").exists():  # inside the call of steps 4, 5 and 6
+      assert time.monotonic() < deadline and client.shell_channel.msg_ready() is False, (
+          client.get_shell_msg(timeout=1)["content"] if client.shell_channel.msg_ready()
+          else "no pause in 300 s")
+      time.sleep(0.05)
+
+    def wait_for(text):
+      while text not in "".join(printed):
+        msg = client.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+          printed.append(msg["content"]["text"])
+
+    manager.interrupt_kernel()
+    wait_for("ctl: Ctrl-C:")
+    manager.interrupt_kernel()
+    wait_for("ctl: second Ctrl-C: a notebook's kernel is kept: the compiled call in "
+             "flight ends")
+    (work / "go").touch()
+    reply = client.get_shell_msg(timeout=300)["content"]
+    assert reply["status"] == "error" and reply["ename"] == "Interrupted", reply
+    assert manager.is_alive()
+    reply, printed = run("print('at step', int(runner.global_step.numpy()), "
+                         "tf.train.latest_checkpoint(os.path.join(WORK, 'checkpoints')))")
+    assert reply["status"] == "ok", reply
+    assert f"at step 7 {work / 'checkpoints' / 'ckpt-7'}" in printed  # nothing lost
+  finally:
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)

@@ -143,6 +143,59 @@ def test_a_signal_inside_a_callback_lets_the_action_finish_then_stops(tmp_path, 
   assert "Exception ignored" not in err and "Traceback" not in err, err
 
 
+class SecondCtrlC:
+  """A `Stopper` (made off the main thread: no handlers) whose `_quit`, the
+  second Ctrl-C's path, is watched: what it writes, and whether it ends the
+  process."""
+
+  def __init__(self, tmp_path, monkeypatch, *, notebook=False):
+    import threading  # pylint: disable=import-outside-toplevel
+    from ctl import checkpoints  # pylint: disable=import-outside-toplevel
+    from ctl import stopping  # pylint: disable=import-outside-toplevel
+    r = runner()
+    made = []
+    thread = threading.Thread(target=lambda: made.append(stopping.Stopper(
+        r, checkpoints.Checkpointer(r, str(tmp_path / "checkpoints")))))
+    thread.start()
+    thread.join()
+    self.stopper = made[0]
+    self.lines, self.exits = [], []
+    monkeypatch.setattr(stopping, "_write", self.lines.append)
+    monkeypatch.setattr(stopping.notebook, "in_notebook", lambda: notebook)
+    monkeypatch.setattr(self.stopper, "_exit", self.exits.append)
+
+  def press(self, *, call=None, seconds_per_step=None):
+    self.stopper._call = call  # pylint: disable=protected-access
+    self.stopper._seconds_per_step = seconds_per_step  # pylint: disable=protected-access
+    self.stopper._quit()  # pylint: disable=protected-access
+
+
+def test_a_second_ctrl_c_in_a_long_call_quits_at_once(tmp_path, monkeypatch):
+  second = SecondCtrlC(tmp_path, monkeypatch)
+  second.press(call=(100, time.monotonic()), seconds_per_step=0.1)  # about 10 s left
+  assert second.exits == [ctl.INTERRUPTED_EXIT_CODE]
+  assert second.lines == ["ctl: second Ctrl-C: quitting now, without saving: the steps "
+                          "since the start are lost."]
+
+
+def test_a_second_ctrl_c_in_the_first_call_quits_at_once(tmp_path, monkeypatch):
+  second = SecondCtrlC(tmp_path, monkeypatch)
+  second.press(call=(100, time.monotonic()))  # no call has ended: its length is unknown
+  assert second.exits == [ctl.INTERRUPTED_EXIT_CODE]
+
+
+@pytest.mark.parametrize("call", [(100, 0.0), None], ids=["in a call", "in a save"])
+def test_a_second_or_third_ctrl_c_never_ends_a_notebooks_kernel(tmp_path, monkeypatch, call):
+  second = SecondCtrlC(tmp_path, monkeypatch, notebook=True)
+  second.press(call=call, seconds_per_step=0.1)
+  second.press(call=call, seconds_per_step=0.1)  # a third
+  assert not second.exits
+  assert all(line.startswith("ctl: second Ctrl-C: a notebook's kernel is kept: ")
+             for line in second.lines), second.lines
+  assert "restarting the kernel stops it now" in second.lines[-1]
+  assert second.stopper._quitting  # pylint: disable=protected-access
+
+
 class Record(ctl.Action):
   """Keeps the steps whose results it was given."""
 
@@ -219,7 +272,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, caplog):
   with caplog.at_level(logging.WARNING, logger="ctl"):
     r = runner()
     r.fit(4, tmp_path, progress=False)
-  assert "taking over the lock left by process 4194305" in caplog.text
+  assert "taking over the lock file left by process 4194305" in caplog.text
   assert int(r.global_step.numpy()) == 4
 
 
