@@ -27,7 +27,7 @@ _EXPORTS = {
     "Profile": "ctl.actions",
     "PREEMPTED_EXIT_CODE": "ctl.constants", "INTERRUPTED_EXIT_CODE": "ctl.constants",
     "Preempted": "ctl.stopping", "Interrupted": "ctl.stopping",
-    "WorkdirInUse": "ctl.workdir",
+    "WorkdirInUse": "ctl.workdir", "SharedVariableWarning": "ctl.state",
     "History": "ctl.history", "EachStep": "ctl.history", "read_history": "ctl.history",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
@@ -61,4 +61,5 @@ __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
            "Every", "Checkpoint",
            "Summaries", "Samples", "Evaluate", "Export", "Profile", "PREEMPTED_EXIT_CODE",
            "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse",
+           "SharedVariableWarning",
            "History", "EachStep", "read_history"]

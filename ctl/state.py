@@ -9,6 +9,7 @@ replicated, and the result is checked here, before anything is compiled.
 """
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 from typing import TypeAlias
@@ -85,11 +86,51 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
       if mixed_precision == "float64":
         _schedule_in_float64(optimizers[name])
     _check_in_scope(strategy, models, optimizers)
+    _warn_of_variables_two_optimizers_update(optimizers)
     # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
     # parameter servers (see TF field notes).
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     key = tf.Variable(context.draw_key(seed), trainable=False, name="draw_key")
   return State(models, optimizers, global_step, key)
+
+
+class SharedVariableWarning(UserWarning):
+  """Two optimizers update the same variables (a layer in two models)."""
+
+
+def _warn_of_variables_two_optimizers_update(optimizers):
+  """Warns, naming the layers, when two optimizers were built on one variable.
+
+  A layer in two models (a shared trunk, one model under two names) is then
+  moved by both optimizers, and by both losses, every step: in a GAN the
+  generator's loss trains the discriminator's layer against it. Meant or not,
+  nothing else would say so.
+  """
+  owners = {}  # id(variable) -> (variable, [optimizer names])
+  for name, optimizer in optimizers.items():
+    for variable in _tf_internal.optimizer_variables(optimizer):
+      owners.setdefault(id(variable), (variable, []))[1].append(name)
+  shared = {}  # (optimizer names) -> {layer: [variables]}
+  for variable, names in owners.values():
+    if len(names) > 1:
+      path = getattr(variable, "path", variable.name)
+      layer = path.rsplit("/", 1)[0] if "/" in path else path
+      shared.setdefault(tuple(names), {}).setdefault(layer, []).append(variable)
+  for names, layers in shared.items():
+    listed = ", ".join(f"{layer!r}" for layer in list(layers)[:4]) + (
+        f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+    which = " and ".join(repr(n) for n in names)
+    warnings.warn(
+        f"optimizers {which} both update the variables of layer(s) {listed} (a layer "
+        "in two models, or one model under two names): every step moves them by "
+        "both optimizers and both losses; in a GAN the generator's loss then trains "
+        "the discriminator's layer against it. If one optimizer alone should train "
+        "them, build the other in build() on the rest (skip = {id(v) for v in "
+        "layer.trainable_variables}; rest = [v for v in model.trainable_variables if "
+        "id(v) not in skip]; optimizer.build(rest)) and pass ctx.minimize(..., "
+        "variables=rest); if both are meant to, silence this with "
+        "warnings.filterwarnings('ignore', category=ctl.SharedVariableWarning).",
+        SharedVariableWarning, stacklevel=4)
 
 
 def _call_build(build, seed, mixed_precision):

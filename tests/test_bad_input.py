@@ -302,6 +302,19 @@ def one_optimizer_under_two_names(s):
   _runner(build=build)
 
 
+def layer_in_two_models_with_two_optimizers(s):
+  def build():
+    trunk = keras.layers.Dense(4, name="trunk")
+    models = {}
+    for name in ("generator", "discriminator"):
+      x = keras.Input((1,))
+      models[name] = keras.Model(x, keras.layers.Dense(1)(trunk(x)), name=name)
+    return models, {"generator": keras.optimizers.Adam(), "discriminator": keras.optimizers.SGD()}
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", ctl.SharedVariableWarning)  # raised here to be checked
+    _runner(build=build)
+
+
 def model_name_not_a_string(s):
   _runner(build=lambda: ({0: _model()}, {}))
 
@@ -977,6 +990,14 @@ CASES = [
          ("optimizers['generator'] and optimizers['discriminator'] are the same Adam object",
           "those of model 'generator'", "cannot also update model 'discriminator'",
           "Give each model an optimizer of its own")),
+    Case("layer-in-two-models-with-two-optimizers",
+         "SharedVariableWarning from Runner (it goes on): optimizers 'generator' and "
+         "'discriminator' both update the variables of layer(s) 'trunk' ...; build one "
+         "optimizer on the rest, or silence it with warnings.filterwarnings",
+         layer_in_two_models_with_two_optimizers, UserWarning,
+         ("optimizers 'generator' and 'discriminator' both update the variables of "
+          "layer(s) 'trunk'", "optimizer.build(rest)", "variables=rest",
+          "category=ctl.SharedVariableWarning")),
     Case("model-name-not-a-string",
          "TypeError from Runner: the models dict has key 0 (int); name models and "
          "optimizers with strings",
