@@ -179,6 +179,44 @@ def gin_registry():
   return gin.config._REGISTRY  # pylint: disable=protected-access
 
 
+@contextlib.contextmanager
+def gin_search_paths_first(directories):
+  """Inside, gin looks for an included file in `directories` before anywhere else.
+
+  gin resolves `include 'x.gin'` against its search paths, the current
+  directory first, and has no public way to search elsewhere first; ctl puts
+  the including files' directories there (`ctl.experiments.parse_gin`).
+  """
+  _note_version("gin-config")
+  from gin import config  # pylint: disable=import-outside-toplevel
+  previous = list(config._LOCATION_PREFIXES)  # pylint: disable=protected-access
+  config._LOCATION_PREFIXES[:] = list(directories) + previous  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    config._LOCATION_PREFIXES[:] = previous  # pylint: disable=protected-access
+
+
+def gin_errors_not_converted_by_autograph():
+  """Has AutoGraph leave gin's error helper as it is.
+
+  A gin-configured function called in a compiled step is converted by
+  AutoGraph through gin's wrapper; when it raises, the wrapper's handler calls
+  `gin.utils.augment_exception_message_and_reraise`, which AutoGraph cannot convert: it
+  warns "could not transform ... Please report this to the TensorFlow team"
+  before the user's own error. Marked do_not_convert, once.
+  """
+  _note_version("gin-config")
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from gin import utils  # pylint: disable=import-outside-toplevel
+  helper = getattr(utils, "augment_exception_message_and_reraise", None)
+  if helper is None or getattr(helper, "_ctl_not_converted", False):
+    return
+  quiet = tf.autograph.experimental.do_not_convert(helper)
+  quiet._ctl_not_converted = True  # pylint: disable=protected-access
+  utils.augment_exception_message_and_reraise = quiet
+
+
 def legacy_h5_weights_writer():
   """Keras' writer of the legacy HDF5 weights format, or None if it is gone.
 

@@ -726,6 +726,7 @@ def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
   """
   if tf.executing_eagerly():
     return fn
+  _tf_internal.gin_errors_not_converted_by_autograph()  # gin's wrapper is converted
 
   def call(*args, **kwargs):
     return fn(*args, **kwargs)

@@ -29,8 +29,10 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import io
 import os
 import re
+import tokenize
 from collections.abc import Callable
 from collections.abc import Sequence
 from importlib import metadata
@@ -254,14 +256,90 @@ def default_experiment() -> str:
 
 
 def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
-  """Parses gin `files`, then `bindings`; a mistake becomes a ConfigError."""
+  """Parses gin `files`, then `bindings`; a mistake becomes a ConfigError.
+
+  An `include` is resolved against the directory of the file that holds it
+  first (gin alone tries the current directory first), so a config runs, and
+  resumes, from any directory.
+  """
   gin.clear_config()  # a second command in the same process starts afresh
+  tree, directories = _include_tree(files)
   try:
-    gin.parse_config_files_and_bindings(files, bindings)
+    with _tf_internal.gin_search_paths_first(directories):
+      gin.parse_config_files_and_bindings(files, bindings)
+  except tokenize.TokenError as e:  # an unclosed bracket or string
+    raise ConfigError(_describe_unclosed(e, tree, bindings)) from None
   except SyntaxError as e:
     raise ConfigError(_describe_syntax_error(e)) from None
   except (ValueError, KeyError, OSError, ImportError) as e:
-    raise ConfigError(_describe_gin_error(e)) from None
+    raise ConfigError(_describe_gin_error(e, tree, bindings)) from None
+
+
+_INCLUDE = re.compile(r"""^\s*include\s+(['"])(?P<path>[^'"]+)\1""")
+
+
+def _include_tree(files):
+  """(every .gin file `files` include, directly or not, with the files
+  themselves; the directories to search for includes, in order).
+
+  Each include is resolved against the directory of the file that holds it,
+  then the current directory. Raises ConfigError if one relative path would
+  be found in another file's directory first.
+  """
+  tree, directories, includes = [], [], []
+
+  def visit(path):
+    if not os.path.isfile(path) or os.path.abspath(path) in map(os.path.abspath, tree):
+      return
+    tree.append(path)
+    here = os.path.dirname(os.path.abspath(path))
+    if here not in directories:
+      directories.append(here)
+    for number, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+      match = _INCLUDE.match(line)
+      if not match or os.path.isabs(match["path"]):
+        continue
+      beside = os.path.normpath(os.path.join(here, match["path"]))
+      resolved = beside if os.path.isfile(beside) else match["path"]
+      includes.append((path, number, match["path"], resolved))
+      visit(resolved)
+
+  for path in files:
+    visit(path)
+  for path, number, included, resolved in includes:
+    found = next((os.path.join(d, included) for d in directories
+                  if os.path.isfile(os.path.join(d, included))), resolved)
+    if os.path.abspath(found) != os.path.abspath(resolved):
+      raise ConfigError(
+          f"{path}, line {number}: `include '{included}'` means {resolved}, but "
+          f"{found} (beside another included file) has the same relative path and "
+          "gin would read that one. Give the include as a path that only one of "
+          "them matches (e.g. with its folder), or an absolute path.")
+  return tree, directories
+
+
+def _describe_unclosed(error, files, bindings):
+  """Where a bracket or string that never closes opens, from Python's tokenizer."""
+  for where, text in [(f, open(f, encoding="utf-8").read()) for f in files] + [
+      (None, b) for b in bindings or ()]:
+    opened = []  # (line, column, text) of each bracket still open
+    try:
+      for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.OP and token.string in "([{":
+          opened.append((token.start[0], token.start[1], token.line))
+        elif token.type == tokenize.OP and token.string in ")]}" and opened:
+          opened.pop()
+    except tokenize.TokenError:
+      line, column, content = opened[0] if opened else (error.args[1][0], 0, "")
+      if where is None:
+        return (f"binding `{text.strip()}` (--gin): gin cannot parse it: a bracket or a "
+                "string opened there never closes.")
+      return (f"{_where(where, line, content.rstrip())} (column {column + 1}): gin cannot "
+              "parse this line: the bracket opened here never closes (a `)`, `]` or "
+              "`}` missing, or a string left open). A binding reads "
+              "`configurable.parameter = value`, the value a Python literal, an "
+              "@reference or a %macro.")
+  return f"gin syntax error: {error.args[0]}"
 
 
 def _import(module_name, experiment):
@@ -309,7 +387,24 @@ def _where(filename, line, text):
   return f"binding `{text}` (--gin)"
 
 
-def _describe_gin_error(error):
+def _macros(name, files, bindings):
+  """(where `%name` is used: (file or None, line, text), or None; the macros
+  the files and bindings define)."""
+  used, defined = None, []
+  lines = [(f, n, line) for f in files
+           for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
+  lines += [(None, 1, binding) for binding in bindings or ()]
+  for where, number, line in lines:
+    code = line.split("#")[0]
+    if used is None and re.search(rf"%{re.escape(name)}\b", code):
+      used = (where, number, line)
+    definition = re.match(r"\s*([A-Za-z_][\w]*)\s*=", code)
+    if definition:
+      defined.append(definition[1])
+  return used, defined
+
+
+def _describe_gin_error(error, files=(), bindings=()):
   """One paragraph from gin's error: where, what, and the closest known names."""
   text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
   match = _LOCATION.search(text)
@@ -322,10 +417,14 @@ def _describe_gin_error(error):
                       message)
   parameter = re.search(r"Configurable '([\w./]+)' doesn't have a parameter named '(\w+)'",
                         message)
-  macro = re.search(r"No bindings specified for '(\w+)/gin.macro'", message)
+  macro = re.search(r"No bindings specified for '([\w.]+)/gin.macro'", message)
   if macro:
-    fix = (f" (define it: a line `{macro[1]} = value` in the .gin file, or "
-           f"--gin '{macro[1]} = value')")
+    used, defined = _macros(macro[1], files, bindings)
+    if used and not where:
+      where = _where(*used) + ": "
+    fix = did_you_mean(macro[1], defined, prefix="%") or (
+        f" (define it: a line `{macro[1]} = value` in the .gin file, or "
+        f"--gin '{macro[1]} = value')")
   elif unknown:
     fix = (did_you_mean(unknown[1], _configurable_names()) or
            " (no registered configurable is close: is its module imported, e.g. by an "

@@ -747,6 +747,32 @@ def gin_configurable_typo(s):
   _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedul.num_steps = 3")
 
 
+def gin_unclosed_bracket(s):
+  config = s.path / "mine.gin"
+  config.write_text(f"include {CONFIG!r}\ngan.Schedule.num_steps = (3\n")
+  s.values["config"] = str(config)
+  _cli("train", str(config), "--workdir", str(s.path / "run"))
+
+
+def gin_macro_typo(s):
+  config = s.path / "mine.gin"
+  config.write_text(f"include {CONFIG!r}\nLEARNING_RATE = 1e-4\n"
+                    "keras.optimizers.Adam.learning_rate = %LERNING_RATE\n")
+  s.values["config"] = str(config)
+  _cli("train", str(config), "--workdir", str(s.path / "run"))
+
+
+def gin_include_that_two_folders_match(s):
+  for folder in ("a", "b"):
+    (s.path / folder).mkdir()
+    (s.path / folder / "common.gin").write_text("gan.Schedule.num_steps = 3\n")
+  (s.path / "a" / "main.gin").write_text(f"include {CONFIG!r}\ninclude 'common.gin'\n"
+                                         "include '../b/part.gin'\n")
+  (s.path / "b" / "part.gin").write_text("include 'common.gin'\n")
+  s.values["b"] = str(s.path / "b")
+  _cli("train", str(s.path / "a" / "main.gin"), "--workdir", str(s.path / "run"))
+
+
 def missing_gin_file(s):
   _cli("train", os.path.join(helpers.ROOT, "examples", "configs", "dcgn.gin"))
 
@@ -1390,6 +1416,25 @@ CASES = [
          "'gan.Schedule'?)",
          gin_configurable_typo, CommandFailed,
          ("exit code 2", "gan.Schedul.num_steps = 3", "did you mean 'gan.Schedule'")),
+    Case("gin-unclosed-bracket",
+         "ctl train exits 2: mine.gin, line 2: `gan.Schedule.num_steps = (3` (column 26): "
+         "the bracket opened here never closes (was: exit 1 and a tokenizer traceback)",
+         gin_unclosed_bracket, CommandFailed,
+         ("exit code 2", "<config>, line 2: `gan.Schedule.num_steps = (3` (column 26)",
+          "the bracket opened here never closes")),
+    Case("gin-macro-typo",
+         "ctl train exits 2: mine.gin, line 3: `... = %LERNING_RATE`: No bindings specified "
+         "for 'LERNING_RATE/gin.macro' (did you mean '%LEARNING_RATE'?)",
+         gin_macro_typo, CommandFailed,
+         ("exit code 2", "<config>, line 3: `keras.optimizers.Adam.learning_rate = "
+          "%LERNING_RATE`", "did you mean '%LEARNING_RATE'")),
+    Case("gin-include-that-two-folders-match",
+         "ctl train exits 2: b/part.gin, line 1: `include 'common.gin'` means "
+         "b/common.gin, but a/common.gin ... has the same relative path; give a path only "
+         "one matches (includes are resolved beside the including file first)",
+         gin_include_that_two_folders_match, CommandFailed,
+         ("exit code 2", "<b>/part.gin, line 1: `include 'common.gin'` means "
+          "<b>/common.gin", "has the same relative path", "an absolute path")),
     Case("missing-gin-file",
          "ctl train exits 2: config file .../dcgn.gin not found (did you mean 'dcgan.gin'?)",
          missing_gin_file, CommandFailed,

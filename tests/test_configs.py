@@ -95,3 +95,53 @@ def test_a_shipped_name_given_with_gin_says_to_drop_it(tmp_path, monkeypatch):
   with pytest.raises(experiments.ConfigError, match="'dcgan' is a shipped config: give its "
                      "name, dcgan, without .gin"):
     experiments.find_config("dcgan.gin")
+
+
+def test_an_include_is_found_beside_the_including_file_from_any_directory(tmp_path,
+                                                                           monkeypatch):
+  import gin  # pylint: disable=import-outside-toplevel
+  (tmp_path / "configs" / "parts").mkdir(parents=True)
+  (tmp_path / "configs" / "main.gin").write_text("include 'parts/steps.gin'\n")
+  (tmp_path / "configs" / "parts" / "steps.gin").write_text(
+      "include 'more.gin'\nSTEPS = 7\n")  # nested: beside parts/steps.gin
+  (tmp_path / "configs" / "parts" / "more.gin").write_text("BATCH = 16\n")
+  elsewhere = tmp_path / "elsewhere" / "parts"
+  elsewhere.mkdir(parents=True)  # a file of the same relative path where the run starts
+  (elsewhere / "steps.gin").write_text("STEPS = 1\n")
+  monkeypatch.chdir(tmp_path / "elsewhere")
+  try:
+    experiments.parse_gin([str(tmp_path / "configs" / "main.gin")], [])
+    assert gin.query_parameter("%STEPS") == 7 and gin.query_parameter("%BATCH") == 16
+  finally:
+    gin.clear_config()
+
+
+def test_a_gin_configurable_failing_in_a_compiled_step_gets_no_autograph_warning(caplog):
+  import gin  # pylint: disable=import-outside-toplevel
+  import keras  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  import ctl  # pylint: disable=import-outside-toplevel
+
+  @gin.configurable("scaled_by_a_bad_factor")
+  def scaled(x, factor=2.0):
+    if factor > 1:  # a str from the config: TypeError
+      return x * factor
+    return x
+
+  def step(ctx, x):
+    return {"mean": ctx.average(tf.reduce_mean(scaled(x), axis=1))}
+
+  def build():
+    return ({"model": keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])},
+            {"model": keras.optimizers.SGD()})
+
+  gin.parse_config("scaled_by_a_bad_factor.factor = 'two'")
+  data = tf.data.Dataset.from_tensor_slices(np.ones((16, 2), "float32")).batch(8).repeat()
+  try:
+    with caplog.at_level("WARNING"), pytest.raises(TypeError, match="'>' not supported"):
+      ctl.Runner(step, build, data).train(1)
+  finally:
+    gin.clear_config()
+  assert "AutoGraph could not transform" not in caplog.text

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import warnings
 import weakref
@@ -20,7 +21,9 @@ import pytest
 import tensorflow as tf
 
 import ctl
+from ctl import checkpoints
 from ctl import peers
+from ctl import stopping
 from ctl import workdir as workdir_lib
 
 from test_outer_loop import build
@@ -149,9 +152,6 @@ class SecondCtrlC:
   process."""
 
   def __init__(self, tmp_path, monkeypatch, *, notebook=False):
-    import threading  # pylint: disable=import-outside-toplevel
-    from ctl import checkpoints  # pylint: disable=import-outside-toplevel
-    from ctl import stopping  # pylint: disable=import-outside-toplevel
     r = runner()
     made = []
     thread = threading.Thread(target=lambda: made.append(stopping.Stopper(
