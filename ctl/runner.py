@@ -141,6 +141,9 @@ class Runner:
         coordinator=self._coordinator)
     self.state = state_lib.build_state(build, strategy, seed=self.seed,
                                        mixed_precision=mixed_precision)
+    if self._coordinator is None:
+      data_lib.warn_if_outside_outputs(self._arguments["data"], self.state.models,
+                                       stacklevel=2)
     self._train_step = steps.TrainStep(
         step, self.state, self._feed, strategy, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,

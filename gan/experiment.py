@@ -23,7 +23,6 @@ import functools
 import inspect
 import logging
 import os
-import warnings
 from collections.abc import Callable
 
 import gin
@@ -451,24 +450,6 @@ def _data(dataset: Callable[[int], tf.data.Dataset], batch_size: int,
     raise ValueError(f"num_classes={num_classes} needs a dataset of (images, labels); "
                      "pass with_labels=True to the dataset function.")
   spec = data.element_spec[0] if num_classes else data.element_spec
-  warn_if_out_of_range(data, num_classes)
   return data, tuple(int(d) for d in spec.shape[1:])
 
 
-def warn_if_out_of_range(data: tf.data.Dataset, num_classes: int | None) -> None:
-  """Warns if the first batch's images are not in the generator's (-1, 1).
-
-  Images in [0, 255] (or [0, 1]) let the discriminator tell real from fake by
-  their range alone, and the GAN then learns nothing: the easy mistake, and a
-  silent one.
-  """
-  first = next(iter(data.take(1)))
-  images = first[0] if num_classes else first
-  low, high = float(tf.reduce_min(images)), float(tf.reduce_max(images))
-  if images.dtype.is_integer or low < -1.001 or high > 1.001:
-    warnings.warn(
-        f"gan.Experiment: the first batch of images holds values in [{low:g}, {high:g}] "
-        f"({images.dtype.name}), but the generator's tanh output is in [-1, 1]: the "
-        "discriminator can tell real from fake by the range alone. Scale the images "
-        "to [-1, 1] in the dataset function, e.g. tf.cast(x, tf.float32) / 127.5 - 1.",
-        stacklevel=5)  # the caller of an Experiment method

@@ -362,22 +362,28 @@ def test_the_data_note_is_only_for_errors_about_the_data():
   assert "data elements" in "".join(getattr(error.value, "__notes__", []))
 
 
-def test_gan_warns_of_images_outside_the_generators_range():
+def test_images_outside_the_generators_range_get_a_warning_naming_the_scale():
   import gan  # pylint: disable=import-outside-toplevel
 
-  def raw_digits(global_batch_size):
-    images = tf.zeros((32, 28, 28, 1), tf.uint8) + 255
+  def digits(global_batch_size, value=255, dtype=tf.uint8):
+    images = tf.zeros((32, 28, 28, 1), dtype) + value
     return tf.data.Dataset.from_tensor_slices(images).repeat().batch(global_batch_size)
 
-  with pytest.warns(UserWarning, match=r"values in \[255, 255\] \(uint8\).*tanh output is "
-                    r"in \[-1, 1\].*/ 127.5 - 1"):
-    gan.Experiment(dataset=raw_digits, batch_size=8,
-                   generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
-                   discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw)).build()
+  def experiment(dataset):
+    return gan.Experiment(dataset=dataset, batch_size=8,
+                          generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+                          discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw))
+
+  with pytest.warns(UserWarning, match=r"\(uint8, shaped like the output of model "
+                    r"'generator'\) holds values in \[255, 255\], but 'generator' ends in "
+                    r"tanh, whose output is in \[-1, 1\].*/ 127.5 - 1"):
+    experiment(digits).build()  # through gan.Experiment's Runner
+  with pytest.warns(UserWarning, match=r"float32, shaped like .* holds values in \[0, 2\]"):
+    experiment(lambda b: digits(b, 2.0, tf.float32).map(lambda x: x * tf.cast(
+        tf.range(8)[:, None, None, None] % 2, tf.float32))).build()
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    gan.experiment.warn_if_out_of_range(
-        tf.data.Dataset.from_tensor_slices(tf.zeros((8, 2))).batch(4), None)
+    experiment(lambda b: digits(b, 0.5, tf.float32)).build()  # in range: no word
 
 
 # Waiting for a cluster's peers.
