@@ -129,8 +129,10 @@ def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int)
     kind = getattr(activation, "__name__", None)
     if kind in known and None not in shape:
       ranges.setdefault(shape, (name, kind) + known[kind])
-  if not ranges:
-    return
+  specs = [spec for spec in tf.nest.flatten(data.element_spec)
+             if isinstance(spec, tf.TensorSpec) and spec.shape.rank is not None]
+  if not any(tuple(spec.shape[1:]) in ranges for spec in specs):
+    return  # nothing to compare: the data is not read
   try:
     first = next(iter(data.take(1)))
   except (StopIteration, tf.errors.OpError):
