@@ -210,6 +210,9 @@ class Checkpointer:
     self._check_data(path, reader)
     differences = _differences(saved, self.runner.state.variables())
     if differences:
+      switched = _loss_scaling_switched(saved, self.runner.optimizers)
+      if switched:
+        raise ValueError(f"checkpoint {path} does not match this runner: {switched}")
       raise ValueError(
           f"checkpoint {path} does not match this runner: {'; '.join(differences)}. "
           "It was written for other models, optimizers or sizes; use a new work "
@@ -529,6 +532,43 @@ def _differences(saved, state):
               for first, side in ((mine_first, "this runner"),
                                   (theirs_first, "the checkpoint"))))
   return differences[:6] + ([f"and {len(differences) - 6} more"] if len(differences) > 6 else [])
+
+
+# A Keras 3 LossScaleOptimizer's own variables, beside its inner optimizer's:
+# iteration, learning_rate, step_counter, dynamic_scale.
+_LOSS_SCALE_VARIABLES = 4
+
+
+def _loss_scaling_switched(saved, optimizers):
+  """What to say when the only difference is loss scaling (mixed_float16) turned
+  on or off since the checkpoint was written, or None."""
+  import keras  # pylint: disable=import-outside-toplevel
+  scaled = {name: isinstance(o, keras.optimizers.LossScaleOptimizer)
+            for name, o in optimizers.items()}
+  if len(set(scaled.values())) != 1:
+    return None
+  now_scaled = next(iter(scaled.values()), False)
+  for name, optimizer in optimizers.items():
+    theirs = saved.get(("optimizers", name))
+    inner = optimizer.inner_optimizer if now_scaled else None
+    expected = len(inner.variables) if now_scaled else None
+    if theirs is None or (now_scaled and len(theirs) != expected) or (
+        not now_scaled and len(theirs) != len(optimizer.variables) + _LOSS_SCALE_VARIABLES):
+      return None
+  names = ", ".join(repr(n) for n in optimizers)
+  if now_scaled:
+    return (
+        "it was trained without loss scaling, and this runner wraps its optimizers "
+        f"({names}) in keras.optimizers.LossScaleOptimizer (mixed_precision="
+        "'mixed_float16'), whose loss scale and counters the checkpoint does not hold. "
+        "Resume with the precision the run was trained in (Runner(mixed_precision=None), "
+        "or mixed_bfloat16, which needs no loss scaling); a run cannot switch to "
+        "mixed_float16 midway: start it in a new work directory.")
+  return (
+      f"it was trained with mixed_float16, its optimizers ({names}) wrapped in "
+      "keras.optimizers.LossScaleOptimizer, whose loss scale and counters this runner "
+      "has no place for. Resume with mixed_precision='mixed_float16' as that run did; a "
+      "run cannot leave loss scaling midway: start it in a new work directory.")
 
 
 def _tf_message(error):

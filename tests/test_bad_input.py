@@ -708,6 +708,10 @@ def checkpoint_with_a_model_more(s):
   _resume(_saved_run(s, build=_two_models))  # one model: the encoder is left out
 
 
+def loss_scaling_switched_on_at_resume(s):
+  _resume(_saved_run(s), mixed_precision="mixed_float16")
+
+
 def _damaged(s, suffix, damage):
   workdir = _saved_run(s)
   path = os.path.join(workdir, "checkpoints", "ckpt-2" + suffix)
@@ -1383,6 +1387,16 @@ CASES = [
          checkpoint_with_a_model_more, ValueError,
          ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
           "models['encoder'] is in the checkpoint, not in this runner", "[global step 0]")),
+    Case("loss-scaling-switched-on-at-resume",
+         "ValueError from fit, before step 0: checkpoint ... does not match this runner: it "
+         "was trained without loss scaling, and this runner wraps its optimizers ('model') "
+         "in keras.optimizers.LossScaleOptimizer (mixed_float16) ...; resume with the "
+         "precision the run was trained in, or start a new work directory",
+         loss_scaling_switched_on_at_resume, ValueError,
+         ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
+          "trained without loss scaling", "optimizers ('model') in "
+          "keras.optimizers.LossScaleOptimizer", "Runner(mixed_precision=None)",
+          "new work directory", "[global step 0]")),
     Case("truncated-checkpoint-index",
          "ValueError from fit, before step 0, nothing deleted: no checkpoint in ... can be "
          "read: ckpt-2: OpError: ...; copy the files again, or move the directory away to "
