@@ -708,6 +708,19 @@ def checkpoint_with_a_model_more(s):
   _resume(_saved_run(s, build=_two_models))  # one model: the encoder is left out
 
 
+def uint8_images_beside_a_tanh_generator(s):
+  def build():
+    generator = keras.Sequential([keras.Input((2,)), keras.layers.Dense(4, activation="tanh")],
+                                 name="generator")
+    discriminator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    return ({"generator": generator, "discriminator": discriminator},
+            {"generator": keras.optimizers.Adam(), "discriminator": keras.optimizers.Adam()})
+  images = tf.data.Dataset.from_tensor_slices(np.arange(64, dtype=np.uint8).reshape(16, 4))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", UserWarning)  # a warning, raised here to be checked
+    _runner(build=build, data=images.repeat().batch(BATCH))
+
+
 def loss_scaling_switched_on_at_resume(s):
   _resume(_saved_run(s), mixed_precision="mixed_float16")
 
@@ -1387,6 +1400,14 @@ CASES = [
          checkpoint_with_a_model_more, ValueError,
          ("checkpoint <tmp>/run/checkpoints/ckpt-2 does not match this runner",
           "models['encoder'] is in the checkpoint, not in this runner", "[global step 0]")),
+    Case("uint8-images-beside-a-tanh-generator",
+         "UserWarning from Runner (it goes on): the first batch (uint8, shaped like the "
+         "output of model 'generator') holds values in [0, 31], but 'generator' ends in "
+         "tanh, whose output is in [-1, 1] ...; scale it: tf.cast(x, tf.float32) / 127.5 - 1",
+         uint8_images_beside_a_tanh_generator, UserWarning,
+         ("the first batch (uint8, shaped like the output of model 'generator') holds "
+          "values in [0, 31]", "ends in tanh, whose output is in [-1, 1]",
+          "tf.cast(x, tf.float32) / 127.5 - 1")),
     Case("loss-scaling-switched-on-at-resume",
          "ValueError from fit, before step 0: checkpoint ... does not match this runner: it "
          "was trained without loss scaling, and this runner wraps its optimizers ('model') "
