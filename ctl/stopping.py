@@ -284,7 +284,11 @@ class Stopper:
   def _hang_up(self):
     """SIGHUP: the terminal is gone, and a write to it would fail (EIO), so
     stdout and stderr, where they were the terminal, go to /dev/null; then
-    SIGTERM to this process: saved and stopped as at SIGTERM, exit code 42."""
+    SIGTERM to this process: saved and stopped as at SIGTERM, exit code 42.
+
+    The flag first: the compiled call in flight then ends with the save, however
+    late the SIGTERM is taken in on a loaded machine."""
+    self._sigterm = True
     self._detach()
     _write("ctl: SIGHUP (the terminal closed): stopping as at SIGTERM.")
     os.kill(os.getpid(), signal.SIGTERM)

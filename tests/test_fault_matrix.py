@@ -276,6 +276,12 @@ def test_a_closed_terminal_saves_and_stops_as_at_sigterm(tmp_path):
   finally:
     os.close(terminal)  # the hang-up: SIGHUP to the terminal's session
   closed = time.monotonic()
+  # ctl's thread answers the hang-up: the stop flagged, stderr to /dev/null,
+  # SIGTERM to itself. The call ends only after that (else, on a loaded
+  # machine, the stop could come in the next call, saved at step 8).
+  deadline = time.monotonic() + 60
+  while os.readlink(f"/proc/{proc.pid}/fd/2") != os.devnull and time.monotonic() < deadline:
+    time.sleep(0.01)
   go(work)
   proc.wait(timeout=180)
   report("SIGHUP (closed terminal) inside a compiled call (from the hang-up)",

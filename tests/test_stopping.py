@@ -11,7 +11,6 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 import warnings
 import weakref
@@ -147,53 +146,78 @@ def test_a_signal_inside_a_callback_lets_the_action_finish_then_stops(tmp_path, 
 
 
 class SecondCtrlC:
-  """A `Stopper` (made off the main thread: no handlers) whose `_quit`, the
-  second Ctrl-C's path, is watched: what it writes, and whether it ends the
-  process."""
+  """A `Stopper` of this process, inside `in_call` blocks as `fit` runs them,
+  sent real SIGINTs: what it writes, and whether it ends the process (its
+  exit is recorded instead)."""
 
   def __init__(self, tmp_path, monkeypatch, *, notebook=False):
     r = runner()
-    made = []
-    thread = threading.Thread(target=lambda: made.append(stopping.Stopper(
-        r, checkpoints.Checkpointer(r, str(tmp_path / "checkpoints")))))
-    thread.start()
-    thread.join()
-    self.stopper = made[0]
+    self.stopper = stopping.Stopper(r, checkpoints.Checkpointer(r, str(tmp_path / "c")))
     self.lines, self.exits = [], []
     monkeypatch.setattr(stopping, "_write", self.lines.append)
     monkeypatch.setattr(stopping.notebook, "in_notebook", lambda: notebook)
     monkeypatch.setattr(self.stopper, "_exit", self.exits.append)
 
-  def press(self, *, call=None, seconds_per_step=None):
-    self.stopper._call = call  # pylint: disable=protected-access
-    self.stopper._seconds_per_step = seconds_per_step  # pylint: disable=protected-access
-    self.stopper._quit()  # pylint: disable=protected-access
+  def press(self, times, *, until):
+    """Sends SIGINT `times` times, each once the line before it is out; then
+    waits (at most 10 s) for `until()`."""
+    for _ in range(times):
+      said = len(self.lines)
+      os.kill(os.getpid(), signal.SIGINT)
+      deadline = time.monotonic() + 10
+      while len(self.lines) == said and not self.exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    deadline = time.monotonic() + 10
+    while not until() and time.monotonic() < deadline:
+      time.sleep(0.01)
+
+  def close(self):
+    self.stopper.close()
 
 
 def test_a_second_ctrl_c_in_a_long_call_quits_at_once(tmp_path, monkeypatch):
   second = SecondCtrlC(tmp_path, monkeypatch)
-  second.press(call=(100, time.monotonic()), seconds_per_step=0.1)  # about 10 s left
+  try:
+    with second.stopper.in_call(1):
+      time.sleep(0.05)  # a step takes 0.05 s
+    with second.stopper.in_call(200):  # about 10 s: longer than the wait
+      second.press(2, until=lambda: second.exits)
+  finally:
+    second.close()
   assert second.exits == [ctl.INTERRUPTED_EXIT_CODE]
-  assert second.lines == ["ctl: second Ctrl-C: quitting now, without saving: the steps "
-                          "since the start are lost."]
+  assert second.lines[-1] == ("ctl: second Ctrl-C: quitting now, without saving: the "
+                              "steps since the start are lost.")
 
 
 def test_a_second_ctrl_c_in_the_first_call_quits_at_once(tmp_path, monkeypatch):
   second = SecondCtrlC(tmp_path, monkeypatch)
-  second.press(call=(100, time.monotonic()))  # no call has ended: its length is unknown
+  try:
+    with second.stopper.in_call(200):  # no call has ended: its length is unknown
+      second.press(2, until=lambda: second.exits)
+  finally:
+    second.close()
   assert second.exits == [ctl.INTERRUPTED_EXIT_CODE]
 
 
-@pytest.mark.parametrize("call", [(100, 0.0), None], ids=["in a call", "in a save"])
-def test_a_second_or_third_ctrl_c_never_ends_a_notebooks_kernel(tmp_path, monkeypatch, call):
+def test_a_second_and_third_ctrl_c_never_end_a_notebooks_kernel(tmp_path, monkeypatch):
   second = SecondCtrlC(tmp_path, monkeypatch, notebook=True)
-  second.press(call=call, seconds_per_step=0.1)
-  second.press(call=call, seconds_per_step=0.1)  # a third
+  try:
+    with second.stopper.in_call(1):
+      time.sleep(0.05)
+    with second.stopper.in_call(200):
+      second.press(3, until=lambda: len(second.lines) >= 3)
+    with pytest.raises(ctl.Interrupted):
+      second.stopper.check(200, then=lambda: pytest.fail("the actions due ran"))
+  finally:
+    second.close()
   assert not second.exits
+  kept = second.lines[1:3]
   assert all(line.startswith("ctl: second Ctrl-C: a notebook's kernel is kept: ")
-             for line in second.lines), second.lines
-  assert "restarting the kernel stops it now" in second.lines[-1]
-  assert second.stopper._quitting  # pylint: disable=protected-access
+             for line in kept), second.lines
+  assert "the compiled call in flight ends in about" in kept[0]
+  assert "restarting the kernel stops it now" in kept[1]
+  assert second.lines[-1] == ("ctl: second Ctrl-C: saved at the end of the compiled call; "
+                              "stopping.")
 
 
 class Record(ctl.Action):
