@@ -167,7 +167,9 @@ class Stopper:
         self.checkpointer.save()
     if self._quitting:  # a second Ctrl-C came during the call: no actions
       then = None
-      _write("ctl: second Ctrl-C: saved at the end of the compiled call; stopping.")
+      _write("ctl: second Ctrl-C: saved at the end of the compiled call; stopping." if saved
+             else "ctl: second Ctrl-C: stopping at the end of the compiled call (no "
+             "workdir: nothing saved).")
     if then is not None:
       self._sigterm = self._sigint = False  # only a new signal abandons `then`
       try:
@@ -336,7 +338,8 @@ class Stopper:
     the call's save (restarting the kernel stops it at once).
     """
     call, quitting = self._call, self._quitting
-    self._quitting = True  # the main thread skips the actions due
+    if call is not None:
+      self._quitting = True  # the main thread skips the actions due after the call
     if self.checkpointer is None:
       if not self._keep_kernel("stops after the compiled call in flight"):
         self._quit_now(", without saving (no workdir)")
@@ -348,7 +351,7 @@ class Stopper:
         self._quit_now(f"; {said}")
       return
     lost = f"the steps since {self.checkpointer.latest or 'the start'} are lost"
-    if call is None or quitting:  # a save in progress, or a third Ctrl-C
+    if call is None or quitting:  # a save in progress, or a third Ctrl-C in a call
       if not self._keep_kernel("the cell stops after the work in progress (restarting "
                                "the kernel stops it now)"):
         self._quit_now(f", without saving: {lost}")
