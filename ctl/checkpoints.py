@@ -35,6 +35,11 @@ from ctl.schedule import check_every
 _log = logging.getLogger("ctl")
 
 
+class CheckpointError(ValueError):
+  """A checkpoint directory that cannot be restored into this runner; the
+  message names the checkpoint and the fix."""
+
+
 def newest(workdir: str) -> str | None:
   """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
 
@@ -163,7 +168,7 @@ class Checkpointer:
     try:
       tf.train.Checkpoint(data=iterator).write(os.path.join(probe, "position"))
     except tf.errors.FailedPreconditionError as e:
-      raise ValueError(
+      raise CheckpointError(
           f"the position in the data cannot be checkpointed: {_op_message(e)}. TF "
           "saves no state of stateful ops in a tf.data pipeline, so no checkpoint "
           "could be written. For an exact resume, use stateless ops in the pipeline "
@@ -200,7 +205,7 @@ class Checkpointer:
       return step
     saved_step = _step_of(path)
     if step not in (0, saved_step):
-      raise ValueError(
+      raise CheckpointError(
           f"the runner has trained to step {step} in memory, but the newest "
           f"checkpoint in {self.directory} is at step {saved_step}: restoring it "
           "would discard the difference. Pass another workdir to keep this "
@@ -212,8 +217,8 @@ class Checkpointer:
     if differences:
       switched = _loss_scaling_switched(saved, self.runner.optimizers)
       if switched:
-        raise ValueError(f"checkpoint {path} does not match this runner: {switched}")
-      raise ValueError(
+        raise CheckpointError(f"checkpoint {path} does not match this runner: {switched}")
+      raise CheckpointError(
           f"checkpoint {path} does not match this runner: {'; '.join(differences)}. "
           "It was written for other models, optimizers or sizes; use a new work "
           "directory for this experiment, or build the runner as that run did.")
@@ -226,7 +231,7 @@ class Checkpointer:
       for v, value in zip(state, before):  # never leave a partial restore behind
         v.assign(value)
       if isinstance(e, tf.errors.OpError) and "restore dataset iterator" in str(e):
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {path} holds a position in other data: TF could not take "
             f"it up in this pipeline ({_op_message(e).splitlines()[0]}). The data "
             "pipeline's structure changed since that save (a map, shuffle, batch or "
@@ -236,7 +241,7 @@ class Checkpointer:
             "optimizers and start the data again from its beginning.") from None
       if isinstance(e, tf.errors.OpError):
         raise self._damaged(path, e) from None
-      raise ValueError(
+      raise CheckpointError(
           f"checkpoint {path} does not match this runner (other models, optimizers "
           f"or data?): {str(e)[:500]}. Use a new work directory for a different "
           "experiment.") from None
@@ -279,7 +284,7 @@ class Checkpointer:
              "not there"))
         candidates.pop(0)
         if not candidates:
-          raise ValueError(
+          raise CheckpointError(
               f"{where} names the checkpoint {listing.named}, but no checkpoint's files "
               f"are in {self.directory} (copied in part?). Copy the ckpt-* files too; "
               f"or, to train from step 0, delete {where}.")
@@ -294,7 +299,7 @@ class Checkpointer:
       _log.warning("checkpoint %s is skipped: %s.%s", skipped, why,
                    f" Restoring {path} instead." if path else "")
     if path is None:
-      raise ValueError(
+      raise CheckpointError(
           f"no checkpoint in {self.directory} can be read: " + "; ".join(
               f"{os.path.basename(p)}: {why}" for p, why in listing.skipped) +
           ". Nothing was deleted. Copy the files again from where they were written, "
@@ -332,7 +337,7 @@ class Checkpointer:
       return
     saved = int(reader.get_tensor(_BATCH_SIZE_KEY))
     if saved != self._batch_size:
-      raise ValueError(
+      raise CheckpointError(
           f"checkpoint {path} holds the position in data batched by {saved} (global "
           f"batch size), but the data now gives batches of {self._batch_size}: that "
           "position cannot be taken up by this pipeline. Resume with batches of "
@@ -341,7 +346,7 @@ class Checkpointer:
           "and optimizers and start the data again from its beginning.")
 
   def _damaged(self, path, error):
-    return ValueError(
+    return CheckpointError(
         f"checkpoint {path} cannot be read ({type(error).__name__}: "
         f"{_tf_message(error)}): its files are damaged, although they read whole a "
         f"moment ago (changed meanwhile?). Move {path}.* elsewhere so that the "

@@ -131,18 +131,19 @@ def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int)
       ranges.setdefault(shape, (name, kind) + known[kind])
   specs = [spec for spec in tf.nest.flatten(data.element_spec)
              if isinstance(spec, tf.TensorSpec) and spec.shape.rank is not None]
-  if not any(tuple(spec.shape[1:]) in ranges for spec in specs):
+  if not any(_output_like(spec.shape[1:], ranges) for spec in specs):
     return  # nothing to compare: the data is not read
   try:
     first = next(iter(data.take(1)))
   except (StopIteration, tf.errors.OpError):
     return  # an empty or failing pipeline: its own error comes with the first step
   for i, tensor in enumerate(tf.nest.flatten(first)):
-    if tensor.shape.rank is None or tuple(tensor.shape[1:]) not in ranges:
+    output = _output_like(tensor.shape[1:], ranges) if tensor.shape.rank else None
+    if output is None:
       continue
     if not (tensor.dtype.is_floating or tensor.dtype.is_integer):
       continue
-    name, kind, low, high = ranges[tuple(tensor.shape[1:])]
+    name, kind, low, high = ranges[output]
     seen_low = float(tf.reduce_min(tf.cast(tensor, tf.float64)))
     seen_high = float(tf.reduce_max(tf.cast(tensor, tf.float64)))
     if tensor.dtype.is_integer or seen_low < low - 1e-3 or seen_high > high + 1e-3:
@@ -157,6 +158,20 @@ def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int)
           f"data in its pipeline, e.g. data.map(lambda x: tf.cast(x, tf.float32) {scale}) "
           "for images in [0, 255].", stacklevel=stacklevel + 1)
       return
+
+
+def _output_like(shape, outputs):
+  """The shape among `outputs` that `shape` (one example's) matches, or None:
+  the same, or for images the same but for axes of size 1 ([28, 28] images
+  beside a [28, 28, 1] output). A [1] output matches only [1]: not labels."""
+  shape = tuple(shape)
+  if shape in outputs:
+    return shape
+  squeezed = tuple(d for d in shape if d != 1)
+  for output in outputs:
+    if len(squeezed) >= 2 and squeezed == tuple(d for d in output if d != 1):
+      return output
+  return None
 
 
 def check_evaluation_data(data: Data, num_batches: int | None) -> None:

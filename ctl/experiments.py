@@ -443,7 +443,32 @@ def _describe_syntax_error(error):
   if location is None or not hasattr(location, "line_num"):
     return f"gin syntax error: {message}"
   column = f" (column {location.char_num + 1})" if location.char_num is not None else ""
+  opened = _open_bracket_before(location.filename, location.line_num)
+  if opened:
+    line, text = opened
+    message += (f" The bracket opened on line {line} (`{text.strip()}`) is not closed "
+                "before this line.")
   return (f"{_where(location.filename, location.line_num, location.line_content)}"
           f"{column}: gin cannot parse this line: {message} A binding reads "
           "`configurable.parameter = value`, the value a Python literal, an "
           "@reference or a %macro.")
+
+
+def _open_bracket_before(filename, line_num):
+  """(line, text) of the bracket still open where line `line_num` of `filename`
+  starts, if it opened on an earlier line; else None."""
+  if not filename or not os.path.isfile(filename):
+    return None
+  opened = []
+  text = open(filename, encoding="utf-8").read()
+  try:
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+      if token.start[0] >= line_num:
+        break
+      if token.type == tokenize.OP and token.string in "([{":
+        opened.append((token.start[0], token.line))
+      elif token.type == tokenize.OP and token.string in ")]}" and opened:
+        opened.pop()
+  except tokenize.TokenError:
+    pass
+  return opened[0] if opened else None

@@ -421,8 +421,9 @@ class Stopper:
     elif doing is not None:  # collective: the other workers are in it too
       when = f"{stop} after the {doing} in progress"
     else:
+      call = self._call  # fit cuts calls to land on saves and actions
       when = (f"when the compiled call in flight ends (at most "
-              f"{self._runner.steps_per_loop} steps): "
+              f"{call[0] if call else self._runner.steps_per_loop} steps): "
               f"{'saving a checkpoint, then ' if saving else ''}running the actions "
               "due at that step (a second signal skips them), then stopping")
     _write(f"ctl: {name}: {when}{again}.")

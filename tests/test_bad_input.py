@@ -771,6 +771,14 @@ def gin_unclosed_bracket(s):
   _cli("train", str(config), "--workdir", str(s.path / "run"))
 
 
+def gin_bracket_left_open_before_a_binding(s):
+  config = s.path / "mine.gin"
+  config.write_text(f"include {CONFIG!r}\nkeras.optimizers.Adam.beta_1 = (0.5\n"
+                    "gan.Schedule.num_steps = 3\n")
+  s.values["config"] = str(config)
+  _cli("train", str(config), "--workdir", str(s.path / "run"))
+
+
 def gin_macro_typo(s):
   config = s.path / "mine.gin"
   config.write_text(f"include {CONFIG!r}\nLEARNING_RATE = 1e-4\n"
@@ -1457,6 +1465,13 @@ CASES = [
          gin_unclosed_bracket, CommandFailed,
          ("exit code 2", "<config>, line 2: `gan.Schedule.num_steps = (3` (column 26)",
           "the bracket opened here never closes")),
+    Case("gin-bracket-left-open-before-a-binding",
+         "ctl train exits 2: mine.gin, line 3: `gan.Schedule.num_steps = 3`: Expected ',' or "
+         "')'. The bracket opened on line 2 (`... = (0.5`) is not closed before this line",
+         gin_bracket_left_open_before_a_binding, CommandFailed,
+         ("exit code 2", "<config>, line 3: `gan.Schedule.num_steps = 3`",
+          "The bracket opened on line 2 (`keras.optimizers.Adam.beta_1 = (0.5`) is not "
+          "closed before this line")),
     Case("gin-macro-typo",
          "ctl train exits 2: mine.gin, line 3: `... = %LERNING_RATE`: No bindings specified "
          "for 'LERNING_RATE/gin.macro' (did you mean '%LEARNING_RATE'?)",

@@ -6,6 +6,7 @@ configuration errors are checked in-process, where they cost no TensorFlow work.
 
 import json
 import os
+import shutil
 
 import gin
 import pytest
@@ -117,6 +118,18 @@ def test_export_where_it_cannot_write_names_the_fix(trained, tmp_path):
   assert proc.returncode == 1, proc.stderr
   assert f"could not export model 'generator' to {in_the_way}" in proc.stderr
   assert "`ctl export --out DIR`" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
+def test_eval_of_a_folder_with_no_readable_checkpoint_is_an_error_line(trained, tmp_path):
+  work = tmp_path / "copy"
+  shutil.copytree(trained[0], work)
+  for data in (work / "checkpoints").glob("ckpt-*.data-*"):
+    data.write_bytes(b"")  # every checkpoint's data gone
+  proc = ctl("eval", CONFIG, "--workdir", str(work), *TINY, check=False)
+  assert proc.returncode == 1, proc.stderr
+  assert f"ctl eval: error: no checkpoint in {work / 'checkpoints'} can be read" in proc.stderr
+  assert "Nothing was deleted" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow

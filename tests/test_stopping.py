@@ -15,6 +15,7 @@ import time
 import warnings
 import weakref
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -408,6 +409,25 @@ def test_images_outside_the_generators_range_get_a_warning_naming_the_scale():
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     experiment(lambda b: digits(b, 0.5, tf.float32)).build()  # in range: no word
+  # As gan.data.load_mnist gives them, no channel axis, to a hand-written Runner.
+  def gan_build():
+    return ({"generator": gan.dcgan_generator(width=4, noise_dim=8),
+             "discriminator": gan.dcgan_discriminator(4)},
+            {"generator": keras.optimizers.Adam(), "discriminator": keras.optimizers.Adam()})
+  with pytest.warns(UserWarning, match=r"holds values in \[255, 255\], but 'generator'"):
+    ctl.Runner(lambda ctx, batch: {}, gan_build, digits(8).map(lambda x: x[..., 0]))
+
+  def build():  # a sigmoid discriminator's [1] output is not labels' shape
+    generator = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    discriminator = keras.Sequential([keras.Input((3,)),
+                                      keras.layers.Dense(1, activation="sigmoid")])
+    return ({"generator": generator, "discriminator": discriminator},
+            {"generator": keras.optimizers.Adam(), "discriminator": keras.optimizers.Adam()})
+  labelled = tf.data.Dataset.from_tensor_slices(
+      (tf.zeros((16, 3)), tf.range(16))).repeat().batch(8)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    ctl.Runner(lambda ctx, batch: {}, build, labelled)
 
 
 # Waiting for a cluster's peers.

@@ -153,6 +153,7 @@ def _run(args, method, report, **kwargs):
     name, make = load_experiment(args)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
+  from ctl import checkpoints  # pylint: disable=import-outside-toplevel
   from ctl import stopping  # pylint: disable=import-outside-toplevel
   from ctl import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   workdir = args.workdir or default_workdir(args.config)
@@ -162,9 +163,10 @@ def _run(args, method, report, **kwargs):
                                          **kwargs)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
-  except (OSError, workdir_lib.WorkdirInUse) as e:
+  except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError) as e:
     # e.g. eval or export before any checkpoint, an export to a directory
-    # that cannot be written; another run in the workdir
+    # that cannot be written; another run in the workdir; no checkpoint there
+    # that reads, or one of another experiment
     return fail(args.command, e, FAILURE)
   except stopping.Interrupted as e:
     print(f"ctl {args.command}: {e}", file=sys.stderr)
