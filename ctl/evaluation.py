@@ -9,7 +9,10 @@ What `Runner.evaluate` does. Each (step, data) pair is compiled once and kept
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -27,6 +30,9 @@ _EVALUATIONS_KEPT = 4
 # `filter`, a generator) when `num_batches` is not given: such data may never
 # end (`.repeat().filter(...)`), and an evaluation would then run forever.
 UNKNOWN_LENGTH_BATCHES = 1000
+# After this long without a batch, an evaluation says it is still waiting
+# (data that never yields one, a filter that matches nothing, blocks silently).
+QUIET_SECONDS = 60.0
 _log = logging.getLogger("ctl")
 
 
@@ -70,16 +76,18 @@ class Evaluator:
       bound = UNKNOWN_LENGTH_BATCHES
     iterator = feed.make_iterator()
     totals, examples, batches = {}, 0.0, 0
-    while bound is None or batches < bound:
-      try:
-        results, rows = one_batch(iterator)
-      except tf.errors.OutOfRangeError:
-        break
-      batches += 1
-      rows = float(rows)
-      for k, v in results.items():
-        totals[k] = totals.get(k, 0.0) + float(v) * rows
-      examples += rows
+    with _said_if_quiet() as beat:
+      while bound is None or batches < bound:
+        try:
+          results, rows = one_batch(iterator)
+        except tf.errors.OutOfRangeError:
+          break
+        batches += 1
+        beat(batches)
+        rows = float(rows)
+        for k, v in results.items():
+          totals[k] = totals.get(k, 0.0) + float(v) * rows
+        examples += rows
     if not examples:
       raise ValueError("evaluate: data gave no batch; pass a dataset with at least "
                        "one (and without .repeat(), which never ends).")
@@ -122,3 +130,32 @@ def _length_unknown(data):
   if not isinstance(data, tf.data.Dataset):
     return True
   return int(data.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
+
+
+@contextlib.contextmanager
+def _said_if_quiet():
+  """Inside, a thread warns once if no batch came for `QUIET_SECONDS`; the
+  body calls the yielded `beat(batches)` after each batch."""
+  last = [time.monotonic(), 0]
+  done = threading.Event()
+
+  def watch():
+    while not done.wait(min(1.0, QUIET_SECONDS)):
+      if time.monotonic() - last[0] > QUIET_SECONDS:
+        _log.warning(
+            "evaluate: no batch from the evaluation data for %g s after %d batches (a "
+            "filter that matches nothing? a generator that blocks?); still waiting. "
+            "Ctrl-C or SIGTERM saves and stops a fit; check the data with "
+            "next(iter(data)).", QUIET_SECONDS, last[1])
+        return
+
+  thread = threading.Thread(target=watch, daemon=True, name="ctl-evaluate-watch")
+  thread.start()
+
+  def beat(batches):
+    last[:] = [time.monotonic(), batches]
+
+  try:
+    yield beat
+  finally:
+    done.set()

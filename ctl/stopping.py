@@ -29,7 +29,8 @@ a one-process run (with several workers it is collective, so it ends first).
 Python runs signal handlers in the main thread only, between its own
 operations; if after a SIGTERM that call does not return within
 `STUCK_SECONDS` (a pipeline that never yields a batch), a thread saves and
-ends the process. Workers agree on a signal that reached any of them, and
+ends the process (after a Ctrl-C too, with its exit code; a notebook's
+kernel is kept). Workers agree on a signal that reached any of them, and
 all save together.
 """
 
@@ -278,10 +279,9 @@ class Stopper:
     if count == 1:
       self._say(signum)
       doing, abandonable = self._see(signum)
-      if (signum == signal.SIGTERM and doing is not None and abandonable
-          and self.checkpointer is not None):
-        threading.Thread(target=self._stop_if_stuck, args=(doing,), daemon=True,
-                         name="ctl-sigterm").start()
+      if doing is not None and abandonable and self.checkpointer is not None:
+        threading.Thread(target=self._stop_if_stuck, args=(doing, signum), daemon=True,
+                         name="ctl-stuck").start()
 
   def _hang_up(self):
     """SIGHUP: the terminal is gone, and a write to it would fail (EIO), so
@@ -318,14 +318,25 @@ class Stopper:
     except Exception as e:  # pylint: disable=broad-except
       return f"the save failed ({e}); the steps since {self.checkpointer.latest} are lost"
 
-  def _stop_if_stuck(self, doing):
+  def _stop_if_stuck(self, doing, signum):
+    """After SIGTERM or Ctrl-C in an action: if it has not returned within
+    `STUCK_SECONDS` (a batch that never comes), saves from this thread and
+    ends the process; a notebook's kernel is kept, its cell stopping when the
+    action's call returns."""
     if self._left.wait(STUCK_SECONDS):
       return  # the action ended: the main thread saves and stops
     said = self._save_from_thread()
-    _write(f"ctl: SIGTERM: the {doing} did not return within {STUCK_SECONDS:g} s "
-           f"(stuck in TensorFlow?); saved from another thread: {said}; exiting with "
-           f"code {PREEMPTED_EXIT_CODE}.")
-    self._exit(PREEMPTED_EXIT_CODE)
+    name, code = (("SIGTERM", PREEMPTED_EXIT_CODE) if signum == signal.SIGTERM else
+                  ("Ctrl-C", INTERRUPTED_EXIT_CODE))
+    stuck = (f"ctl: {name}: the {doing} did not return within {STUCK_SECONDS:g} s (stuck "
+             f"in TensorFlow? evaluation data that never yields a batch?); saved from "
+             f"another thread: {said}")
+    if notebook.in_notebook():
+      _write(f"{stuck}. A notebook's kernel is kept: the cell stops when the {doing}'s "
+             "call returns; restart the kernel to stop it now (nothing is lost).")
+      return
+    _write(f"{stuck}; exiting with code {code}.")
+    self._exit(code)
 
   def _quit(self):
     """A second Ctrl-C (from the signal's thread): quits within a bound.

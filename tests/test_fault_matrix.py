@@ -29,6 +29,7 @@ import termios
 import time
 import typing
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from test_faults import wait_for
@@ -88,11 +89,11 @@ MATRIX = [
     Cell("SIGTERM", "evaluation", "test_a_signal_during_evaluation_abandons_it",
          "the evaluation is abandoned after the batch in flight, a checkpoint saved", "42",
          "none"),
-    Cell("SIGTERM, the action stuck", "evaluation",
-         "test_sigterm_during_a_stuck_evaluation_saves_from_another_thread",
+    Cell("SIGTERM or Ctrl-C, the action stuck", "evaluation",
+         "test_a_signal_during_a_stuck_evaluation_saves_from_another_thread",
          "the evaluation's batch never comes (a pipeline that yields nothing): after "
-         "ctl.stopping.STUCK_SECONDS (5 s) a thread saves a checkpoint and ends the process",
-         "42", "none"),
+         "ctl.stopping.STUCK_SECONDS (5 s) a thread saves a checkpoint and ends the process "
+         "(in a notebook it saves and keeps the kernel)", "42 / 130", "none"),
     Cell("SIGTERM", "checkpoint save", "test_a_signal_during_a_save_lets_it_finish",
          "the save finishes, then the run exits", "42", "none"),
     Cell("SIGTERM", "export", "test_a_signal_during_an_export_abandons_it",
@@ -179,6 +180,12 @@ MATRIX = [
          "with a warning naming num_batches and .take(); its metrics are over those "
          "batches and the run goes on (an endless dataset of known, infinite length is "
          "refused before training: tests/test_bad_input.py)", "0", "none"),
+    Cell("evaluation data that yields no batch for long", "evaluation",
+         "test_evaluation_data_that_yields_nothing_for_long_is_said",
+         "after ctl.evaluation.QUIET_SECONDS (60 s) without a batch, a warning (a filter "
+         "that matches nothing? a generator that blocks?); the evaluation goes on waiting, "
+         "and a SIGTERM or Ctrl-C then saves and stops within 5 s (the stuck-action row)",
+         "0", "none"),
     Cell("failing write", "checkpoint save",
          "test_faults.py::test_failed_checkpoint_write_reports_and_keeps_the_previous",
          "an OSError naming the checkpoint and the fix; the previous checkpoint is whole",
@@ -381,18 +388,21 @@ def test_a_signal_during_evaluation_abandons_it(tmp_path, name):
   assert not os.path.exists(work / "events" / "eval")  # no metrics of a partial evaluation
 
 
-def test_sigterm_during_a_stuck_evaluation_saves_from_another_thread(tmp_path):
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_during_a_stuck_evaluation_saves_from_another_thread(tmp_path, name):
+  signum, code = SIGNALS[name]
   work = tmp_path / "work"
   proc = start(work, "--pause-in", "eval", "--pause-at", "6")
   wait_for(proc, "PAUSED eval 6")  # never released: as a batch that never comes
   sent = time.monotonic()
-  proc.send_signal(signal.SIGTERM)
+  proc.send_signal(signum)
   exit_code, log = finish(proc)
-  report("SIGTERM during a stuck evaluation "
+  report(f"{name} during a stuck evaluation "
          f"(ctl.stopping.STUCK_SECONDS = {ctl.stopping.STUCK_SECONDS:g})",
          time.monotonic() - sent)
-  assert exit_code == ctl.PREEMPTED_EXIT_CODE, log
-  assert "ctl: SIGTERM: the Evaluate did not return within 5 s" in log
+  assert exit_code == code, log
+  said = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+  assert f"ctl: {said}: the Evaluate did not return within 5 s" in log
   assert "ckpt-6 holds every step trained" in log
   assert newest(work) == 6
   assert not os.path.exists(work / "events" / "eval")  # no metrics of a partial evaluation
@@ -765,6 +775,29 @@ def test_evaluation_data_of_unknown_length_that_never_ends_is_cut_with_a_warning
   assert len(said) == 2, said  # at steps 2 and 4
   assert "had not ended after 7 batches" in said[0] and "num_batches=N" in said[0]
   assert "data.take(N)" in said[0]
+
+
+def test_evaluation_data_that_yields_nothing_for_long_is_said(caplog, monkeypatch):
+  import time as clock  # pylint: disable=import-outside-toplevel
+
+  from ctl import evaluation  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(evaluation, "QUIET_SECONDS", 0.3)
+
+  def slow():  # as a filter that matches little: a long wait, then batches
+    clock.sleep(1.5)
+    yield from np.zeros((2, 8, 4), "float32")
+
+  data = tf.data.Dataset.from_generator(slow, output_signature=tf.TensorSpec((8, 4)))
+
+  def eval_step(ctx, batch):
+    return {"mean": ctx.average(tf.reduce_mean(batch, axis=1))}
+
+  with caplog.at_level("WARNING", logger="ctl"):
+    assert _folder_runner().evaluate(eval_step, data) == {"mean": 0.0}
+  said = [r.getMessage() for r in caplog.records if "no batch from" in r.getMessage()]
+  assert len(said) == 1, said  # once per evaluation
+  assert said[0].startswith("evaluate: no batch from the evaluation data for 0.3 s after 0 "
+                            "batches (a filter that matches nothing?")
 
 
 def test_the_matrix_lists_every_test_here_and_every_cell():
