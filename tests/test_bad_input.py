@@ -764,27 +764,25 @@ def gin_configurable_typo(s):
   _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedul.num_steps = 3")
 
 
-def gin_unclosed_bracket(s):
+def _train_own_config(s, lines):
+  """`ctl train` of mine.gin: the DCGAN config included, then `lines`."""
   config = s.path / "mine.gin"
-  config.write_text(f"include {CONFIG!r}\ngan.Schedule.num_steps = (3\n")
+  config.write_text(f"include {CONFIG!r}\n" + "".join(f"{line}\n" for line in lines))
   s.values["config"] = str(config)
   _cli("train", str(config), "--workdir", str(s.path / "run"))
+
+
+def gin_unclosed_bracket(s):
+  _train_own_config(s, ["gan.Schedule.num_steps = (3"])
 
 
 def gin_bracket_left_open_before_a_binding(s):
-  config = s.path / "mine.gin"
-  config.write_text(f"include {CONFIG!r}\nkeras.optimizers.Adam.beta_1 = (0.5\n"
-                    "gan.Schedule.num_steps = 3\n")
-  s.values["config"] = str(config)
-  _cli("train", str(config), "--workdir", str(s.path / "run"))
+  _train_own_config(s, ["keras.optimizers.Adam.beta_1 = (0.5", "gan.Schedule.num_steps = 3"])
 
 
 def gin_macro_typo(s):
-  config = s.path / "mine.gin"
-  config.write_text(f"include {CONFIG!r}\nLEARNING_RATE = 1e-4\n"
-                    "keras.optimizers.Adam.learning_rate = %LERNING_RATE\n")
-  s.values["config"] = str(config)
-  _cli("train", str(config), "--workdir", str(s.path / "run"))
+  _train_own_config(s, ["LEARNING_RATE = 1e-4",
+                        "keras.optimizers.Adam.learning_rate = %LERNING_RATE"])
 
 
 def gin_include_that_two_folders_match(s):
