@@ -359,3 +359,11 @@ def learning_rate_schedule(optimizer):
   if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
     return schedule
   return None
+
+
+def default_strategy_class():
+  """The class of TF's default strategy (what `tf.distribute.get_strategy()`
+  returns outside any scope), which TF does not export."""
+  _note_version("tensorflow")
+  from tensorflow.python.distribute import distribute_lib  # pylint: disable=import-outside-toplevel
+  return distribute_lib._DefaultDistributionStrategy  # pylint: disable=protected-access

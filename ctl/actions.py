@@ -15,15 +15,20 @@ Every action, built in or the user's, meets one contract (`Action`): an
 `every` (an `Every`, or None for the end of training only), a `collective`
 flag (True: it runs on every worker, because it runs collective ops; False:
 on the chief only), a `check(runner, workdir)` that refuses bad set-ups
-before the first step, and a call with the run's `FitContext` (below).
-Each action also runs once at the end of `fit`; the final step's scheduled
-work is that run. Checkpointing is not an action: `fit` takes it as its own
+before the first step, `begin(context)` once as each `fit` starts, a call
+with the run's `FitContext` (below) on its schedule, and `end(context)` once
+as the `fit` ends, however it ends. Each action is also called once at the
+end of `fit`; the final step's scheduled work is that call. Actions run in
+the order given, so one reads the metrics an earlier one reported at the
+same step (`context.metrics`); `context.checkpointer` keeps a checkpoint
+(`BestCheckpoints`). Checkpointing is not an action: `fit` takes it as its own
 argument, because it also restores, saves first whenever anything is saved,
 and is what a signal or a failure falls back on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -37,10 +42,10 @@ import tensorflow as tf
 import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import arguments
 from ctl import notebook
+from ctl import stopping
+from ctl.checkpoints import write_text_atomically
 from ctl.data import check_evaluation_data
 from ctl.schedule import Every
-from ctl.strategies import is_parameter_server
-from ctl.strategies import worker
 
 if TYPE_CHECKING:
   import numpy.typing as npt
@@ -53,7 +58,7 @@ _log = logging.getLogger("ctl")
 
 class FitContext:
   """One `fit` call as its actions see it: the runner, the step reached, the
-  latest results, and where to write.
+  latest results, the metrics reported at this step, and where to write.
 
   Attributes:
     runner: the `ctl.Runner`.
@@ -62,7 +67,10 @@ class FitContext:
     start_step, start_time: the step this `fit` started from and when
       (`time.perf_counter()`).
     results: the last compiled call's results, each key an array of per-step values.
-    metrics: the latest evaluation's metrics (dict), if any.
+    metrics: the metrics actions reported at this step (`report`), by name;
+      emptied when the loop moves on to a later step.
+    checkpointer: the run's `ctl.checkpoints.Checkpointer` (None when `fit`
+      does not checkpoint); `keep` copies the current step's checkpoint aside.
     is_chief: whether this worker writes summaries, samples and kept files.
     lock: the work directory's `ctl.workdir.Lock` (None off the chief or
       without a workdir).
@@ -75,10 +83,29 @@ class FitContext:
     self.start_time = time.perf_counter()
     self.results: dict[str, np.ndarray] = {}
     self.metrics: dict[str, float] = {}
-    self.is_chief: bool = worker(runner.strategy).is_chief
+    self._metrics_step = step
+    self.checkpointer: ctl.checkpoints.Checkpointer | None = None
+    self.is_chief: bool = runner.placement.is_chief
     self.lock: ctl.workdir.Lock | None = None
     self._writers = {}
-    self._on_close = []  # what `close` also ends (a profiler trace in progress)
+
+  def report(self, metrics: dict[str, float]) -> None:
+    """Records `metrics` (name -> number) as measured at this step: later
+    actions at this step read them in `context.metrics`."""
+    if self._metrics_step != self.step:
+      self.metrics, self._metrics_step = {}, self.step
+    self.metrics.update({k: float(v) for k, v in metrics.items()})
+
+  def metric(self, name: str) -> float | None:
+    """The value of metric `name` reported at this step, or None."""
+    if self._metrics_step != self.step:
+      return None
+    return self.metrics.get(name)
+
+  def agree(self, flag: bool) -> bool:
+    """True on every worker if `flag` is True on any (one process: `flag`):
+    what collective work decides from one worker's view (the chief's metric)."""
+    return stopping.agree(self.runner.placement, [flag])[0]
 
   def writer(self, name: str) -> tf.summary.SummaryWriter:
     """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
@@ -95,20 +122,12 @@ class FitContext:
     for writer in list(self._writers.values()):
       writer.flush()
 
-  def on_close(self, fn: Callable[[], None]) -> None:
-    """Has `close` call `fn()` once: what an action started and the end of
-    `fit` must end (a profiler trace), however `fit` ends."""
-    self._on_close.append(fn)
-
   def close(self) -> None:
-    """Closes the summary writers (`writer()` makes new ones) and calls what
-    `on_close` was given: `fit` calls this however it ends, and when the
-    workdir disappears."""
+    """Closes the summary writers (`writer()` makes new ones): `fit` calls
+    this however it ends, and when the workdir disappears."""
     for writer in self._writers.values():
       writer.close()
     self._writers = {}
-    while self._on_close:
-      self._on_close.pop()()
 
 
 class Action(Protocol):
@@ -134,8 +153,18 @@ class Action(Protocol):
     """Raises, before the first step, if the action cannot run in this fit."""
     del runner, workdir
 
+  def begin(self, context: FitContext) -> None:
+    """Called once as a `fit` starts, after it restored its checkpoint and
+    before its first step (where the action runs): reset what a fit measures."""
+    del context
+
   def __call__(self, context: FitContext) -> None:
     """Does the work at `context.step`."""
+
+  def end(self, context: FitContext) -> None:
+    """Called once as the `fit` ends, however it ends (finished, stopped by a
+    signal, failed), after its last call: end what the action started."""
+    del context
 
 
 def _needs_workdir(action, workdir):
@@ -155,17 +184,18 @@ class Summaries(Action):
 
   def __init__(self, every: Every | None = None):
     self.every = every or Every(steps=100)
-    self._since = None  # (context, step, time) of the previous write
+    self._since = None  # (step, time) of the previous write, or of the fit's start
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
 
+  def begin(self, context: FitContext) -> None:
+    self._since = (context.start_step, context.start_time)
+
   def __call__(self, context: FitContext) -> None:
     now = time.perf_counter()
-    if self._since is None or self._since[0] is not context:  # a new fit: its start
-      self._since = (context, context.start_step, context.start_time)
-    _, since_step, since_time = self._since
-    self._since = (context, context.step, now)
+    since_step, since_time = self._since or (context.start_step, context.start_time)
+    self._since = (context.step, now)
     runner = context.runner
     with context.writer("train").as_default(step=context.step):
       for key, values in context.results.items():
@@ -207,7 +237,7 @@ class Samples(Action):
     self.name = name
     self.value_range = value_range
     self.show = show
-    self._shown = (None, None)  # (fit context, the notebook display of its grids)
+    self._shown = None  # the notebook display of this fit's grids
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
@@ -215,6 +245,9 @@ class Samples(Action):
       raise ValueError("Samples(show=True) shows the grids under a Jupyter cell, and this "
                        "process is no Jupyter kernel; pass show=None (the default: in a "
                        "notebook only) or False. The grids are in <workdir>/samples.")
+
+  def begin(self, context: FitContext) -> None:
+    self._shown = None  # each fit (each cell) shows its own
 
   def __call__(self, context: FitContext) -> None:
     images = np.asarray(self.fn(context.runner.models))
@@ -225,10 +258,7 @@ class Samples(Action):
     tf.io.write_file(path, png)
     if self.show or (self.show is None and notebook.in_notebook()):
       width = max(grid.shape[1], 256)  # small grids (28x28 digits) drawn larger
-      shown_in, handle = self._shown  # each fit (each cell) shows its own
-      handle = notebook.show_png(png.numpy(), handle if shown_in is context else None,
-                                 width=width)
-      self._shown = (context, handle)
+      self._shown = notebook.show_png(png.numpy(), self._shown, width=width)
     with context.writer("train").as_default(step=context.step):
       tf.summary.image(self.name, grid[None])
     _log.debug("wrote %s", path)
@@ -237,7 +267,8 @@ class Samples(Action):
 class Evaluate(Action):
   """Runs `runner.evaluate(step, data)`; writes the metrics to `<workdir>/events/eval`.
 
-  The latest metrics are kept in `context.metrics`. `data` must be finite (e.g.
+  The metrics are reported to `context.metrics` for the actions after it at
+  this step (e.g. `BestCheckpoints`). `data` must be finite (e.g.
   `dataset.take(100)`), or `num_batches` given: an endless dataset is refused
   here, before training.
   """
@@ -253,7 +284,7 @@ class Evaluate(Action):
     self.num_batches = num_batches
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    if is_parameter_server(runner.strategy):
+    if runner.placement.kind.asynchronous:
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
                        "coordinator only schedules training steps); drop it and "
                        "evaluate the checkpoints with `ctl eval` in another process.")
@@ -262,7 +293,7 @@ class Evaluate(Action):
     metrics = context.runner.evaluate(self.step, self.data,
                                       global_batch_size=self.global_batch_size,
                                       num_batches=self.num_batches)
-    context.metrics = metrics
+    context.report(metrics)
     with context.writer("eval").as_default(step=context.step):
       for key, value in metrics.items():
         tf.summary.scalar(key, value)
@@ -291,6 +322,112 @@ class Export(Action):
 
   def __call__(self, context: FitContext) -> None:
     context.runner.export(self.model, os.path.join(context.workdir, "export"))
+
+
+class BestCheckpoints(Action):
+  """Keeps the `keep` checkpoints with the best value of a metric, in
+  `<workdir>/checkpoints/<directory>/`, where the rotation of `ctl.Checkpoint`'s
+  `keep` never deletes them.
+
+      runner.fit(20_000, "runs/x", actions=[
+          ctl.Evaluate(eval_step, eval_data, ctl.Every(steps=2000)),
+          ctl.BestCheckpoints("fid", ctl.Every(steps=2000), keep=3)])
+
+  Runs after the action that reports `metric` (`context.report`; list it
+  later, with the same schedule): at a step where the value is among the best
+  `keep` so far, the checkpoint of that step (saved then if no save was due)
+  is copied there, and a copy that is no longer among the best is deleted.
+  `best.json` beside them lists the kept ones, best first (step, value, path);
+  a resumed fit reads it and goes on from it. A step where `metric` was not
+  reported is passed over; a fit that never saw it says so at its end.
+
+  Args:
+    metric: the name of the metric, as the reporting action reports it.
+    every: an `Every` (the reporting action's), or None for the end only.
+    keep: how many checkpoints to keep.
+    mode: "min" (lower is better, e.g. FID) or "max" (e.g. accuracy).
+    directory: the folder under `<workdir>/checkpoints`.
+  """
+  collective = True  # may save, and a save runs on every worker
+
+  def __init__(self, metric: str, every: Every | None = None, *, keep: int = 3,
+               mode: str = "min", directory: str = "best"):
+    if not isinstance(metric, str) or not metric:
+      raise TypeError(f"ctl.BestCheckpoints: metric must be a metric's name, got {metric!r}.")
+    keep = arguments.integer("ctl.BestCheckpoints: keep", keep, minimum=1,
+                             meaning="how many checkpoints to keep")
+    if mode not in ("min", "max"):
+      raise ValueError(f"ctl.BestCheckpoints(mode={mode!r}): use 'min' (lower is "
+                       "better, e.g. FID) or 'max' (higher is better, e.g. accuracy).")
+    if not isinstance(directory, str) or not directory or os.sep in directory or (
+        directory in (".", "..", "damaged")):
+      raise ValueError(f"ctl.BestCheckpoints(directory={directory!r}): give a folder "
+                       "name for under <workdir>/checkpoints, e.g. 'best'.")
+    self.metric, self.every, self.keep, self.mode = metric, every, keep, mode
+    self.directory = directory
+    self.kept: list[dict] = []  # {"step", "value", "path"}, best first
+    self._seen = False
+
+  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
+    _needs_workdir(self, workdir)
+
+  def begin(self, context: FitContext) -> None:
+    if context.checkpointer is None:
+      raise ValueError(f"ctl.BestCheckpoints({self.metric!r}) keeps checkpoints, and this "
+                       "fit saves none (checkpoint=False); drop checkpoint=False.")
+    self._seen = False
+    self.kept = []
+    self._record = os.path.join(context.checkpointer.directory, self.directory, "best.json")
+    if context.is_chief:
+      try:
+        with open(self._record) as f:
+          self.kept = json.load(f)["kept"]
+      except FileNotFoundError:
+        pass
+      except (OSError, ValueError, KeyError) as e:
+        _log.warning("ctl.BestCheckpoints: %s could not be read (%s); starting a new "
+                     "record (the checkpoints in it stay).", self._record, e)
+      # Later steps than the one resumed from were undone: their copies are not kept.
+      self._drop([k for k in self.kept if k["step"] > context.step])
+
+  def __call__(self, context: FitContext) -> None:
+    value = context.metric(self.metric)
+    self._seen |= value is not None
+    better = value is not None and np.isfinite(value) and self._ranks(context.step, value)
+    if not context.agree(bool(better)):  # the chief's metric decides for every worker
+      return
+    path = context.checkpointer.keep(self.directory)
+    if not context.is_chief:
+      return
+    self.kept = [k for k in self.kept if k["step"] != context.step]
+    self.kept.append({"step": context.step, "value": float(value), "path": path})
+    self.kept.sort(key=lambda k: k["value"] if self.mode == "min" else -k["value"])
+    self._drop(self.kept[self.keep:])  # (writes the record)
+    _log.info("ctl.BestCheckpoints: kept %s (%s %.6g)", path, self.metric, value)
+
+  def end(self, context: FitContext) -> None:
+    if not self._seen and context.step > context.start_step and context.is_chief:
+      _log.warning("ctl.BestCheckpoints(%r): no action reported that metric in this fit, "
+                   "so no checkpoint was kept for it; the metrics reported were %s. List "
+                   "it after the action that reports it, on the same schedule.",
+                   self.metric, sorted(context.metrics) or "none")
+
+  def _ranks(self, step, value):
+    others = [k["value"] for k in self.kept if k["step"] != step]
+    if len(others) < self.keep:
+      return True
+    worst = max(others) if self.mode == "min" else min(others)
+    return value < worst if self.mode == "min" else value > worst
+
+  def _drop(self, dropped):
+    for record in dropped:
+      for path in tf.io.gfile.glob(record["path"] + ".*"):
+        tf.io.gfile.remove(path)
+    steps = {k["step"] for k in dropped}
+    self.kept = [k for k in self.kept if k["step"] not in steps]
+    os.makedirs(os.path.dirname(self._record), exist_ok=True)
+    write_text_atomically(self._record, json.dumps(
+        {"metric": self.metric, "mode": self.mode, "kept": self.kept}, indent=1) + "\n")
 
 
 class Profile(Action):
@@ -327,7 +464,7 @@ class Profile(Action):
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
     _needs_workdir(self, workdir)
-    if is_parameter_server(runner.strategy):
+    if runner.placement.kind.asynchronous:
       raise ValueError("ctl.Profile cannot run under parameter_server: the steps run "
                        "on the workers, and it traces this process, the coordinator. "
                        "Drop it and capture a worker's trace from TensorBoard's Profile "
@@ -372,7 +509,10 @@ class Profile(Action):
                 os.path.join(logdir, "plugins", "profile"))
 
     self._stop_trace = stop
-    context.on_close(lambda: self._stop_trace and self._stop_trace())
+
+  def end(self, context: FitContext) -> None:
+    if self._stop_trace is not None:  # the fit ended (or was stopped) mid-trace
+      self._stop_trace()
 
 
 class _Window(Every):

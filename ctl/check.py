@@ -84,9 +84,9 @@ def check_runner(runner: ctl.Runner, num_batches: int = 3) -> list[Finding]:
   Returns:
     A list of `Finding`s, one per check (see the module docstring).
   """
-  if runner.strategy.num_replicas_in_sync != 1:
+  if runner.placement.replicas != 1:
     raise ValueError(f"check_runner needs a runner on one device, got "
-                     f"{runner.strategy.num_replicas_in_sync} replicas: XLA cannot hold "
+                     f"{runner.placement.replicas} replicas: XLA cannot hold "
                      "the cross-replica sum of a multi-device strategy on CPU; build "
                      "the runner with strategy='default'.")
   if not runner.data_is_global_batches:

@@ -104,8 +104,7 @@ class Checkpointer:
     self.directory = directory
     self.restore_data = restore_data
     self._saved_step = None
-    extended = runner.strategy.extended
-    self.is_chief = extended.should_checkpoint
+    self.is_chief = runner.placement.is_chief
     state = runner.state.variables()
     iterator = runner.data_iterator
     if iterator is not None:
@@ -131,7 +130,7 @@ class Checkpointer:
     self._keep = keep
     if not self.is_chief:
       self._scratch = os.path.join(directory,
-                                   f"workertemp_{runner.strategy.cluster_resolver.task_id}")
+                                   f"workertemp_{runner.placement.worker.index}")
     self._open_managers()
 
   def _open_managers(self):
@@ -384,6 +383,29 @@ class Checkpointer:
     _save_operative_config(self.directory)
     return path
 
+
+  def keep(self, into: str) -> str | None:
+    """Copies the checkpoint of the current step into `<directory>/<into>/`,
+    saving it first if it is not saved (on every worker: a save is collective);
+    returns the copy's path prefix on the chief (None elsewhere).
+
+    The copy is outside what `keep` rotates: only its keeper deletes it (see
+    `ctl.BestCheckpoints`). It restores like any checkpoint:
+    `tf.train.Checkpoint(...).restore(path)`, or `ctl eval` on a folder holding it.
+    """
+    self.save()
+    if not self.is_chief:
+      return None
+    source = self.latest
+    target = os.path.join(self.directory, into)
+    os.makedirs(target, exist_ok=True)
+    # The index last: a checkpoint whose index is there is taken as whole.
+    for path in sorted(tf.io.gfile.glob(source + ".*"), key=lambda p: p.endswith(".index")):
+      # Through a temporary name: a copy cut short is never taken for a checkpoint.
+      partial = os.path.join(target, ".partial-" + os.path.basename(path))
+      shutil.copyfile(path, partial)
+      os.replace(partial, os.path.join(target, os.path.basename(path)))
+    return os.path.join(target, os.path.basename(source))
 
 class _Listing:
   """What a checkpoint directory holds, from its `checkpoint` file and its files.

@@ -15,11 +15,9 @@ carries what a step needs to give the same numbers under any replica count:
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from collections.abc import Iterable
-from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +28,7 @@ import tensorflow as tf
 
 from ctl import _tf_internal
 from ctl import arguments
+from ctl import reduction
 
 # Philox, named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"
@@ -130,7 +129,8 @@ class StepContext:
                seed: tf.Tensor | None = None, global_batch_size: int | tf.Tensor,
                num_replicas: int, replica_id: int | tf.Tensor,
                compile_update: Callable[[Callable], Callable] | None = None,
-               float_dtype: tf.DType = tf.float32, key: Any = None):
+               float_dtype: tf.DType = tf.float32, key: Any = None,
+               shares: reduction.Shares | None = None):
     # The draws' key: from `seed` (int64 [2]), or read from `key` (a variable
     # holding `draw_key(seed)`, which a runner reseeds without a new trace).
     if (seed is None) == (key is None):
@@ -152,11 +152,9 @@ class StepContext:
     self._rows = None
     self._compile_update = compile_update
     self._float_dtype = float_dtype  # float64 in a float64 run
-    self._global_values = set()  # refs of shares of a global-batch mean
-    self._shares = []  # the same tensors, for the eager check
-    self._tape = None  # eagerly: records what follows from the shares
-    self._sources = None  # eagerly: records what follows from per-replica values
-    self._source_tensors = []  # the tensors it watches (the batch, the noise)
+    # The shares of global-batch means this replica made: how the runner
+    # reduces a result follows from them (`ctl.reduction`).
+    self._shares = shares if shares is not None else reduction.Shares()
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
   def average(self, per_example_loss: tf.Tensor,
@@ -171,7 +169,7 @@ class StepContext:
     value = tf.nn.compute_average_loss(
         per_example_loss, sample_weight=sample_weight,
         global_batch_size=self.global_batch_size)
-    return self._mark_global(value)
+    return self._shares.mark(value)
 
   def _check_slice(self, per_example_loss):
     """Inside a loss function given micro_batches, the values must be the slice's:
@@ -190,7 +188,7 @@ class StepContext:
 
   def average_regularization(self, losses: Iterable[tf.Tensor]) -> tf.Tensor:
     """Weight penalties (e.g. `model.losses`) scaled so that replicas sum to one copy."""
-    return self._mark_global(tf.nn.scale_regularization_loss(tf.add_n(list(losses))))
+    return self._shares.mark(tf.nn.scale_regularization_loss(tf.add_n(list(losses))))
 
   def minimize(self, loss: tf.Tensor | Callable[..., tf.Tensor], optimizer: str, *,
                tape: tf.GradientTape | None = None,
@@ -281,7 +279,7 @@ class StepContext:
       value, grads = loss, _gradients(tape, loss, opt, variables)
       _check_some_gradient(grads, optimizer, updates, tape=tape, variables=variables)
     self._apply(opt, grads, variables)
-    return self._mark_global(value)
+    return self._shares.mark(value)
 
   def normal(self, shape: int | Sequence[int], stddev: float = 1.0,
              dtype: tf.DType | None = None) -> tf.Tensor:
@@ -359,56 +357,6 @@ class StepContext:
     pairs = self._bits(tf.stack([(size + 1) // 2, 2]), counter=counter)
     return tf.reshape(_box_muller(pairs)[:size], shape)
 
-  def reduction(self, value: Any, name: str) -> tf.distribute.ReduceOp:
-    """How the runner reduces result `name` over replicas: SUM or MEAN.
-
-    SUM for a share of a global-batch mean: a value from `average`,
-    `average_regularization` or `minimize`, or a sum of such values, or one
-    times a constant. MEAN for a value that does not depend on a share (a
-    per-replica mean). A compiled step is told apart by following the graph
-    back; an eager one by gradients, to the same verdict: a value made of
-    shares by sums and constant factors equals the sum of share x gradient
-    with respect to each share, and each of those gradients (the factor)
-    depends on nothing that differs between replicas (the batch, the
-    variables, the noise drawn). The eager check has two blind spots:
-    `tf.stop_gradient` hides a share (return the value before it), and a
-    factor computed from the batch or the variables by an op without a
-    gradient (an argmax, a comparison) counts as a constant.
-
-    Raises:
-      ValueError: `value` is computed from shares in another way (e.g. a
-        square root, or a sum with a per-replica value), so that neither
-        reduction gives its global-batch value.
-    """
-    kind, op = self._kind(value)
-    if kind == _MIXED:
-      raise ValueError(
-          f"{name} is computed from global-batch averages (ctx.average, "
-          f"ctx.minimize) through {op}, after which it is no longer a share of "
-          "the global mean, so the runner cannot reduce it over replicas. Return "
-          "the averages themselves (sums and constant multiples are fine), or "
-          "build it from per-example values with ctx.average(...).")
-    return tf.distribute.ReduceOp.SUM if kind == _GLOBAL else tf.distribute.ReduceOp.MEAN
-
-  @contextlib.contextmanager
-  def recording(self, batch: Any = None) -> Iterator[None]:
-    """Around the eager step and its reductions: records what follows from the
-    shares and from the per-replica sources (see `reduction`)."""
-    if not tf.executing_eagerly():
-      yield
-      return
-    # The outer tape watches what differs between replicas (the batch, the
-    # variables read, the noise drawn), the inner one the shares: enough to
-    # tell a share times a constant from a share times a per-replica value.
-    with tf.GradientTape(persistent=True) as sources:
-      self._sources = sources
-      for tensor in tf.nest.flatten(batch):
-        if tf.is_tensor(tensor) and tensor.dtype.is_floating:
-          self._watch_source(tensor)
-      with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        self._tape = tape
-        yield
-
   def _draw(self, sampler, shape):
     # Every replica draws the whole global batch from the same seed and keeps
     # its rows. The cost is global_batch x shape numbers per replica, which is
@@ -419,60 +367,8 @@ class StepContext:
     rows = tf.slice(full, [start] + [0] * len(shape), [self._replica_rows] + shape)
     if self._rows is not None:  # a slice of micro_batches: its rows only
       rows = _micro_batch(rows, *self._rows)
-    if self._sources is not None:
-      self._watch_source(rows)
+    self._shares.watch_source(rows)
     return rows
-
-  def _watch_source(self, tensor):
-    self._sources.watch(tensor)
-    self._source_tensors.append(tensor)
-
-  def _mark_global(self, value):
-    value = tf.convert_to_tensor(value)
-    if value.ref() in self._global_values:  # e.g. minimize's loss, from ctx.average
-      return value  # listed twice, it would count twice in the eager check
-    self._global_values.add(value.ref())
-    self._shares.append(value)
-    if self._tape is not None:
-      self._tape.watch(value)
-    return value
-
-  def _kind(self, value):
-    """(kind, where shares stopped being shares) of `value`."""
-    if not isinstance(value, tf.Tensor) or value.ref() in self._global_values:
-      return (_GLOBAL if isinstance(value, tf.Tensor) else _CONST), None
-    if not _is_eager(value):
-      return _graph_kind(value, self._global_values)
-    if self._tape is None or not value.dtype.is_floating:
-      return _LOCAL, None
-    if _tf_internal.tape_is_recording(self._tape):
-      with self._tape.stop_recording():
-        grads = self._tape.gradient(value, self._shares)
-    else:
-      grads = self._tape.gradient(value, self._shares)
-    if all(g is None for g in grads):
-      return _LOCAL, None
-    factors = [g for g in grads if g is not None]
-    linear = tf.add_n([tf.cast(g, tf.float32) * tf.cast(share, tf.float32)
-                       for g, share in zip(grads, self._shares) if g is not None])
-    if abs(float(linear) - float(value)) > 1e-5 * (1.0 + abs(float(value))):
-      return _MIXED, "an operation other than sums and constant factors"
-    # Linear in the shares; each share's factor must also be a constant, not
-    # a value that differs between replicas.
-    if self._depends_on_sources(factors):
-      return _MIXED, "a product with a per-replica value"
-    return _GLOBAL, None
-
-  def _depends_on_sources(self, tensors):
-    sources = list(self._sources.watched_variables()) + self._source_tensors
-    if not sources:
-      return False
-    with self._sources.stop_recording():
-      try:
-        grads = self._sources.gradient(tensors, sources)
-      except LookupError:  # an op on the path has no gradient: a path all the same
-        return True
-    return any(g is not None for g in grads)
 
   def _optimizer(self, name):
     if name not in self.optimizers:
@@ -490,8 +386,8 @@ class StepContext:
     return self.models[name].trainable_variables
 
   def _check_loss(self, loss, name):
-    kind, _ = self._kind(loss)
-    if kind != _GLOBAL:
+    kind, _ = self._shares.kind(loss)
+    if kind != reduction.GLOBAL:
       raise ValueError(
           f"minimize({name!r}): the loss is not an average over the global "
           "batch; compute it with ctx.average(per_example_losses) (plus "
@@ -585,7 +481,7 @@ class StepContext:
       total = grads if total is None else [
           a if b is None else b if a is None else a + b for a, b in zip(total, grads)]
       after = [g for g in grads if g is not None]
-    return self._mark_global(tf.add_n(values)), total
+    return self._shares.mark(tf.add_n(values)), total
 
 
 def _micro_batch(rows, i, micro_batches):
@@ -649,65 +545,6 @@ def _gradients(tape, loss, optimizer, variables):
     with tape:  # Re-entering the tape records the scaling, so gradients flow.
       loss = optimizer.scale_loss(loss)
   return tape.gradient(loss, variables)
-
-
-_CONST, _LOCAL, _GLOBAL, _MIXED = "const", "local", "global", "mixed"
-# Ops through which a share of a global mean stays one: the first input is the
-# value, any other input must be a constant (a shape, an axis).
-_PASS_THROUGH = {"Identity", "StopGradient", "Cast", "Neg", "Reshape", "Squeeze",
-                 "ExpandDims"}
-# A share times or over a constant is a share of a scaled mean; times a
-# per-replica value it is not (each replica would scale its share differently).
-_SCALE = {"Mul", "RealDiv", "Div", "DivNoNan", "TrueDiv"}
-# Shares summed are a share of the summed means.
-_SUM = {"Add", "AddV2", "Sub", "AddN"}
-
-
-def _is_eager(value):
-  return not hasattr(value, "graph") or tf.executing_eagerly()
-
-
-def _graph_kind(value, shares):
-  """Walks the graph up from `value` (each tensor once) to classify it."""
-  kinds, where = {}, [None]
-  stack = [value]
-  while stack:
-    tensor = stack[-1]
-    if tensor.ref() in kinds:
-      stack.pop()
-      continue
-    if tensor.ref() in shares:
-      kinds[tensor.ref()] = _GLOBAL
-      stack.pop()
-      continue
-    inputs = [t for t in tensor.op.inputs if t.graph is tensor.graph]
-    pending = [t for t in inputs if t.ref() not in kinds]
-    if pending:
-      stack.extend(pending)
-      continue
-    stack.pop()
-    kind = _combine(tensor.op.type, [kinds[t.ref()] for t in inputs])
-    kinds[tensor.ref()] = kind
-    if kind == _MIXED and where[0] is None:
-      where[0] = f"a {tensor.op.type} op"
-  return kinds[value.ref()], where[0]
-
-
-def _combine(op_type, kinds):
-  if not kinds:
-    return _CONST if op_type == "Const" else _LOCAL
-  if _MIXED in kinds:
-    return _MIXED
-  if _GLOBAL not in kinds:
-    return _CONST if all(k == _CONST for k in kinds) else _LOCAL
-  others = [k for k in kinds if k != _GLOBAL]
-  if op_type in _PASS_THROUGH and kinds[0] == _GLOBAL and all(k == _CONST for k in kinds[1:]):
-    return _GLOBAL
-  if op_type in _SUM and not others:
-    return _GLOBAL
-  if op_type in _SCALE and len(kinds) == 2 and others == [_CONST]:
-    return _GLOBAL if op_type == "Mul" or kinds[0] == _GLOBAL else _MIXED
-  return _MIXED
 
 
 @tf.autograph.experimental.do_not_convert  # as written, also in a tf.function of the user's

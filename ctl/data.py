@@ -2,8 +2,8 @@
 
 Two kinds of input are accepted:
 
-    feed = make_feed(dataset, strategy)      # a tf.data.Dataset of global batches
-    feed = make_feed(dataset_fn, strategy, global_batch_size=256)
+    feed = make_feed(dataset, placement)      # a tf.data.Dataset of global batches
+    feed = make_feed(dataset_fn, placement, global_batch_size=256)
     # dataset_fn(input_context) -> per-replica batches, one pipeline per worker
 
 A dataset of global batches is read through a plain iterator and sliced per
@@ -29,6 +29,7 @@ from ctl import arguments
 
 if TYPE_CHECKING:
   from ctl.strategies import ClusterCoordinator
+  from ctl.strategies import Placement
 
 DatasetFn: TypeAlias = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 """`dataset_fn(input_context)`: one input pipeline's dataset of per-replica batches."""
@@ -36,17 +37,17 @@ Data: TypeAlias = tf.data.Dataset | DatasetFn
 """Training or evaluation data: a dataset of global batches, or a `DatasetFn`."""
 
 
-def make_feed(data: Data, strategy: tf.distribute.Strategy, *,
+def make_feed(data: Data, placement: Placement, *,
               global_batch_size: int | None = None, batches_per_step: int = 1,
               static_shapes: bool = False,
               coordinator: ClusterCoordinator | None = None) -> Feed:
-  """Returns the feed for `data` under `strategy`.
+  """Returns the feed for `data` under `placement`'s strategy.
 
   Args:
     data: a `tf.data.Dataset` whose elements are global batches (any nest of
       tensors with the batch as first dimension), or a function taking a
       `tf.distribute.InputContext` and returning a dataset of per-replica batches.
-    strategy: the `tf.distribute.Strategy` that will run the step.
+    placement: the `ctl.strategies.Placement` of the strategy that will run the step.
     global_batch_size: required with a dataset function; with a dataset, if
       given, it must equal the dataset's batch size.
     batches_per_step: how many batches each step takes.
@@ -68,14 +69,14 @@ def make_feed(data: Data, strategy: tf.distribute.Strategy, *,
                      "global batch size; pass global_batch_size=... (the sum of "
                      "the per-replica batches).")
   if coordinator is not None:
-    feed = PerWorkerBatches(data, strategy, coordinator,
+    feed = PerWorkerBatches(data, placement, coordinator,
                             global_batch_size=global_batch_size,
                             batches_per_step=batches_per_step)
   elif is_dataset:
-    feed = GlobalBatches(data, strategy, batches_per_step=batches_per_step,
+    feed = GlobalBatches(data, placement, batches_per_step=batches_per_step,
                          static_shapes=static_shapes)
   else:
-    return DistributedBatches(data, strategy, global_batch_size=global_batch_size,
+    return DistributedBatches(data, placement, global_batch_size=global_batch_size,
                               batches_per_step=batches_per_step)
   if is_dataset and global_batch_size is not None:
     if feed.global_batch_size is None:
@@ -232,21 +233,15 @@ def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
                      f"{num_replicas}, e.g. {multiple}.")
 
 
-def _uses_distributed_datasets(strategy):
-  # A TPU program cannot call a host-side iterator; it gets its input from
-  # TF's distributed datasets, which feed the TPU hosts.
-  return isinstance(strategy, tf.distribute.TPUStrategy)
-
-
 class GlobalBatches:
   """A dataset of global batches, sliced per replica inside the step function."""
 
-  def __init__(self, dataset: tf.data.Dataset, strategy: tf.distribute.Strategy, *,
+  def __init__(self, dataset: tf.data.Dataset, placement: Placement, *,
                batches_per_step: int = 1, static_shapes: bool = False):
-    self.strategy = strategy
+    self.strategy = strategy = placement.strategy
     self.batches_per_step = batches_per_step
     self.global_batch_size: int | None = _batch_size(dataset.element_spec)
-    num_replicas = strategy.num_replicas_in_sync
+    self._replicas = num_replicas = placement.replicas
     if self.global_batch_size is None and (num_replicas > 1 or static_shapes):
       why = (f"splitting it across {num_replicas} replicas" if num_replicas > 1
              else "XLA (jit_compile)")
@@ -268,7 +263,9 @@ class GlobalBatches:
     self.element_spec = dataset.element_spec
     self._dataset = prefetched(dataset)
     # A plain iterator can be checkpointed; TF's distributed one cannot.
-    self.checkpointable = not _uses_distributed_datasets(strategy)
+    # (A TPU program cannot call a host-side iterator: TF's distributed
+    # datasets feed the TPU hosts.)
+    self.checkpointable = not placement.kind.distributed_datasets
     if self.checkpointable:
       self._split = self._split_across_replicas
     else:
@@ -286,7 +283,7 @@ class GlobalBatches:
     return _step_input(lambda: self._split(_next(iterator)), self.batches_per_step)
 
   def _split_across_replicas(self, batch):
-    n = self.strategy.num_replicas_in_sync
+    n = self._replicas
     if n == 1:
       return self.strategy.experimental_distribute_values_from_function(
           lambda _: batch)
@@ -302,13 +299,14 @@ class GlobalBatches:
 class DistributedBatches:
   """Per-replica batches from a dataset function, one input pipeline per worker."""
 
-  def __init__(self, dataset_fn: DatasetFn, strategy: tf.distribute.Strategy, *,
+  def __init__(self, dataset_fn: DatasetFn, placement: Placement, *,
                global_batch_size: int, batches_per_step: int = 1):
-    check_global_batch_size(global_batch_size, strategy.num_replicas_in_sync)
-    self.strategy = strategy
+    replicas = placement.replicas
+    check_global_batch_size(global_batch_size, replicas)
+    self.strategy = strategy = placement.strategy
     self.batches_per_step = batches_per_step
     self.global_batch_size = global_batch_size
-    per_replica = global_batch_size // strategy.num_replicas_in_sync
+    per_replica = global_batch_size // replicas
 
     def checked(context):
       dataset = dataset_fn(context)
@@ -316,7 +314,7 @@ class DistributedBatches:
       if size != per_replica:
         raise ValueError(
             f"the dataset function gives batches of {size} examples, but each of "
-            f"the {strategy.num_replicas_in_sync} replicas needs {per_replica} "
+            f"the {replicas} replicas needs {per_replica} "
             f"(global_batch_size {global_batch_size}); batch it by "
             "input_context.get_per_replica_batch_size(global_batch_size) with "
             "drop_remainder=True.")
@@ -346,14 +344,14 @@ class PerWorkerBatches:
   workers read the same sequence, out of step with each other.
   """
 
-  def __init__(self, data: Data, strategy: tf.distribute.Strategy,
+  def __init__(self, data: Data, placement: Placement,
                coordinator: ClusterCoordinator, *, global_batch_size: int | None,
                batches_per_step: int = 1):
-    if strategy.num_replicas_in_sync != 1:
+    if placement.replicas != 1:
       raise ValueError(f"parameter-server workers with "
-                       f"{strategy.num_replicas_in_sync} replicas each are not "
+                       f"{placement.replicas} replicas each are not "
                        "supported; give each worker one device.")
-    self.strategy = strategy
+    self.strategy = strategy = placement.strategy
     self.batches_per_step = batches_per_step
     self.checkpointable = False  # one iterator per worker, on the workers
     if isinstance(data, tf.data.Dataset):

@@ -1,6 +1,6 @@
 """Evaluation: an evaluation step over a finite dataset, reduced like a training step.
 
-    evaluator = Evaluator(state, strategy)
+    evaluator = Evaluator(state, placement)
     metrics = evaluator.evaluate(eval_step, eval_data)   # {"accuracy": 0.93}
 
 What `Runner.evaluate` does. Each (step, data) pair is compiled once and kept
@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from ctl import data as data_lib
+from ctl import reduction
 from ctl import steps as steps_lib
 
 if TYPE_CHECKING:
   from ctl.context import StepFn
   from ctl.state import State
+  from ctl.strategies import Placement
 
 # Compiled evaluations kept (each holds a traced function and an input feed).
 _EVALUATIONS_KEPT = 4
@@ -37,19 +39,20 @@ _log = logging.getLogger("ctl")
 
 
 class Evaluator:
-  """Runs evaluation steps on the models of `state` under `strategy`.
+  """Runs evaluation steps on the models of `state` under `placement`'s strategy.
 
   Args:
     state: the `ctl.state.State` (its models, and the step `ctx.step` reports).
-    strategy: the strategy the state was built under.
+    placement: the `ctl.strategies.Placement` the state was built under.
     eager: run as plain Python.
     float_dtype: the run's float type (`ctl.steps.run_on_replica`).
   """
 
-  def __init__(self, state: State, strategy: tf.distribute.Strategy, *,
+  def __init__(self, state: State, placement: Placement, *,
                eager: bool = False, float_dtype: tf.DType = tf.float32):
     self._state = state
-    self._strategy = strategy
+    self._placement = placement
+    self._strategy = placement.strategy
     self._eager = eager
     self._float_dtype = float_dtype
     self._compiled = {}  # (eval step, data, global batch size) -> (feed, function)
@@ -66,7 +69,7 @@ class Evaluator:
     if key not in self._compiled:
       if self._float_dtype != tf.float32:
         data = data_lib.cast_floats(data, self._float_dtype)
-      feed = data_lib.make_feed(data, self._strategy, global_batch_size=global_batch_size)
+      feed = data_lib.make_feed(data, self._placement, global_batch_size=global_batch_size)
       self._compiled[key] = (feed, self._one_batch_fn(step, feed))
       while len(self._compiled) > _EVALUATIONS_KEPT:  # a new dataset per call
         del self._compiled[next(iter(self._compiled))]
@@ -107,7 +110,7 @@ class Evaluator:
 
     def on_replica(batch, step):
       results = steps_lib.run_on_replica(
-          step_fn, batch, step, state=self._state, strategy=self._strategy,
+          step_fn, batch, step, state=self._state, replicas=self._placement.replicas,
           global_batch_size=feed.global_batch_size,
           reductions=reductions, float_dtype=self._float_dtype)
       return results, tf.shape(tf.nest.flatten(batch)[0])[0]
@@ -116,9 +119,9 @@ class Evaluator:
       batch = feed.next(iterator)
       results, rows = self._strategy.run(
           on_replica, args=(batch, self._state.global_step.read_value()))
-      reduced = {k: self._strategy.reduce(reductions[k], v, axis=None)
-                 for k, v in results.items()}
-      return reduced, self._strategy.reduce("SUM", rows, axis=None)
+      reduced = reduction.across_replicas(self._strategy, reductions, results)
+      return reduced, reduction.across_replicas(self._strategy, {"rows": "SUM"},
+                                                {"rows": rows})["rows"]
 
     return one_batch if self._eager else steps_lib.OneTrace(
         tf.function(one_batch, autograph=False))

@@ -1,7 +1,7 @@
 """Export: a model as a `.keras` file and a SavedModel, replaced only when complete.
 
     keras_path, saved_path = export_model(models["generator"], "generator",
-                                          "runs/x/export", strategy)
+                                          "runs/x/export", is_chief=True)
 
 What `Runner.export` and the `ctl.Export` action call. Neither file needs ctl
 to load: `keras.saving.load_model(keras_path)`, `tf.saved_model.load(saved_path)`.
@@ -20,18 +20,17 @@ if TYPE_CHECKING:
   import keras
 
 
-def export_model(model: keras.Model, name: str, directory: str,
-                 strategy: tf.distribute.Strategy) -> tuple[str, str]:
+def export_model(model: keras.Model, name: str, directory: str, *,
+                 is_chief: bool) -> tuple[str, str]:
   """Writes `model` to `<directory>/<name>.keras` and `<directory>/<name>/`.
 
   Each replaces any earlier export only once it is complete: both are written
-  into a scratch directory beside them and renamed. Every worker of `strategy`
-  takes part (saving may run collectives); off the chief, nothing is kept.
+  into a scratch directory beside them and renamed. Every worker takes part
+  (saving may run collectives); off the chief (`is_chief` False), nothing is kept.
 
   Returns:
     The two paths.
   """
-  is_chief = strategy.extended.should_checkpoint
   if not is_chief:
     directory = tempfile.mkdtemp(prefix="ctl-export-")
   keras_path = os.path.join(directory, f"{name}.keras")

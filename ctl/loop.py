@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -37,7 +38,6 @@ from ctl import workdir as workdir_lib
 from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
 from ctl.schedule import check_every
-from ctl.strategies import num_workers
 
 _log = logging.getLogger("ctl")
 
@@ -79,11 +79,18 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
     if checkpoint:
       checkpointer = checkpoint.open(runner, workdir)
       context.step = context.start_step = checkpointer.restore(repair=True)
+    context.checkpointer = checkpointer
     history_file = _open_history(context, write=not earlier_run)
+    begun = []
     try:
+      for action in actions:
+        if _runs_here(action, context):
+          getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
+          begun.append(action)
       return _train(context, num_steps, checkpoint, checkpointer, actions, progress,
                     history_file)
     finally:
+      _end(begun, context)
       if history_file is not None:
         history_file.close()
   finally:
@@ -249,7 +256,7 @@ def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
   collective, and a time-based schedule reads each worker's own clock.
   """
   timers = _timers(checkpoint, scheduled)
-  flags = stopping.agree(context.runner.strategy, [e.due(context.step) for e in timers])
+  flags = stopping.agree(context.runner.placement, [e.due(context.step) for e in timers])
   due = flags
   if checkpoint:
     if flags[0]:
@@ -284,13 +291,13 @@ def _lock(runner, workdir):
   if workdir is None:
     return None
   lock, error = None, None
-  if runner.strategy.extended.should_checkpoint:
+  if runner.placement.is_chief:
     try:
       _check_writable(os.path.join(workdir, "checkpoints"), workdir)
       lock = workdir_lib.Lock(workdir)
     except (OSError, workdir_lib.WorkdirInUse) as e:
       error = e
-  if stopping.agree(runner.strategy, [error is not None])[0]:
+  if stopping.agree(runner.placement, [error is not None])[0]:
     raise error or workdir_lib.WorkdirInUse(
         f"the chief could not take workdir {workdir!r}; its error says why.")
   if lock is not None:  # no export runs: what is there was left by one that was stopped
@@ -321,17 +328,40 @@ def _check_workdir(context, checkpointer, history_file):
   if history_file is not None:
     history_file.reopen()
   saved = ""
-  if checkpointer and num_workers(context.runner.strategy) == 1:
+  if checkpointer and context.runner.placement.workers == 1:
     saved = f"; saved {checkpointer.save()}"
   _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
                "again and writing to it from here on%s. What was in it is not there.",
                context.workdir, context.step, saved)
 
 
+def _nothing(context):
+  del context
+
+
+def _runs_here(action, context):
+  """Whether `action` runs in this process: on the chief, or collective."""
+  return context.is_chief or action.collective
+
+
+def _end(begun, context):
+  """Each begun action's `end`, however `fit` ends; an `end` that fails does
+  not keep the others from ending, nor hide why `fit` is ending."""
+  failed = None
+  for action in reversed(begun):
+    try:
+      getattr(action, "end", _nothing)(context)
+    except Exception as e:  # pylint: disable=broad-except
+      _log.warning("%s.end failed: %s: %s", type(action).__name__, type(e).__name__, e)
+      failed = failed or e
+  if failed is not None and sys.exc_info()[1] is None:
+    raise failed
+
+
 def _run(action, context, stopper, after=()):
   """Runs `action` where it runs; a signal abandons it at once, and with it
   the actions `after` it at this step."""
-  if not (context.is_chief or action.collective):
+  if not _runs_here(action, context):
     return
   if stopper is None:
     action(context)
@@ -357,7 +387,7 @@ def _run(action, context, stopper, after=()):
 
 def _save_after_failure(context, stopper, action, error):
   """An action failed: keep the steps trained since the last checkpoint."""
-  if stopper.checkpointer is None or num_workers(context.runner.strategy) > 1:
+  if stopper.checkpointer is None or context.runner.placement.workers > 1:
     return  # a save is collective: the other workers are not in this one
   try:
     path = stopper.checkpointer.save()

@@ -125,7 +125,7 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
       decides = False
     for i in range(1 if decides else floor_samples):
       train(seed, Run(f"floor-{i}", False, i))
-  if strategy.extended.should_checkpoint:  # the chief, under multi_worker
+  if ctl.worker(strategy).is_chief:  # the chief, under multi_worker
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
       json.dump(about, f)

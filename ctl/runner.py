@@ -31,7 +31,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from ctl import _tf_internal
 from ctl import arguments
 from ctl import checkpoints
 from ctl import data as data_lib
@@ -41,8 +40,7 @@ from ctl import history as history_lib
 from ctl import loop as loop_lib
 from ctl import state as state_lib
 from ctl import steps
-from ctl.strategies import is_parameter_server
-from ctl.strategies import make_strategy
+from ctl import strategies
 
 if TYPE_CHECKING:
   import keras
@@ -61,7 +59,7 @@ class Runner:
   or a sum or constant multiple of such values) is summed over replicas; a
   value that does not depend on one (a per-replica mean such as an accuracy)
   is averaged. Either way the logged number is the global-batch value. A value
-  that mixes the two is an error (see `StepContext.reduction`).
+  that mixes the two is an error (see `ctl.reduction`).
 
   Args:
     step: function `(ctx, batch) -> dict` run in replica context; `ctx` is a
@@ -114,8 +112,9 @@ class Runner:
       raise ValueError("eager=True and jit_compile=True contradict each other: XLA "
                        "compiles a graph, eager mode runs Python; pick one.")
     if isinstance(strategy, str):
-      strategy = make_strategy(strategy)
-    _check_supported(strategy, eager)
+      strategy = strategies.make_strategy(strategy)
+    _check_supported(strategies.kind_of(strategy), eager)
+    self.placement = strategies.placement(strategy)
     self.strategy: tf.distribute.Strategy = strategy
     self.steps_per_loop = steps_per_loop
     self.eager = eager
@@ -130,25 +129,25 @@ class Runner:
     # the steps it schedules, asynchronously, each on its own copy of the data.
     self._coordinator = (
         tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        if is_parameter_server(strategy) else None)
+        if self.placement.kind.asynchronous else None)
     float_dtype = tf.float64 if mixed_precision == "float64" else tf.float32
     if float_dtype != tf.float32:
       data = data_lib.cast_floats(data, float_dtype)
     # Data first: its checks are cheap, and fail before any model is built.
     self._feed = data_lib.make_feed(
-        data, strategy, global_batch_size=global_batch_size,
+        data, self.placement, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step, static_shapes=jit_compile,
         coordinator=self._coordinator)
-    self.state = state_lib.build_state(build, strategy, seed=self.seed,
+    self.state = state_lib.build_state(build, self.placement, seed=self.seed,
                                        mixed_precision=mixed_precision)
     if self._coordinator is None:
       data_lib.warn_if_outside_outputs(self._arguments["data"], self.state.models,
                                        stacklevel=2)
     self._train_step = steps.TrainStep(
-        step, self.state, self._feed, strategy, eager=eager,
+        step, self.state, self._feed, self.placement, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
-    self._evaluator = evaluation.Evaluator(self.state, strategy, eager=eager,
+    self._evaluator = evaluation.Evaluator(self.state, self.placement, eager=eager,
                                            float_dtype=float_dtype)
     # Every step's results: `train` and `fit` append; `fit` with a workdir
     # starts it from the run's history file (`ctl.history`).
@@ -179,9 +178,7 @@ class Runner:
     """The most steps `fit` and `train` run before they look at the results:
     `steps_per_loop`, or under parameter servers `steps_per_loop` for each
     worker (a scheduled call each, run in parallel)."""
-    if self._coordinator is None:
-      return self.steps_per_loop
-    return self.steps_per_loop * _tf_internal.parameter_server_workers(self.strategy)
+    return self.steps_per_loop * self.placement.parallel_calls
 
   @property
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
@@ -317,7 +314,8 @@ class Runner:
     if name not in self.models:
       raise ValueError(f"export: no model named {name!r}; the models are "
                        f"{sorted(self.models)}.")
-    return export_lib.export_model(self.models[name], name, directory, self.strategy)
+    return export_lib.export_model(self.models[name], name, directory,
+                                   is_chief=self.placement.is_chief)
 
   def restore(self, workdir: str) -> int:
     """Restores the newest checkpoint of `<workdir>/checkpoints`; returns its step.
@@ -360,15 +358,10 @@ class Runner:
     return self._train_step.run(num_steps)
 
 
-def _check_supported(strategy, eager):
-  if eager and is_parameter_server(strategy):
-    raise ValueError("eager=True cannot run under ParameterServerStrategy (workers "
-                     "run the functions the coordinator schedules); debug eagerly "
+def _check_supported(kind, eager):
+  if eager and kind.not_eager:
+    raise ValueError(f"eager=True cannot run under {kind} ({kind.not_eager}); debug eagerly "
                      "under 'default', then switch the strategy.")
-  if eager and isinstance(strategy, tf.distribute.TPUStrategy):
-    raise ValueError("eager=True cannot run under TPUStrategy (a TPU only runs "
-                     "compiled programs); debug eagerly under 'default', then "
-                     "switch the strategy.")
 
 
 def _required_positional(fn):

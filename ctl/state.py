@@ -1,6 +1,6 @@
 """The training state: named models and optimizers and a step counter, built in scope.
 
-    state = build_state(build, strategy, seed=0)
+    state = build_state(build, placement, seed=0)
     state.models["generator"], state.optimizers["generator"], state.global_step
 
 `build()` is the user's function of no arguments returning `(models,
@@ -8,9 +8,12 @@ optimizers)`; it runs inside the strategy's scope so that every variable is
 replicated, and the result is checked here, before anything is compiled.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import TypeAlias
 
@@ -20,6 +23,9 @@ import tensorflow as tf
 
 from ctl import _tf_internal
 from ctl import context
+
+if TYPE_CHECKING:
+  from ctl.strategies import Placement
 
 BuildFn: TypeAlias = Callable[
     [], tuple[dict[str, keras.Model], dict[str, keras.optimizers.Optimizer]]]
@@ -57,16 +63,17 @@ class State:
         optimizers={name: list(o.variables) for name, o in self.optimizers.items()})
 
 
-def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int = 0,
+def build_state(build: BuildFn, placement: Placement, *, seed: int = 0,
                 mixed_precision: str | None = None) -> State:
-  """Calls `build()` in `strategy`'s scope and checks what it returns.
+  """Calls `build()` in the scope of `placement`'s strategy and checks what it returns.
 
   Args:
     build: function of no arguments returning `(models, optimizers)`, two
       dicts of Keras models and optimizers. An optimizer is built on the
       model of the same name; one that updates something else must be built
       in `build` (`optimizer.build(variables)`).
-    strategy: the `tf.distribute.Strategy` whose scope the variables belong to.
+    placement: the `ctl.strategies.Placement` of the strategy whose scope the
+      variables belong to.
     seed: `keras.utils.set_random_seed(seed)` runs just before `build`, which
       fixes the initial weights; and the draws' key.
     mixed_precision: None, "mixed_float16", "mixed_bfloat16" or "float64":
@@ -77,15 +84,15 @@ def build_state(build: BuildFn, strategy: tf.distribute.Strategy, *, seed: int =
   Returns:
     A `State`.
   """
-  with strategy.scope():
+  with placement.strategy.scope():
     models, optimizers = _call_build(build, seed, mixed_precision)
     _refuse_shared_optimizers(optimizers)
     for name, optimizer in list(optimizers.items()):
       optimizers[name] = _prepare_optimizer(name, optimizer, models, mixed_precision)
-      _refuse_options_the_strategy_cannot_run(name, optimizers[name], strategy)
+      _refuse_options_the_strategy_cannot_run(name, optimizers[name], placement.kind)
       if mixed_precision == "float64":
         _schedule_in_float64(optimizers[name])
-    _check_in_scope(strategy, models, optimizers)
+    _check_in_scope(placement, models, optimizers)
     _warn_of_variables_two_optimizers_update(optimizers)
     # A plain tf.Variable: Keras 3 variables' assign_add is not atomic under
     # parameter servers (see TF field notes).
@@ -238,12 +245,12 @@ def _schedule_in_float64(optimizer):
   inner.learning_rate = copy
 
 
-def _check_in_scope(strategy, models, optimizers):
+def _check_in_scope(placement, models, optimizers):
   owners = [("model", n, m.variables) for n, m in models.items()]
   owners += [("optimizer", n, o.variables) for n, o in optimizers.items()]
   for kind, name, variables in owners:
     for v in variables:
-      if not strategy.extended.variable_created_in_scope(getattr(v, "value", v)):
+      if not placement.created_in_scope(getattr(v, "value", v)):
         raise ValueError(f"{kind} {name!r} was created outside the strategy's "
                          "scope, so its variables are not replicated; create it "
                          "inside build(), which the runner calls in the scope.")
@@ -265,28 +272,19 @@ def _refuse_shared_optimizers(optimizers):
           f"{name!r}: keras.optimizers.{kind}(...)}}.")
 
 
-# Strategies that update variables through merge calls from the replicas, which
-# TF cannot run inside a tf.cond in replica context: Keras puts the update
-# under one for gradient_accumulation_steps and ema_overwrite_frequency.
-# (TPUStrategy is not run here; it merges the same way.)
-_MERGING_STRATEGIES = {
-    tf.distribute.MirroredStrategy: "mirrored",
-    tf.distribute.MultiWorkerMirroredStrategy: "multi_worker",
-    tf.distribute.experimental.CentralStorageStrategy: "central_storage",
-    tf.distribute.TPUStrategy: "tpu",
-}
-
-
-def _refuse_options_the_strategy_cannot_run(name, optimizer, strategy):
+def _refuse_options_the_strategy_cannot_run(name, optimizer, kind):
   """Refuses, before anything is traced, the Keras optimizer options that fail
-  inside the compiled step under `strategy`, with what to use instead.
+  inside the compiled step under a strategy of `kind` (a `ctl.strategies.Kind`),
+  with what to use instead.
 
-  Every other option keeps its one-device meaning: `StepContext.minimize` sums
-  the gradient over replicas before the optimizer clips it.
+  Under a strategy that updates variables through merge calls from the
+  replicas, TF cannot run an update inside a tf.cond in replica context: Keras
+  puts the update under one for gradient_accumulation_steps and
+  ema_overwrite_frequency. Every other option keeps its one-device meaning:
+  `StepContext.minimize` sums the gradient over replicas before the optimizer
+  clips it.
   """
-  kind = next((k for cls, k in _MERGING_STRATEGIES.items() if isinstance(strategy, cls)),
-              None)
-  if kind is None:
+  if not kind.merge_call_updates:
     return
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
   where = f"optimizers[{name!r}] ({type(inner).__name__})"
@@ -294,7 +292,7 @@ def _refuse_options_the_strategy_cannot_run(name, optimizer, strategy):
   if steps:
     raise ValueError(
         f"{where} has gradient_accumulation_steps={steps}, which Keras cannot run "
-        f"under {kind} (it applies the update inside a tf.cond, where TF cannot "
+        f"under {kind.name} (it applies the update inside a tf.cond, where TF cannot "
         "sum over replicas). Accumulate with ctl instead, which gives the same "
         "update as the whole batch and keeps parity under every strategy: drop the "
         "option and pass the loss as a function of the batch, "
@@ -303,16 +301,16 @@ def _refuse_options_the_strategy_cannot_run(name, optimizer, strategy):
   if inner.use_ema and inner.ema_overwrite_frequency:
     raise ValueError(
         f"{where} has use_ema=True with ema_overwrite_frequency="
-        f"{inner.ema_overwrite_frequency}, which Keras cannot run under {kind} (it "
+        f"{inner.ema_overwrite_frequency}, which Keras cannot run under {kind.name} (it "
         "overwrites the weights inside a tf.cond, where TF cannot update "
         "replicated variables). Drop ema_overwrite_frequency and copy the average "
         "in once training ends: optimizer.finalize_variable_values("
         "model.trainable_variables); or keep the average as a model of its own, "
         "updated in the step.")
-  if kind == "central_storage" and (inner.use_ema or inner is not optimizer):
+  if not kind.replica_updates and (inner.use_ema or inner is not optimizer):
     option = "use_ema=True" if inner.use_ema else "a LossScaleOptimizer (mixed_float16)"
     raise ValueError(
-        f"{where}: {option} cannot run under central_storage (Keras updates its "
+        f"{where}: {option} cannot run under {kind.name} (Keras updates its "
         "own variables from each replica, which central storage refuses). Use "
         "mirrored, which keeps the same numbers, or drop the option"
         + (": keep the average as a model of its own, updated in the step."

@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import _tf_internal
+from ctl import reduction
 from ctl import sources
 from ctl.context import StepContext
 from ctl.context import autograph
@@ -44,18 +45,13 @@ if TYPE_CHECKING:
   from ctl.data import Feed
   from ctl.state import State
   from ctl.strategies import ClusterCoordinator
+  from ctl.strategies import Placement
 
 Results: TypeAlias = dict[str, np.ndarray]
 """What training returns: each result key's values, one per step (numpy)."""
 
-# Strategies whose gradient sum is a cross-replica merge_call, which XLA
-# cannot compile: under them jit_compile compiles each update on its own.
-_MERGE_CALL_STRATEGIES = (tf.distribute.MirroredStrategy,
-                          tf.distribute.MultiWorkerMirroredStrategy)
-
-
 def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State,
-                   strategy: tf.distribute.Strategy,
+                   replicas: int,
                    global_batch_size: int | None,
                    reductions: dict[str, tf.distribute.ReduceOp],
                    compile_update: Callable[[Callable], Callable] | None = None,
@@ -64,14 +60,14 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
   """Runs `step_fn(ctx, batch)` on this replica; returns its results as `float_dtype`.
 
   Records in `reductions` (result key -> "SUM" or "MEAN") how each result is
-  reduced over replicas (see `StepContext.reduction`).
+  reduced over replicas (see `ctl.reduction`).
 
   Args:
     step_fn: the user's `(ctx, batch) -> dict of scalars`.
     batch: this replica's rows.
     step: int64 scalar, the global step the context reports.
     state: the `ctl.state.State` whose models and optimizers the step uses.
-    strategy: the strategy running the replicas.
+    replicas: the replicas in sync.
     global_batch_size: examples over all replicas; None takes this replica's
       batch size (one replica, dynamic batch).
     reductions: dict to fill in.
@@ -82,16 +78,18 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
   """
   if global_batch_size is None:
     global_batch_size = tf.shape(tf.nest.flatten(batch)[0])[0]
+  shares = reduction.Shares()
   ctx = StepContext(
       models=state.models, optimizers=state.optimizers, step=step, key=state.draw_key,
-      global_batch_size=global_batch_size, num_replicas=strategy.num_replicas_in_sync,
+      global_batch_size=global_batch_size, num_replicas=replicas,
       replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
-      compile_update=compile_update, float_dtype=float_dtype)
+      compile_update=compile_update, float_dtype=float_dtype, shares=shares)
   step_fn = autograph(step_fn)  # only the user's code: see ctl.context.autograph
-  with ctx.recording(batch):  # eagerly, the reductions below need its tapes
+  with shares.recording(batch):  # eagerly, the reductions below need its tapes
     with tf.variable_creator_scope(_refuse_new_variable), _keras_floatx(float_dtype):
       results = step_fn(ctx, batch)
-    return _reduce_results(ctx, results, reductions, expected_keys, float_dtype)
+    return reduction.step_results(shares, results, reductions, num_replicas=replicas,
+                                  expected_keys=expected_keys, float_dtype=float_dtype)
 
 
 @contextlib.contextmanager
@@ -148,35 +146,6 @@ def _keras_variable_made():
   return None
 
 
-def _reduce_results(ctx, results, reductions, expected_keys, float_dtype):
-  """The step's results as `float_dtype` scalars; records how each is reduced."""
-  if not isinstance(results, dict):
-    raise TypeError(f"step must return a dict of scalar values, got "
-                    f"{type(results).__name__}; e.g. return {{'loss': loss}}.")
-  if "step" in results:
-    raise ValueError("step returned a result named 'step': that name is the step number's "
-                     "in every step's record (history.jsonl, ctl.EachStep); rename the "
-                     "result, e.g. 'step_size'.")
-  if expected_keys is not None and sorted(results) != sorted(expected_keys):
-    raise ValueError(f"step results changed keys from {sorted(expected_keys)} "
-                     f"to {sorted(results)}; return the same keys at every step.")
-  out = {}
-  for key, value in results.items():
-    if tf.executing_eagerly() and ctx.num_replicas > 1 and not tf.is_tensor(value):
-      # float(share) has lost what says it is a share: it would be averaged.
-      raise TypeError(
-          f"step result {key!r} is a {type(value).__name__} ({value!r}), not a "
-          f"tensor, on {ctx.num_replicas} replicas: the runner cannot tell a "
-          "replica's share of a global-batch average (summed over replicas) "
-          "from a per-replica value (averaged), so the logged number could be "
-          f"1/{ctx.num_replicas} of the truth. Return the tensor itself (e.g. "
-          "loss, not float(loss)), or tf.constant(...) for a constant.")
-    value = _scalar(key, value)
-    reductions[key] = ctx.reduction(value, f"step result {key!r}")
-    out[key] = tf.cast(value, float_dtype)
-  return out
-
-
 class TrainStep:
   """The user's training step, compiled and distributed; `run(n)` runs n steps.
 
@@ -184,7 +153,7 @@ class TrainStep:
     step_fn: the user's `(ctx, batch) -> dict of scalars`.
     state: the `ctl.state.State` it trains.
     feed: the training data's feed (`ctl.data.make_feed`).
-    strategy: the strategy the state was built under.
+    placement: the `ctl.strategies.Placement` the state was built under.
     eager: run as plain Python.
     jit_compile: compile with XLA (per update under merge-call strategies).
     coordinator: a `ClusterCoordinator` under parameter servers, else None.
@@ -193,7 +162,7 @@ class TrainStep:
   """
 
   def __init__(self, step_fn: StepFn, state: State, feed: Feed,
-               strategy: tf.distribute.Strategy, *, eager: bool = False,
+               placement: Placement, *, eager: bool = False,
                jit_compile: bool = False, coordinator: ClusterCoordinator | None = None,
                steps_per_loop: int = 1, float_dtype: tf.DType = tf.float32):
     self._step_fn = step_fn
@@ -201,7 +170,8 @@ class TrainStep:
     self._steps_per_loop = steps_per_loop
     self._state = state
     self._feed = feed
-    self._strategy = strategy
+    self._strategy = placement.strategy
+    self._replicas = placement.replicas
     self._coordinator = coordinator
     self._eager = eager
     # result key -> ReduceOp, filled in when the step is traced
@@ -210,10 +180,11 @@ class TrainStep:
     self._ran = False  # whether a call has succeeded
     self._compile_update = None
     on_replica = self.replica_step
-    if jit_compile and isinstance(strategy, _MERGE_CALL_STRATEGIES):
+    if jit_compile and placement.kind.merge_call_gradients:
+      # The gradient's sum over replicas is a merge call, which XLA cannot
+      # compile: each update is compiled on its own.
       self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
-    elif jit_compile and not isinstance(strategy, tf.distribute.TPUStrategy):
-      # (A TPU compiles the whole step with XLA anyway.)
+    elif jit_compile and not placement.kind.xla_always:
       on_replica = tf.function(self.replica_step, jit_compile=True, autograph=False)
     self._on_replica = on_replica
     # One step on every replica, traced once: the in-graph loop calls it, and
@@ -236,7 +207,7 @@ class TrainStep:
   def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
     """Layer 1: the user's step on this replica (in replica context)."""
     return run_on_replica(
-        self._step_fn, batch, step, state=self._state, strategy=self._strategy,
+        self._step_fn, batch, step, state=self._state, replicas=self._replicas,
         global_batch_size=self._feed.global_batch_size,
         reductions=self.reductions, compile_update=self._compile_update,
         expected_keys=self.result_keys, float_dtype=self._float_dtype)
@@ -251,8 +222,7 @@ class TrainStep:
     if step is None:
       step = self._state.global_step.read_value()
     results = self._strategy.run(self._on_replica, args=(batch, step))
-    reduced = {k: self._strategy.reduce(self.reductions[k], v, axis=None)
-               for k, v in results.items()}
+    reduced = reduction.across_replicas(self._strategy, self.reductions, results)
     # Count the step only once it got its data and ran: in a graph the
     # increment has no data dependence on either.
     done = tf.nest.flatten(batch, expand_composites=True)
@@ -407,17 +377,3 @@ def _data_note(error, element_spec):
   return (f"ctl: this came from the step's first call, on data elements "
           f"{element_spec}: check that the data fits the models' inputs (their "
           "keras.Input): shapes, dtypes and value ranges.")
-
-
-def _scalar(key, value):
-  try:
-    value = tf.convert_to_tensor(value)
-  except (TypeError, ValueError):
-    raise TypeError(f"step result {key!r} is a {type(value).__name__}, not a "
-                    "tensor; return numbers or scalar tensors.") from None
-  if value.shape.rank != 0:
-    raise ValueError(f"step result {key!r} has shape {value.shape}, not a scalar; "
-                     "reduce it in the step (e.g. ctx.average(...) or tf.reduce_mean).")
-  if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool):
-    raise TypeError(f"step result {key!r} has dtype {value.dtype.name}; return numbers.")
-  return value

@@ -53,12 +53,12 @@ import tensorflow as tf
 import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 from ctl import notebook
-from ctl import strategies
 from ctl.constants import INTERRUPTED_EXIT_CODE
 from ctl.constants import PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
   from ctl.checkpoints import Checkpointer
+  from ctl.strategies import Placement
 
 # How long an action (evaluation, samples, export) may go on after a SIGTERM
 # before ctl saves and exits from another thread: Python cannot abandon an
@@ -110,7 +110,7 @@ class Stopper:
   """
 
   def __init__(self, runner: ctl.Runner, checkpointer: Checkpointer | None):
-    self._strategy = runner.strategy
+    self._placement = runner.placement
     self.checkpointer = checkpointer
     self._runner = runner
     self._sigterm = self._sigint = False
@@ -131,12 +131,12 @@ class Stopper:
     self._tf_handler = None
     self._wakeup = None
     # An action may be abandoned only where no other worker waits on it.
-    self._one_process = strategies.num_workers(self._strategy) == 1
+    self._one_process = self._placement.workers == 1
     if threading.current_thread() is not threading.main_thread():
       return  # Python delivers signals to the main thread only
-    if checkpointer is not None and _tf_handler_applies(self._strategy):
+    if checkpointer is not None and _tf_handler_applies(self._placement):
       self._previous[signal.SIGTERM] = signal.getsignal(signal.SIGTERM)
-      self._tf_handler = _TFHandler(runner, checkpointer)
+      self._tf_handler = _TFHandler(self._placement, checkpointer)
       tf_sigterm = signal.getsignal(signal.SIGTERM)  # sets TF's own flag
       self._catch(signal.SIGTERM, lambda signum, frame: (tf_sigterm(signum, frame),
                                                          self._on_signal(signum)))
@@ -159,7 +159,7 @@ class Stopper:
     (the work due at this step, which a further signal abandons) and raises."""
     preempted = self._tf_handler is not None and self._tf_handler.check()  # saved
     sigterm = self._sigterm and self._tf_handler is None
-    sigterm, sigint = agree(self._strategy, [sigterm, self._sigint])
+    sigterm, sigint = agree(self._placement, [sigterm, self._sigint])
     if not (preempted or sigterm or sigint):
       return
     saved = self.checkpointer is not None
@@ -440,15 +440,15 @@ class Stopper:
     _write(f"ctl: {name}: {when}{again}.")
 
 
-def agree(strategy: tf.distribute.Strategy, flags: Sequence[bool]) -> list[bool]:
+def agree(placement: Placement, flags: Sequence[bool]) -> list[bool]:
   """Under multi-worker strategies, each flag is True if it is on any worker.
 
   Time-based schedules and signals differ between workers, but collective
   work (a checkpoint, an evaluation, stopping) must run on all of them or none.
   """
-  if not flags or strategies.num_workers(strategy) <= 1 or strategies.is_parameter_server(
-      strategy):
+  if not flags or placement.workers <= 1:
     return list(flags)  # one process decides (with parameter servers, the coordinator)
+  strategy = placement.strategy
   votes = tf.constant([int(f) for f in flags], tf.int32)
   values = strategy.experimental_distribute_values_from_function(lambda _: votes)
   return list(strategy.reduce("SUM", values, axis=None).numpy() > 0)
@@ -518,7 +518,7 @@ class _Wakeup:
 _cluster_handler_made = False  # TF's handler works once per cluster and process
 
 
-def _tf_handler_applies(strategy):
+def _tf_handler_applies(placement):
   """Whether TF's PreemptionCheckpointHandler serves this strategy here.
 
   It is used where it adds something: a multi-worker cluster, whose workers it
@@ -528,17 +528,11 @@ def _tf_handler_applies(strategy):
   coordination keys already set by the first; there, and in one process, ctl
   catches SIGTERM itself.
   """
-  if not (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and
-          _in_cluster(strategy)):
+  if not (placement.kind.multi_process and placement.in_cluster):
     return False
   if not _tf_internal.on_internal_platform():
     return False
   return not _cluster_handler_made
-
-
-def _in_cluster(strategy):
-  resolver = strategy.cluster_resolver
-  return bool(resolver and resolver.cluster_spec().jobs)
 
 
 class _TFHandler:
@@ -548,7 +542,7 @@ class _TFHandler:
   SIGTERM flag, and the watcher threads it leaves running.
   """
 
-  def __init__(self, runner, checkpointer):
+  def __init__(self, placement, checkpointer):
     global _cluster_handler_made
     self._exited = False
 
@@ -560,7 +554,7 @@ class _TFHandler:
     # The handler restores from the manager it is given: on every worker that
     # is the chief's directory, so all workers restore the same run count.
     self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        runner.strategy.cluster_resolver, checkpointer.restore_manager,
+        placement.resolver, checkpointer.restore_manager,
         termination_config=config)
     _cluster_handler_made = True
 

@@ -12,6 +12,7 @@ collective ops can only be configured before TensorFlow runs its first op, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -384,21 +385,12 @@ def slurm_cluster_resolver(num_gpus: int | None = None, env: Mapping[str, str] |
                                auto_set_gpu=False)
 
 
-def num_workers(strategy: tf.distribute.Strategy) -> int:
-  """Processes that run the replicas of `strategy` in sync (1 but for multi-worker)."""
-  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-    return 1
-  resolver = strategy.cluster_resolver
-  jobs = resolver.cluster_spec().as_dict() if resolver else {}
-  return max(1, len(jobs.get("chief", [])) + len(jobs.get("worker", [])))
-
-
 class Worker(NamedTuple):
   """This process's place among those that run the training program: `worker(strategy)`.
 
   Attributes:
     index: 0 to `count - 1`; the chief (TF_CONFIG's `chief`, else worker 0) is 0.
-    count: processes that run the replicas in sync (`num_workers`).
+    count: processes that run the replicas in sync.
     is_chief: whether this process writes summaries, samples, exports and kept
       checkpoints (what `FitContext.is_chief` says inside an action).
   """
@@ -418,19 +410,183 @@ def worker(strategy: tf.distribute.Strategy | None = None) -> Worker:
   parameter servers run `serve`), so it is `Worker(0, 1, True)` too.
   """
   strategy = strategy or tf.distribute.get_strategy()
-  count = num_workers(strategy)
+  return _worker(strategy, kind_of(strategy))
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+  """What ctl needs to know of a kind of strategy: the same for every instance.
+
+  Every other module asks a `Placement` (which holds its kind) instead of
+  looking at the strategy's class. A new kind is described here, in `KINDS`,
+  or by `register(Kind(...))`; a strategy of no known kind is refused when a
+  runner is made, naming what to describe.
+
+  Attributes:
+    name: the kind's name (`make_strategy`'s, for the built-in ones).
+    strategy_class: the `tf.distribute.Strategy` class (its subclasses are of
+      this kind too, unless registered as kinds of their own).
+    multi_process: its replicas span processes that run the program in sync,
+      one per worker of its cluster (`multi_worker`).
+    asynchronous: this process only schedules the steps, each on a free
+      worker, which updates shared variables as it finishes (parameter
+      servers); there is no evaluation in it and no eager mode.
+    distributed_datasets: its input must come through TF's distributed
+      datasets (a TPU program cannot call a host-side iterator).
+    merge_call_updates: variables are updated through merge calls from the
+      replicas, which TF cannot run inside a `tf.cond` in replica context (so
+      Keras' `gradient_accumulation_steps` and `ema_overwrite_frequency`,
+      which update under one, fail).
+    merge_call_gradients: the gradient's sum over replicas is a merge call,
+      which XLA cannot compile: `jit_compile` compiles each update instead.
+    xla_always: the whole step is compiled with XLA anyway (a TPU).
+    replica_updates: Keras may update its own variables from each replica
+      (False under central storage, which refuses it: EMA, loss scaling).
+    not_eager: why the step cannot run eagerly under it (None: it can).
+    label: what messages call it (default: the class's name).
+  """
+  name: str
+  strategy_class: type
+  multi_process: bool = False
+  asynchronous: bool = False
+  distributed_datasets: bool = False
+  merge_call_updates: bool = False
+  merge_call_gradients: bool = False
+  xla_always: bool = False
+  replica_updates: bool = True
+  not_eager: str | None = None
+  label: str = ""
+
+  def __str__(self) -> str:
+    return self.label or self.strategy_class.__name__
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+  """Makes `kind` known to every `placement` from now on; returns it."""
+  if not isinstance(kind, Kind):
+    raise TypeError(f"register takes a ctl.strategies.Kind, got {kind!r}.")
+  if not (isinstance(kind.strategy_class, type) and
+          issubclass(kind.strategy_class, tf.distribute.Strategy)):
+    raise TypeError(f"Kind {kind.name!r}: strategy_class must be a subclass of "
+                    f"tf.distribute.Strategy, got {kind.strategy_class!r}.")
+  for other in KINDS.values():
+    if kind.name != other.name and kind.strategy_class is other.strategy_class:
+      raise ValueError(f"Kind {kind.name!r}: {kind.strategy_class.__name__} is already "
+                       f"kind {other.name!r}.")
+  KINDS[kind.name] = kind
+  return kind
+
+
+for _kind in (
+    Kind("default", _tf_internal.default_strategy_class(), label="the default strategy"),
+    Kind("one_device", tf.distribute.OneDeviceStrategy),
+    Kind("mirrored", tf.distribute.MirroredStrategy, merge_call_updates=True,
+         merge_call_gradients=True),
+    Kind("central_storage", tf.distribute.experimental.CentralStorageStrategy,
+         merge_call_updates=True, replica_updates=False),
+    Kind("multi_worker", tf.distribute.MultiWorkerMirroredStrategy, multi_process=True,
+         merge_call_updates=True, merge_call_gradients=True,
+         label="MultiWorkerMirroredStrategy"),
+    Kind("parameter_server", tf.distribute.experimental.ParameterServerStrategy,
+         asynchronous=True, not_eager="workers run the functions the coordinator schedules",
+         label="ParameterServerStrategy"),
+    Kind("tpu", tf.distribute.TPUStrategy, distributed_datasets=True,
+         merge_call_updates=True, xla_always=True,
+         not_eager="a TPU only runs compiled programs", label="TPUStrategy")):
+  register(_kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """Where a strategy runs the step, described once: what every module asks.
+
+      placement = ctl.strategies.placement(strategy)
+      placement.replicas, placement.worker.is_chief, placement.kind.asynchronous
+
+  Attributes:
+    strategy: the strategy itself (to run, reduce and build under).
+    kind: its `Kind`.
+    replicas: replicas in sync (over every worker).
+    worker: this process's place among those that run the program (`Worker`).
+    parallel_calls: calls that run at once: the workers of a parameter-server
+      cluster, each running the calls scheduled on it; 1 otherwise.
+    in_cluster: whether this process is a task of a cluster that TF's
+      coordination service connects (a multi-worker cluster, even of one).
+  """
+  strategy: tf.distribute.Strategy = dataclasses.field(repr=False, compare=False)
+  kind: Kind
+  replicas: int
+  worker: Worker
+  parallel_calls: int = 1
+  in_cluster: bool = False
+
+  @property
+  def is_chief(self) -> bool:
+    """Whether this process writes checkpoints, summaries, samples and exports."""
+    return self.worker.is_chief
+
+  @property
+  def workers(self) -> int:
+    """Processes that run the replicas in sync."""
+    return self.worker.count
+
+  def created_in_scope(self, variable: tf.Variable) -> bool:
+    """Whether `variable` was made in the strategy's scope (so it is replicated)."""
+    return bool(self.strategy.extended.variable_created_in_scope(variable))
+
+  @property
+  def resolver(self) -> tf.distribute.cluster_resolver.ClusterResolver | None:
+    """The cluster's resolver (TF's preemption handler needs it); None outside one."""
+    return getattr(self.strategy, "cluster_resolver", None)
+
+
+def placement(strategy: tf.distribute.Strategy) -> Placement:
+  """Describes `strategy` once; raises TypeError for one of no known `Kind`."""
+  kind = kind_of(strategy)
+  return Placement(
+      strategy=strategy, kind=kind, replicas=int(strategy.num_replicas_in_sync),
+      worker=_worker(strategy, kind),
+      parallel_calls=(_tf_internal.parameter_server_workers(strategy)
+                      if kind.asynchronous else 1),
+      in_cluster=bool(_jobs(strategy, kind)))
+
+
+def _jobs(strategy, kind):
+  """The training cluster's jobs of a multi-process strategy ({} otherwise)."""
+  resolver = getattr(strategy, "cluster_resolver", None) if kind.multi_process else None
+  return resolver.cluster_spec().as_dict() if resolver else {}
+
+
+def _worker(strategy, kind):
+  jobs = _jobs(strategy, kind)
+  count = max(1, len(jobs.get("chief", [])) + len(jobs.get("worker", [])))
   is_chief = bool(strategy.extended.should_checkpoint)
   if count == 1:
     return Worker(0, 1, is_chief)
   resolver = strategy.cluster_resolver
-  chiefs = len(resolver.cluster_spec().as_dict().get("chief", []))
-  index = 0 if resolver.task_type == "chief" else chiefs + int(resolver.task_id)
+  index = 0 if resolver.task_type == "chief" else len(jobs.get("chief", [])) + int(
+      resolver.task_id)
   return Worker(index, count, is_chief)
 
 
-def is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
-  """Whether `strategy` trains through parameter servers (one coordinator process)."""
-  return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+def kind_of(strategy: tf.distribute.Strategy) -> Kind:
+  """The `Kind` of `strategy` (from its class alone); TypeError if none is known."""
+  if not isinstance(strategy, tf.distribute.Strategy):
+    raise TypeError(f"strategy must be a tf.distribute.Strategy or one of "
+                    f"{', '.join(NAMES)}, got {strategy!r}.")
+  cls = strategy.__class__  # (a stand-in's too: mock.Mock(spec=...))
+  by_class = {kind.strategy_class: kind for kind in KINDS.values()}
+  for base in cls.__mro__:
+    if base in by_class:
+      return by_class[base]
+  raise TypeError(
+      f"strategy {cls.__name__} is of no kind ctl knows ({', '.join(KINDS)}). "
+      "Describe it once, before making a runner: ctl.strategies.register("
+      f"ctl.strategies.Kind('my_kind', {cls.__name__}, ...)), saying whether its "
+      "replicas span processes, update through merge calls, and so on (see Kind).")
 
 
 def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -177,8 +177,10 @@ class ClassifierFID(ctl.Action):
 
   Computed in the feature space of the small MNIST classifier shipped with
   `gan.evaluation` (not Inception), against `gan.data.load_mnist("test")`,
-  which no model trains on. Written as `classifier_fid` to `events/eval`; the
-  latest value is `self.history[-1]`.
+  which no model trains on. Written as `classifier_fid` to `events/eval` and
+  reported to `context.metrics` (so `ctl.BestCheckpoints("classifier_fid", ...)`
+  listed after it keeps the best checkpoints); the latest value is
+  `self.history[-1]`.
   """
 
   collective = False  # generated and scored on the chief alone
@@ -214,6 +216,7 @@ class ClassifierFID(ctl.Action):
   def __call__(self, context: ctl.FitContext) -> None:
     value = self.compute(context.runner.models)
     self.history.append((context.step, value))
+    context.report({"classifier_fid": value})
     with context.writer("eval").as_default(step=context.step):
       tf.summary.scalar("classifier_fid", value)
     _log.info("classifier FID at step %d: %.3f", context.step, value)

@@ -117,7 +117,7 @@ def test_numpy_in_the_step_is_host_python():
 
 
 def test_check_refuses_several_replicas():
-  two_replicas = types.SimpleNamespace(strategy=types.SimpleNamespace(num_replicas_in_sync=2))
+  two_replicas = types.SimpleNamespace(placement=types.SimpleNamespace(replicas=2))
   with pytest.raises(ValueError, match="strategy='default'"):
     check.check_runner(two_replicas)
 

@@ -160,3 +160,29 @@ def test_public_functions_are_annotated(package):
         if missing:
           unannotated.append(f"{path}:{function.lineno}: {name}: {', '.join(missing)}")
   assert not unannotated, "\n".join(unannotated)
+
+
+# What a strategy is (its replicas, workers, chief, kind) is decided in
+# ctl/strategies.py, once, as a `Placement`; every other module asks that.
+_STRATEGY_HOME = (os.path.join("ctl", "strategies.py"), _TF_HOME)
+_STRATEGY_INSPECTIONS = {"extended", "num_replicas_in_sync", "cluster_resolver"}
+
+
+def _strategy_inspections(tree):
+  """(line, text) of each strategy class named, or strategy internals read."""
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Attribute):
+      continue
+    text = ast.unparse(node)
+    if node.attr in _STRATEGY_INSPECTIONS or (
+        re.fullmatch(r"tf\.distribute\.(experimental\.)?\w+Strategy", text)
+        and text != "tf.distribute.Strategy"):
+      yield node.lineno, text
+
+
+def test_no_module_outside_the_strategy_module_inspects_strategies():
+  found = []
+  for path, tree in _sources():
+    if path.split(os.sep)[0] in ("ctl", "gan") and path not in _STRATEGY_HOME:
+      found += [f"{path}:{line}: {text}" for line, text in _strategy_inspections(tree)]
+  assert not found, "\n".join(found)

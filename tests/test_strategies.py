@@ -4,6 +4,7 @@ import json
 import re
 from unittest import mock
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -168,3 +169,76 @@ def test_multi_worker_index_counts_the_chief_first(cluster, task, expected):
       tf.train.ClusterSpec(cluster), task_type=task[0], task_id=task[1])
   strategy.extended.should_checkpoint = expected[2]
   assert ctl.worker(strategy) == expected
+
+
+# A new kind of strategy: described once, in ctl.strategies, and every module follows.
+
+class _Engine(tf.distribute.OneDeviceStrategy):
+  """A strategy ctl was not written for (an engine's own, say). On one device:
+  a second strategy with collectives over the logical CPUs would break the
+  first one's in this process (see `ctl.make_strategy`)."""
+
+
+def _tiny_runner(strategy, **options):
+  import keras
+  import numpy as np
+  optimizer = options.pop("optimizer", {})
+
+  def build():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    return {"model": model}, {"model": keras.optimizers.SGD(0.1, **optimizer)}
+
+  def step(ctx, x):
+    with tf.GradientTape() as tape:
+      loss = ctx.average(tf.square(ctx.models["model"](x)[:, 0] - x[:, 0]))
+    ctx.minimize(loss, "model", tape=tape)
+    return {"loss": loss}
+
+  x = np.arange(64, dtype="float32")[:, None] / 64
+  data = tf.data.Dataset.from_tensor_slices(x).batch(8, drop_remainder=True)
+  return ctl.Runner(step, build, data, strategy=strategy, **options)
+
+
+def test_a_new_kind_is_described_once_and_every_module_follows_it():
+  from ctl import strategies
+  ctl.make_strategy("mirrored", logical_cpus=2)  # the module's devices, before any op
+  strategy = _Engine("/cpu:0")
+  # A subclass is of its base's kind until described as a kind of its own.
+  assert strategies.placement(strategy).kind.name == "one_device"
+  kind = strategies.register(strategies.Kind(
+      "engine", _Engine, merge_call_updates=True,
+      not_eager="its engine runs compiled programs only"))
+  try:
+    placement = strategies.placement(strategy)
+    assert placement.kind is kind and placement.replicas == 1
+    assert placement.worker == ctl.Worker(0, 1, True) and not placement.in_cluster
+    # What the kind says is what the runner refuses, and nothing else.
+    with pytest.raises(ValueError, match=r"eager=True cannot run under _Engine \(its "
+                       r"engine runs compiled programs only\)"):
+      _tiny_runner(strategy, eager=True)
+    with pytest.raises(ValueError, match="cannot run under engine"):
+      _tiny_runner(strategy, optimizer={"gradient_accumulation_steps": 2})
+    runner = _tiny_runner(strategy)
+    reference = _tiny_runner(tf.distribute.get_strategy())
+    np.testing.assert_allclose(runner.train(3)["loss"], reference.train(3)["loss"],
+                               rtol=1e-6)
+    assert runner.placement.kind is kind
+  finally:
+    del strategies.KINDS["engine"]
+
+
+def test_a_strategy_of_no_known_kind_is_refused_naming_what_to_describe():
+  from ctl import strategies
+
+  class Bare(tf.distribute.Strategy):
+    pass
+
+  with pytest.raises(TypeError, match=r"strategy Bare is of no kind ctl knows .*"
+                     r"ctl.strategies.register\(ctl.strategies.Kind\('my_kind', Bare"):
+    strategies.placement(Bare.__new__(Bare))
+  with pytest.raises(TypeError, match="strategy must be a tf.distribute.Strategy or one "
+                     "of auto, default"):
+    ctl.Runner(lambda ctx, x: {}, lambda: ({}, {}), tf.data.Dataset.range(1).batch(1),
+               strategy=object())
+  with pytest.raises(ValueError, match="is already kind 'mirrored'"):
+    strategies.register(strategies.Kind("mine", tf.distribute.MirroredStrategy))

@@ -117,8 +117,8 @@ def profile_steps(value: str) -> tuple[int, int]:
 def run_train(args: argparse.Namespace) -> int:
   """`ctl train`: returns the exit code."""
   def report(runner, workdir):
-    strategy = getattr(runner, "strategy", None)
-    if strategy is not None and not strategy.extended.should_checkpoint:
+    placement = getattr(runner, "placement", None)
+    if placement is not None and not placement.is_chief:
       return  # another worker: the chief keeps (and reports) the outputs
     step = f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step") else ""
     print(f"ctl train: {step}outputs in {workdir}:")

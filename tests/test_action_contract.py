@@ -1,0 +1,127 @@
+"""The action contract: `begin` and `end` around each fit, metrics one action
+reports and a later one reads at the same step, and the checkpointer an
+action can ask to keep a checkpoint (`ctl.BestCheckpoints`, its proof)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+
+from test_outer_loop import runner
+
+# A made-up metric: its value at each step (lower is better).
+VALUES = {2: 5.0, 4: 3.0, 6: 4.0, 8: 1.0, 10: 2.0, 12: 0.5, 14: 9.0}
+
+
+class Reports(ctl.Action):
+  """Reports `VALUES[step]` as "score" (an evaluation, as far as others can tell)."""
+
+  def __init__(self, every):
+    self.every = every
+
+  def __call__(self, context):
+    if context.step in VALUES:
+      context.report({"score": VALUES[context.step]})
+
+
+class Log(ctl.Action):
+  """Records what the contract calls, in order."""
+  collective = True
+
+  def __init__(self, every=None):
+    self.every = every
+    self.calls = []
+
+  def begin(self, context):
+    self.calls.append(("begin", context.step))
+
+  def __call__(self, context):
+    self.calls.append(("call", context.step, context.metric("score")))
+
+  def end(self, context):
+    self.calls.append(("end", context.step))
+
+
+def test_begin_and_end_frame_every_fit_however_it_ends(tmp_path):
+  log = Log(ctl.Every(steps=4))
+  runner().fit(8, tmp_path, actions=[Reports(ctl.Every(steps=2)), log], progress=False)
+  # At the last step, the scheduled call is the end's.
+  assert log.calls == [("begin", 0), ("call", 4, 3.0), ("call", 8, 1.0), ("end", 8)]
+  # A second fit of the same actions begins again, from the step it resumed at.
+  log.calls.clear()
+  runner().fit(10, tmp_path, actions=[log], progress=False)
+  assert log.calls == [("begin", 8), ("call", 10, None), ("end", 10)]
+
+  class Fails(ctl.Action):
+    every = ctl.Every(steps=2)
+
+    def __call__(self, context):
+      raise RuntimeError("the action's own error")
+
+  log.calls.clear()
+  with pytest.raises(RuntimeError, match="the action's own error"):
+    runner().fit(20, tmp_path, actions=[log, Fails()], progress=False)
+  assert log.calls[0] == ("begin", 10) and log.calls[-1] == ("end", 12)
+
+
+def test_a_metric_is_read_only_at_the_step_it_was_reported(tmp_path):
+  log = Log(ctl.Every(steps=2))
+  # Reported every 4 steps, read every 2: the steps between read nothing.
+  runner().fit(8, tmp_path, actions=[Reports(ctl.Every(steps=4)), log], progress=False)
+  assert [c for c in log.calls if c[0] == "call"] == [
+      ("call", 2, None), ("call", 4, 3.0), ("call", 6, None), ("call", 8, 1.0)]
+
+
+def kept(workdir):
+  with open(os.path.join(workdir, "checkpoints", "best", "best.json")) as f:
+    record = json.load(f)
+  files = sorted(f for f in os.listdir(os.path.join(workdir, "checkpoints", "best"))
+                 if f.endswith(".index"))
+  return [(k["step"], k["value"]) for k in record["kept"]], files
+
+
+def generator_weights(checkpoint_path):
+  r = runner()
+  tf.train.Checkpoint(models={"generator": r.models["generator"].variables}).restore(
+      checkpoint_path).expect_partial()
+  return [v.numpy() for v in r.models["generator"].variables]
+
+
+def test_best_checkpoints_keeps_the_best_k_and_resumes_its_record(tmp_path):
+  every = ctl.Every(steps=2)
+  # Checkpoints every 4 steps, 2 kept: the best steps' own checkpoints are saved for it.
+  fit = dict(checkpoint=ctl.Checkpoint(ctl.Every(steps=4), keep=2), progress=False)
+  runner().fit(8, tmp_path, actions=[
+      Reports(every), ctl.BestCheckpoints("score", every, keep=2)], **fit)
+  assert kept(tmp_path) == ([(8, 1.0), (4, 3.0)], ["ckpt-4.index", "ckpt-8.index"])
+  # Resumed: the record goes on, a better step displaces the worst.
+  runner().fit(14, tmp_path, actions=[
+      Reports(every), ctl.BestCheckpoints("score", every, keep=2)], **fit)
+  assert kept(tmp_path) == ([(12, 0.5), (8, 1.0)], ["ckpt-12.index", "ckpt-8.index"])
+  # A kept checkpoint holds the weights of its step: train a new run to step 12.
+  reference = runner()
+  reference.train(12)
+  best = os.path.join(tmp_path, "checkpoints", "best", "ckpt-12")
+  for a, b in zip(generator_weights(best), reference.models["generator"].variables):
+    np.testing.assert_allclose(a, b.numpy(), rtol=1e-6)
+
+
+def test_best_checkpoints_refuses_a_fit_without_checkpoints_and_names_a_missing_metric(
+    tmp_path, caplog):
+  with pytest.raises(ValueError, match=r"BestCheckpoints\('score'\) keeps checkpoints, "
+                     "and this fit saves none"):
+    runner().fit(4, tmp_path, checkpoint=False, progress=False,
+                 actions=[ctl.BestCheckpoints("score", ctl.Every(steps=2))])
+  with caplog.at_level("WARNING", logger="ctl"):
+    runner().fit(4, tmp_path / "other", progress=False, actions=[
+        Reports(ctl.Every(steps=2)), ctl.BestCheckpoints("scroe", ctl.Every(steps=2))])
+  assert "BestCheckpoints('scroe'): no action reported that metric" in caplog.text
+  for bad, message in (
+      (dict(keep=0), "keep"), (dict(mode="lowest"), "use 'min'"),
+      (dict(directory="a/b"), "folder name")):
+    with pytest.raises((TypeError, ValueError), match=message):
+      ctl.BestCheckpoints("score", **bad)
