@@ -43,6 +43,7 @@ import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import arguments
 from ctl import notebook
 from ctl import stopping
+from ctl.checkpoints import write_pointer
 from ctl.checkpoints import write_text_atomically
 from ctl.data import check_evaluation_data
 from ctl.schedule import Every
@@ -337,8 +338,10 @@ class BestCheckpoints(Action):
   later, with the same schedule): at a step where the value is among the best
   `keep` so far, the checkpoint of that step (saved then if no save was due)
   is copied there, and a copy that is no longer among the best is deleted.
-  `best.json` beside them lists the kept ones, best first (step, value, path);
-  a resumed fit reads it and goes on from it. A step where `metric` was not
+  `best.json` beside them lists the kept ones, best first (step, value,
+  checkpoint), and their `checkpoint` file names the best as the newest, so
+  `tf.train.latest_checkpoint(".../checkpoints/best")` is the best one; a
+  resumed fit reads `best.json` and goes on from it. A step where `metric` was not
   reported is passed over; a fit that never saw it says so at its end.
 
   Args:
@@ -365,7 +368,7 @@ class BestCheckpoints(Action):
                        "name for under <workdir>/checkpoints, e.g. 'best'.")
     self.metric, self.every, self.keep, self.mode = metric, every, keep, mode
     self.directory = directory
-    self.kept: list[dict] = []  # {"step", "value", "path"}, best first
+    self.kept: list[dict] = []  # {"step", "value", "checkpoint"}, best first
     self._seen = False
 
   def check(self, runner: ctl.Runner, workdir: str | None) -> None:
@@ -377,7 +380,8 @@ class BestCheckpoints(Action):
                        "fit saves none (checkpoint=False); drop checkpoint=False.")
     self._seen = False
     self.kept = []
-    self._record = os.path.join(context.checkpointer.directory, self.directory, "best.json")
+    self._folder = os.path.join(context.checkpointer.directory, self.directory)
+    self._record = os.path.join(self._folder, "best.json")
     if context.is_chief:
       try:
         with open(self._record) as f:
@@ -400,13 +404,20 @@ class BestCheckpoints(Action):
     if not context.is_chief:
       return
     self.kept = [k for k in self.kept if k["step"] != context.step]
-    self.kept.append({"step": context.step, "value": float(value), "path": path})
+    self.kept.append({"step": context.step, "value": float(value),
+                      "checkpoint": os.path.basename(path)})
     self.kept.sort(key=lambda k: k["value"] if self.mode == "min" else -k["value"])
     self._drop(self.kept[self.keep:])  # (writes the record)
     _log.info("ctl.BestCheckpoints: kept %s (%s %.6g)", path, self.metric, value)
 
   def end(self, context: FitContext) -> None:
-    if not self._seen and context.step > context.start_step and context.is_chief:
+    if self._seen or context.step == context.start_step or not context.is_chief:
+      return
+    if context.metric(self.metric) is not None:  # reported, after this action ran
+      _log.warning("ctl.BestCheckpoints(%r): the metric was reported only after this "
+                   "action ran at each step, so no checkpoint was kept for it. List "
+                   "ctl.BestCheckpoints after the action that reports it.", self.metric)
+    else:
       _log.warning("ctl.BestCheckpoints(%r): no action reported that metric in this fit, "
                    "so no checkpoint was kept for it; the metrics reported were %s. List "
                    "it after the action that reports it, on the same schedule.",
@@ -421,13 +432,19 @@ class BestCheckpoints(Action):
 
   def _drop(self, dropped):
     for record in dropped:
-      for path in tf.io.gfile.glob(record["path"] + ".*"):
+      for path in tf.io.gfile.glob(os.path.join(self._folder, record["checkpoint"]) + ".*"):
         tf.io.gfile.remove(path)
     steps = {k["step"] for k in dropped}
     self.kept = [k for k in self.kept if k["step"] not in steps]
-    os.makedirs(os.path.dirname(self._record), exist_ok=True)
+    os.makedirs(self._folder, exist_ok=True)
     write_text_atomically(self._record, json.dumps(
         {"metric": self.metric, "mode": self.mode, "kept": self.kept}, indent=1) + "\n")
+    pointer = os.path.join(self._folder, "checkpoint")
+    if self.kept:  # the best last: TF's newest
+      write_pointer(self._folder, [os.path.join(self._folder, k["checkpoint"])
+                                   for k in reversed(self.kept)])
+    elif os.path.exists(pointer):
+      os.remove(pointer)
 
 
 class Profile(Action):

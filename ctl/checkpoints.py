@@ -325,7 +325,7 @@ class Checkpointer:
       known = [listing.on_disk[s] for s in sorted(listing.on_disk)]
     known = [p for p in known if p not in dict(listing.skipped) and p != path and
              (step is None or (_step_of(p) or 0) < step)]
-    _write_pointer(self.directory, known + [path])
+    write_pointer(self.directory, known + [path])
     _log.warning("%s/checkpoint now names %s as the newest checkpoint", self.directory,
                  os.path.basename(path))
     self._open_managers()
@@ -391,7 +391,7 @@ class Checkpointer:
 
     The copy is outside what `keep` rotates: only its keeper deletes it (see
     `ctl.BestCheckpoints`). It restores like any checkpoint:
-    `tf.train.Checkpoint(...).restore(path)`, or `ctl eval` on a folder holding it.
+    `tf.train.Checkpoint(...).restore(path)`.
     """
     self.save()
     if not self.is_chief:
@@ -436,7 +436,7 @@ class _Listing:
     self.skipped = []
 
 
-def _write_pointer(directory, paths):
+def write_pointer(directory: str, paths: list[str]) -> None:
   """Writes the `checkpoint` file of `directory` as TF's CheckpointManager
   would, naming `paths` (oldest first; the last is the newest).
 

@@ -102,11 +102,13 @@ def test_best_checkpoints_keeps_the_best_k_and_resumes_its_record(tmp_path):
   runner().fit(14, tmp_path, actions=[
       Reports(every), ctl.BestCheckpoints("score", every, keep=2)], **fit)
   assert kept(tmp_path) == ([(12, 0.5), (8, 1.0)], ["ckpt-12.index", "ckpt-8.index"])
+  best = os.path.join(tmp_path, "checkpoints", "best")
+  assert tf.train.latest_checkpoint(best) == os.path.join(best, "ckpt-12")
   # A kept checkpoint holds the weights of its step: train a new run to step 12.
   reference = runner()
   reference.train(12)
-  best = os.path.join(tmp_path, "checkpoints", "best", "ckpt-12")
-  for a, b in zip(generator_weights(best), reference.models["generator"].variables):
+  weights = generator_weights(os.path.join(best, "ckpt-12"))
+  for a, b in zip(weights, reference.models["generator"].variables):
     np.testing.assert_allclose(a, b.numpy(), rtol=1e-6)
 
 
@@ -120,6 +122,11 @@ def test_best_checkpoints_refuses_a_fit_without_checkpoints_and_names_a_missing_
     runner().fit(4, tmp_path / "other", progress=False, actions=[
         Reports(ctl.Every(steps=2)), ctl.BestCheckpoints("scroe", ctl.Every(steps=2))])
   assert "BestCheckpoints('scroe'): no action reported that metric" in caplog.text
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):  # listed before the action that reports
+    runner().fit(4, tmp_path / "third", progress=False, actions=[
+        ctl.BestCheckpoints("score", ctl.Every(steps=2)), Reports(ctl.Every(steps=2))])
+  assert "reported only after this action ran at each step" in caplog.text
   for bad, message in (
       (dict(keep=0), "keep"), (dict(mode="lowest"), "use 'min'"),
       (dict(directory="a/b"), "folder name")):
