@@ -3,7 +3,8 @@
 
     runner.fit(10_000, "runs/x", checkpoint=ctl.Checkpoint(ctl.Every(steps=500), keep=5))
 
-    checkpointer = Checkpointer(runner, "runs/x/checkpoints", keep=3)
+    checkpointer = Checkpointer(runner.placement, runner.state, runner.feed,
+                                "runs/x/checkpoints", keep=3)
     step = checkpointer.restore()      # 0 when the directory holds no checkpoint
     ...
     checkpointer.save()                # ckpt-<global step>
@@ -22,15 +23,20 @@ import os
 import re
 import shutil
 import tempfile
+from typing import TYPE_CHECKING
 
 import gin
 import tensorflow as tf
 
-import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 from ctl import arguments
 from ctl.schedule import Every
 from ctl.schedule import check_every
+
+if TYPE_CHECKING:
+  from ctl.data import Feed
+  from ctl.state import State
+  from ctl.strategies import Placement
 
 _log = logging.getLogger("ctl")
 
@@ -74,23 +80,29 @@ class Checkpoint:
     self.keep = keep
     self.restore_data = restore_data
 
-  def open(self, runner: ctl.Runner, workdir: str) -> Checkpointer:
-    """The checkpointer of `runner` in `<workdir>/checkpoints`, checked before training."""
-    checkpointer = Checkpointer(runner, os.path.join(workdir, "checkpoints"),
+  def open(self, placement: Placement, state: State, feed: Feed,
+           workdir: str) -> Checkpointer:
+    """The checkpointer of `state` and `feed`'s position in
+    `<workdir>/checkpoints`, checked before training."""
+    checkpointer = Checkpointer(placement, state, feed, os.path.join(workdir, "checkpoints"),
                                 keep=self.keep, restore_data=self.restore_data)
     checkpointer.check_data_can_be_saved()
     return checkpointer
 
 
 class Checkpointer:
-  """Saves and restores a runner's state under `directory`.
+  """Saves and restores a training state, and the position in its data, under
+  `directory`.
 
   Every worker takes part in a save (TF's collective save needs them all);
   only the chief's files are kept, the others write to a scratch directory
   that is removed at once.
 
   Args:
-    runner: the `ctl.Runner` whose state is saved.
+    placement: the `ctl.strategies.Placement` (who is the chief).
+    state: the `ctl.state.State` saved: models, optimizers, the step counter.
+    feed: the training data's feed (`ctl.data.make_feed`), whose position is
+      saved when it can be.
     directory: where checkpoints go.
     keep: how many of the newest checkpoints to keep.
     restore_data: restore the position in the data. False restarts the data
@@ -98,19 +110,20 @@ class Checkpointer:
       is saved either way.
   """
 
-  def __init__(self, runner: ctl.Runner, directory: str, keep: int = 3,
-               restore_data: bool = True):
-    self.runner = runner
+  def __init__(self, placement: Placement, state: State, feed: Feed, directory: str,
+               keep: int = 3, restore_data: bool = True):
+    self._state = state
+    self._iterator = feed.iterator if feed.checkpointable else None
     self.directory = directory
     self.restore_data = restore_data
     self._saved_step = None
-    self.is_chief = runner.placement.is_chief
-    state = runner.state.variables()
-    iterator = runner.data_iterator
+    self.is_chief = placement.is_chief
+    state = state.variables()
+    iterator = self._iterator
     if iterator is not None:
       state["data"] = iterator
       # The saved position is one of batches of this size (see `_check_data`).
-      self._batch_size = runner.global_batch_size or 0
+      self._batch_size = feed.global_batch_size or 0
       state[_BATCH_SIZE] = tf.Variable(self._batch_size, dtype=tf.int64, trainable=False)
     else:
       _log.warning("the data position is not checkpointed (a dataset function, a "
@@ -130,7 +143,7 @@ class Checkpointer:
     self._keep = keep
     if not self.is_chief:
       self._scratch = os.path.join(directory,
-                                   f"workertemp_{runner.placement.worker.index}")
+                                   f"workertemp_{placement.worker.index}")
     self._open_managers()
 
   def _open_managers(self):
@@ -160,7 +173,7 @@ class Checkpointer:
     be lost with it. A trial write of the position alone, while the pipeline
     is still empty, finds out.
     """
-    iterator = self.runner.data_iterator
+    iterator = self._iterator
     if iterator is None:
       return
     probe = tempfile.mkdtemp(prefix="ctl-data-position-")
@@ -197,7 +210,7 @@ class Checkpointer:
         `checkpoint` file again to name the restored one, so that the next
         saves neither keep the damaged ones nor delete good ones for them.
     """
-    step = int(self.runner.global_step.numpy())
+    step = int(self._state.global_step.numpy())
     listing = _Listing(self.directory)
     path = self._readable(listing)
     if path is None:  # a new run (or one trained before without a workdir)
@@ -212,16 +225,16 @@ class Checkpointer:
     reader = tf.train.load_checkpoint(path)  # read whole by `_readable`
     saved = _saved_layout(reader)
     self._check_data(path, reader)
-    differences = _differences(saved, self.runner.state.variables())
+    differences = _differences(saved, self._state.variables())
     if differences:
-      switched = _loss_scaling_switched(saved, self.runner.optimizers)
+      switched = _loss_scaling_switched(saved, self._state.optimizers)
       if switched:
         raise CheckpointError(f"checkpoint {path} does not match this runner: {switched}")
       raise CheckpointError(
           f"checkpoint {path} does not match this runner: {'; '.join(differences)}. "
           "It was written for other models, optimizers or sizes; use a new work "
           "directory for this experiment, or build the runner as that run did.")
-    state = tf.nest.flatten(self.runner.state.variables())
+    state = tf.nest.flatten(self._state.variables())
     before = [v.numpy() for v in state]
     try:
       status = self._restored.restore(path).expect_partial()
@@ -244,7 +257,7 @@ class Checkpointer:
           f"checkpoint {path} does not match this runner (other models, optimizers "
           f"or data?): {str(e)[:500]}. Use a new work directory for a different "
           "experiment.") from None
-    step = int(self.runner.global_step.numpy())
+    step = int(self._state.global_step.numpy())
     _log.info("restored %s (step %d)%s", path, step, "" if self._restored is self.checkpoint
               else "; the data starts again from its beginning (restore_data=False)")
     if repair and self.is_chief and (listing.skipped or listing.named != path):
@@ -358,7 +371,7 @@ class Checkpointer:
     small `checkpoint` file that names the newest one, so a crash mid-save
     leaves the previous checkpoint the one that is restored.
     """
-    step = int(self.runner.global_step.numpy())
+    step = int(self._state.global_step.numpy())
     if step == self._saved_step:  # e.g. a stop's save, then the end's
       return self.latest if self.is_chief else None
     try:

@@ -77,7 +77,7 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
   try:
     checkpointer = None
     if checkpoint:
-      checkpointer = checkpoint.open(runner, workdir)
+      checkpointer = checkpoint.open(runner.placement, runner.state, runner.feed, workdir)
       context.step = context.start_step = checkpointer.restore(repair=True)
     context.checkpointer = checkpointer
     history_file = _open_history(context, write=not earlier_run)
@@ -182,7 +182,8 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
   for every in timers:
     every.start(context.step)
   bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
-  stopper = stopping.Stopper(context.runner, checkpointer)
+  stopper = stopping.Stopper(context.runner.placement, checkpointer,
+                             steps_per_loop=context.runner.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
   stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
   try:

@@ -131,6 +131,11 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
       json.dump(about, f)
 
 
+def _position(runner):
+  """The iterator of `runner`'s training data if a checkpoint can hold it, else None."""
+  return runner.feed.iterator if runner.feed.checkpointable else None
+
+
 def start_as(runner: Any, new: Any) -> bool:
   """Puts `runner` (compiled and traced) where `new`, a new runner of the same
   step, starts: `new`'s variables (models, optimizers, step counter), draws'
@@ -139,7 +144,8 @@ def start_as(runner: Any, new: Any) -> bool:
   position cannot be carried over (a dataset function, TF's distributed
   datasets, a stateful op in the pipeline) or the variables differ."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  if runner.data_iterator is None or new.data_iterator is None:
+  position, new_position = _position(runner), _position(new)
+  if position is None or new_position is None:
     return False
   mine, theirs = ([*tf.nest.flatten(r.state.variables()), r.state.draw_key]
                   for r in (runner, new))
@@ -149,10 +155,10 @@ def start_as(runner: Any, new: Any) -> bool:
   with tempfile.TemporaryDirectory(prefix="ctl-parity-start-") as directory:
     start = os.path.join(directory, "start")
     try:
-      tf.train.Checkpoint(data=new.data_iterator).write(start)
+      tf.train.Checkpoint(data=new_position).write(start)
     except tf.errors.OpError:
       return False
-    tf.train.Checkpoint(data=runner.data_iterator).read(start).assert_consumed()
+    tf.train.Checkpoint(data=position).read(start).assert_consumed()
   with runner.strategy.scope():
     for variable, value in zip(mine, theirs):
       variable.assign(tf.convert_to_tensor(value))

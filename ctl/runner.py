@@ -17,7 +17,9 @@ The same `step` runs eagerly (`eager=True`: print and pdb work), compiled, or
 distributed; only the `strategy` argument changes. The runner puts together
 the parts that do the work: the state (`ctl.state`), the compiled step
 (`ctl.steps`), evaluation (`ctl.evaluation`), export (`ctl.export`) and the
-outer loop (`ctl.loop`).
+outer loop (`ctl.loop`). Checkpoints and stopping are given the parts they use,
+which the runner holds: `runner.placement` (`ctl.strategies.Placement`),
+`runner.state` and `runner.feed` (the training data's feed, `ctl.data`).
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ class Runner:
     if float_dtype != tf.float32:
       data = data_lib.cast_floats(data, float_dtype)
     # Data first: its checks are cheap, and fail before any model is built.
-    self._feed = data_lib.make_feed(
+    # The parts (placement, feed, state) are what checkpoints and stopping use.
+    self.feed: data_lib.Feed = data_lib.make_feed(
         data, self.placement, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step, static_shapes=jit_compile,
         coordinator=self._coordinator)
@@ -144,7 +147,7 @@ class Runner:
       data_lib.warn_if_outside_outputs(self._arguments["data"], self.state.models,
                                        stacklevel=2)
     self._train_step = steps.TrainStep(
-        step, self.state, self._feed, self.placement, eager=eager,
+        step, self.state, self.feed, self.placement, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
     self._evaluator = evaluation.Evaluator(self.state, self.placement, eager=eager,
@@ -192,41 +195,36 @@ class Runner:
 
   @property
   def global_batch_size(self) -> int | None:
-    return self._feed.global_batch_size
+    return self.feed.global_batch_size
 
   @property
   def examples_per_step(self) -> int | None:
     """Examples one step consumes over all replicas (None if unknown)."""
-    size = self._feed.global_batch_size
-    return None if size is None else size * self._feed.batches_per_step
+    size = self.feed.global_batch_size
+    return None if size is None else size * self.feed.batches_per_step
 
   @property
   def element_spec(self) -> Any:
     """The structure and shapes of one global batch of the training data."""
-    return self._feed.element_spec
+    return self.feed.element_spec
 
   @property
   def data_is_global_batches(self) -> bool:
     """Whether the training data is a `tf.data.Dataset` of global batches."""
-    return isinstance(self._feed, data_lib.GlobalBatches)
+    return isinstance(self.feed, data_lib.GlobalBatches)
 
   def check_data_lasts(self, num_steps: int, call: str) -> None:
     """Raises ValueError if `num_steps` more steps need more batches than a
     finite training dataset holds (see `ctl.data.check_data_lasts`)."""
-    data_lib.check_data_lasts(self._feed, num_steps, call)
-
-  @property
-  def data_iterator(self) -> Iterator[Any] | None:
-    """The training data's iterator if a checkpoint can hold it, else None."""
-    return self._feed.iterator if self._feed.checkpointable else None
+    data_lib.check_data_lasts(self.feed, num_steps, call)
 
   def make_data_iterator(self) -> Iterator[Any]:
     """A new iterator over the training data from its start (not the one training reads)."""
-    return self._feed.make_iterator()
+    return self.feed.make_iterator()
 
   def next_batch(self, iterator: Iterator[Any]) -> Any:
     """The next global batch of `iterator`, as `step` receives it (per replica)."""
-    return self._feed.next(iterator)
+    return self.feed.next(iterator)
 
   @property
   def trace_count(self) -> int:
@@ -323,7 +321,8 @@ class Runner:
     Raises FileNotFoundError if there is none. `fit` restores by itself; this
     is for evaluating or exporting a trained run.
     """
-    checkpointer = checkpoints.Checkpointer(self, os.path.join(workdir, "checkpoints"))
+    checkpointer = checkpoints.Checkpointer(self.placement, self.state, self.feed,
+                                            os.path.join(workdir, "checkpoints"))
     if checkpoints.newest(workdir) is None:
       raise FileNotFoundError(
           f"no checkpoint in {checkpointer.directory}: train first (`fit`, or "

@@ -1,6 +1,6 @@
 """How `fit` stops: SIGTERM, Ctrl-C and SIGHUP end a run within a bounded time, saved.
 
-    stopper = Stopper(runner, checkpointer)   # `fit` makes one per run
+    stopper = Stopper(runner.placement, checkpointer)   # `fit` makes one per run
     results = runner.run_steps(n)
     stopper.check(step)                       # saves and raises if a signal came
     with stopper.abandonable():               # an evaluation, samples, an export
@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
 from ctl import notebook
 from ctl.constants import INTERRUPTED_EXIT_CODE
@@ -104,15 +103,16 @@ class Stopper:
   """Watches SIGTERM, SIGINT and SIGHUP during `fit`; see the module docstring.
 
   Args:
-    runner: the `ctl.Runner` being trained.
+    placement: the `ctl.strategies.Placement` of the run (its workers).
     checkpointer: its `ctl.checkpoints.Checkpointer`, or None (nothing saved;
       SIGTERM then keeps its default action, ending the process at once).
   """
 
-  def __init__(self, runner: ctl.Runner, checkpointer: Checkpointer | None):
-    self._placement = runner.placement
+  def __init__(self, placement: Placement, checkpointer: Checkpointer | None, *,
+               steps_per_loop: int = 1):
+    self._placement = placement
     self.checkpointer = checkpointer
-    self._runner = runner
+    self._steps_per_loop = steps_per_loop
     self._sigterm = self._sigint = False
     self._abandonable = False
     self._doing = None  # the action in progress, for the line a signal prints
@@ -434,7 +434,7 @@ class Stopper:
     else:
       call = self._call  # fit cuts calls to land on saves and actions
       when = (f"when the compiled call in flight ends (at most "
-              f"{call[0] if call else self._runner.steps_per_loop} steps): "
+              f"{call[0] if call else self._steps_per_loop} steps): "
               f"{'saving a checkpoint, then ' if saving else ''}running the actions "
               "due at that step (a second signal skips them), then stopping")
     _write(f"ctl: {name}: {when}{again}.")

@@ -186,3 +186,18 @@ def test_no_module_outside_the_strategy_module_inspects_strategies():
     if path.split(os.sep)[0] in ("ctl", "gan") and path not in _STRATEGY_HOME:
       found += [f"{path}:{line}: {text}" for line, text in _strategy_inspections(tree)]
   assert not found, "\n".join(found)
+
+
+def test_checkpoints_and_stopping_take_the_parts_they_use_not_the_runner():
+  # As Orbit's controller takes a trainer and a checkpoint manager: the
+  # placement, the training state and the data feed, never the whole Runner.
+  found = []
+  for path, tree in _sources():
+    if path not in (os.path.join("ctl", "checkpoints.py"), os.path.join("ctl", "stopping.py")):
+      continue
+    for node in ast.walk(tree):
+      if isinstance(node, ast.arg) and node.arg == "runner":
+        found.append(f"{path}:{node.lineno}: parameter runner")
+      elif isinstance(node, ast.Attribute) and ast.unparse(node) == "ctl.Runner":
+        found.append(f"{path}:{node.lineno}: ctl.Runner")
+  assert not found, "\n".join(found)

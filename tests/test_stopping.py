@@ -153,7 +153,9 @@ class SecondCtrlC:
 
   def __init__(self, tmp_path, monkeypatch, *, notebook=False):
     r = runner()
-    self.stopper = stopping.Stopper(r, checkpoints.Checkpointer(r, str(tmp_path / "c")))
+    self.stopper = stopping.Stopper(
+        r.placement, checkpoints.Checkpointer(r.placement, r.state, r.feed, str(tmp_path / "c")),
+        steps_per_loop=r.steps_per_loop)
     self.lines, self.exits = [], []
     monkeypatch.setattr(stopping, "_write", self.lines.append)
     monkeypatch.setattr(stopping.notebook, "in_notebook", lambda: notebook)
