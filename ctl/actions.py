@@ -378,7 +378,7 @@ class BestCheckpoints(Action):
     if context.checkpointer is None:
       raise ValueError(f"ctl.BestCheckpoints({self.metric!r}) keeps checkpoints, and this "
                        "fit saves none (checkpoint=False); drop checkpoint=False.")
-    self._seen = False
+    self._seen = self._said = False
     self.kept = []
     self._folder = os.path.join(context.checkpointer.directory, self.directory)
     self._record = os.path.join(self._folder, "best.json")
@@ -391,12 +391,25 @@ class BestCheckpoints(Action):
       except (OSError, ValueError, KeyError) as e:
         _log.warning("ctl.BestCheckpoints: %s could not be read (%s); starting a new "
                      "record (the checkpoints in it stay).", self._record, e)
-      # Later steps than the one resumed from were undone: their copies are not kept.
-      self._drop([k for k in self.kept if k["step"] > context.step])
+      # A kept checkpoint whose files are gone (deleted by hand, a partial copy)
+      # is dropped from the record, with a word; later steps than the one
+      # resumed from were undone: their copies are not kept either.
+      missing = [k for k in self.kept if not self._whole(k)]
+      if missing:
+        _log.warning("ctl.BestCheckpoints: %s in %s %s files; dropped from %s.",
+                     ", ".join(k["checkpoint"] for k in missing), self._folder,
+                     "lacks its" if len(missing) == 1 else "lack their", self._record)
+      self._drop(missing + [k for k in self.kept if k["step"] > context.step])
 
   def __call__(self, context: FitContext) -> None:
     value = context.metric(self.metric)
     self._seen |= value is not None
+    if value is None and context.metrics and not self._said and context.is_chief:
+      self._said = True  # other metrics came at this step, not this one: a typo?
+      _log.warning("ctl.BestCheckpoints(%r): not among the metrics reported at step %d "
+                   "(%s)%s; nothing is kept until it is reported.", self.metric,
+                   context.step, ", ".join(sorted(context.metrics)),
+                   arguments.did_you_mean(self.metric, sorted(context.metrics)))
     better = value is not None and np.isfinite(value) and self._ranks(context.step, value)
     if not context.agree(bool(better)):  # the chief's metric decides for every worker
       return
@@ -422,6 +435,10 @@ class BestCheckpoints(Action):
                    "so no checkpoint was kept for it; the metrics reported were %s. List "
                    "it after the action that reports it, on the same schedule.",
                    self.metric, sorted(context.metrics) or "none")
+
+  def _whole(self, record):
+    path = os.path.join(self._folder, record.get("checkpoint", ""))
+    return os.path.exists(path + ".index") and bool(tf.io.gfile.glob(path + ".data-*"))
 
   def _ranks(self, step, value):
     others = [k["value"] for k in self.kept if k["step"] != step]

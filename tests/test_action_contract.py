@@ -104,6 +104,11 @@ def test_best_checkpoints_keeps_the_best_k_and_resumes_its_record(tmp_path):
   assert kept(tmp_path) == ([(12, 0.5), (8, 1.0)], ["ckpt-12.index", "ckpt-8.index"])
   best = os.path.join(tmp_path, "checkpoints", "best")
   assert tf.train.latest_checkpoint(best) == os.path.join(best, "ckpt-12")
+  # A kept checkpoint whose files were deleted by hand is dropped, not a crash.
+  os.remove(os.path.join(best, "ckpt-8.index"))
+  runner().fit(16, tmp_path, actions=[
+      Reports(every), ctl.BestCheckpoints("score", every, keep=2)], **fit)
+  assert kept(tmp_path) == ([(12, 0.5)], ["ckpt-12.index"])
   # A kept checkpoint holds the weights of its step: train a new run to step 12.
   reference = runner()
   reference.train(12)
@@ -122,6 +127,9 @@ def test_best_checkpoints_refuses_a_fit_without_checkpoints_and_names_a_missing_
     runner().fit(4, tmp_path / "other", progress=False, actions=[
         Reports(ctl.Every(steps=2)), ctl.BestCheckpoints("scroe", ctl.Every(steps=2))])
   assert "BestCheckpoints('scroe'): no action reported that metric" in caplog.text
+  # Said at the first step where other metrics came, too, with the likely name.
+  assert ("BestCheckpoints('scroe'): not among the metrics reported at step 2 (score) "
+          "(did you mean 'score'?); nothing is kept until it is reported.") in caplog.text
   caplog.clear()
   with caplog.at_level("WARNING", logger="ctl"):  # listed before the action that reports
     runner().fit(4, tmp_path / "third", progress=False, actions=[
