@@ -83,8 +83,8 @@ class FitContext:
     self.step = self.start_step = step
     self.start_time = time.perf_counter()
     self.results: dict[str, np.ndarray] = {}
-    self.metrics: dict[str, float] = {}
-    self._metrics_step = step
+    self._metrics = {}
+    self._metrics_step = step  # the step `_metrics` were reported at
     self.checkpointer: ctl.checkpoints.Checkpointer | None = None
     self.is_chief: bool = runner.placement.is_chief
     self.lock: ctl.workdir.Lock | None = None
@@ -94,13 +94,16 @@ class FitContext:
     """Records `metrics` (name -> number) as measured at this step: later
     actions at this step read them in `context.metrics`."""
     if self._metrics_step != self.step:
-      self.metrics, self._metrics_step = {}, self.step
-    self.metrics.update({k: float(v) for k, v in metrics.items()})
+      self._metrics, self._metrics_step = {}, self.step
+    self._metrics.update({k: float(v) for k, v in metrics.items()})
+
+  @property
+  def metrics(self) -> dict[str, float]:
+    """The metrics reported at this step, by name ({} once the loop moves on)."""
+    return self._metrics if self._metrics_step == self.step else {}
 
   def metric(self, name: str) -> float | None:
     """The value of metric `name` reported at this step, or None."""
-    if self._metrics_step != self.step:
-      return None
     return self.metrics.get(name)
 
   def agree(self, flag: bool) -> bool:

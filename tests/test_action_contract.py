@@ -140,3 +140,13 @@ def test_best_checkpoints_refuses_a_fit_without_checkpoints_and_names_a_missing_
       (dict(directory="a/b"), "folder name")):
     with pytest.raises((TypeError, ValueError), match=message):
       ctl.BestCheckpoints("score", **bad)
+
+
+def test_metrics_of_an_earlier_step_are_not_this_steps(tmp_path, caplog):
+  # Reported every 4 steps, kept every 2: at steps 2 and 6 nothing was reported,
+  # and the metrics of step 4 must not pass for step 6's (no false typo warning).
+  with caplog.at_level("WARNING", logger="ctl"):
+    runner().fit(8, tmp_path, progress=False, actions=[
+        Reports(ctl.Every(steps=4)), ctl.BestCheckpoints("score", ctl.Every(steps=2))])
+  assert "not among the metrics" not in caplog.text
+  assert [step for step, _ in kept(tmp_path)[0]] == [8, 4]
