@@ -9,7 +9,7 @@ workload through `ctl.Runner.train` under `parameter_server` twice over, with
 `steps_per_loop=1` (one step per scheduled call, how the runner scheduled
 every step before) and `steps_per_loop=10` (an in-graph loop of 10 steps per
 call), repetitions interleaved. Each `train(n)` hands out calls of
-`steps_per_loop` steps, one per worker at a time (`Runner.steps_per_call`),
+`steps_per_loop` steps, one per worker at a time (`TrainStep.steps_per_call`),
 and waits for them. Prints a line per variant and one JSON object per
 variant. Updates are asynchronous, so the losses are not compared.
 """

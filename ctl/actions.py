@@ -14,7 +14,7 @@ the `FitContext` an action is given, and the built-in actions.
 Every action, built in or the user's, meets one contract (`Action`): an
 `every` (an `Every`, or None for the end of training only), a `collective`
 flag (True: it runs on every worker, because it runs collective ops; False:
-on the chief only), a `check(runner, workdir)` that refuses bad set-ups
+on the chief only), a `check(context)` that refuses bad set-ups
 before the first step, `begin(context)` once as each `fit` starts, a call
 with the run's `FitContext` (below) on its schedule, and `end(context)` once
 as the `fit` ends, however it ends. Each action is also called once at the
@@ -39,8 +39,8 @@ from typing import Protocol
 import numpy as np
 import tensorflow as tf
 
-import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import arguments
+from ctl import export as export_lib
 from ctl import notebook
 from ctl import stopping
 from ctl.checkpoints import write_pointer
@@ -49,20 +49,30 @@ from ctl.data import check_evaluation_data
 from ctl.schedule import Every
 
 if TYPE_CHECKING:
+  import keras
   import numpy.typing as npt
 
+  from ctl.checkpoints import Checkpointer
   from ctl.context import StepFn
   from ctl.data import Data
+  from ctl.evaluation import Evaluator
+  from ctl.history import History
+  from ctl.state import State
+  from ctl.strategies import Placement
+  from ctl.workdir import Lock
 
 _log = logging.getLogger("ctl")
 
 
 class FitContext:
-  """One `fit` call as its actions see it: the runner, the step reached, the
+  """One `fit` call as its actions see it: the models, the step reached, the
   latest results, the metrics reported at this step, and where to write.
 
   Attributes:
-    runner: the `ctl.Runner`.
+    models, optimizers: name -> `keras.Model` / optimizer, as `build` returned them.
+    state: the run's `ctl.state.State` (models, optimizers, global step).
+    placement: the `ctl.strategies.Placement` the run is under.
+    history: every step's results so far (`ctl.History`).
     workdir: the work directory (None: nothing is written).
     step: the global step reached (steps done).
     start_step, start_time: the step this `fit` started from and when
@@ -72,23 +82,50 @@ class FitContext:
       emptied when the loop moves on to a later step.
     checkpointer: the run's `ctl.checkpoints.Checkpointer` (None when `fit`
       does not checkpoint); `keep` copies the current step's checkpoint aside.
+    examples_per_step: the examples one step reads over all replicas (None: unknown).
     is_chief: whether this worker writes summaries, samples and kept files.
     lock: the work directory's `ctl.workdir.Lock` (None off the chief or
       without a workdir).
   """
 
-  def __init__(self, runner: ctl.Runner, workdir: str | None, step: int):
-    self.runner = runner
+  def __init__(self, state: State, placement: Placement, history: History,
+               workdir: str | None, *, evaluator: Evaluator | None = None,
+               examples_per_step: int | None = None):
+    self.state = state
+    self.placement = placement
+    self.history = history
     self.workdir = workdir
-    self.step = self.start_step = step
+    self.step = self.start_step = int(state.global_step.numpy())
     self.start_time = time.perf_counter()
     self.results: dict[str, np.ndarray] = {}
     self._metrics = {}
-    self._metrics_step = step  # the step `_metrics` were reported at
-    self.checkpointer: ctl.checkpoints.Checkpointer | None = None
-    self.is_chief: bool = runner.placement.is_chief
-    self.lock: ctl.workdir.Lock | None = None
+    self._metrics_step = self.step  # the step `_metrics` were reported at
+    self.checkpointer: Checkpointer | None = None
+    self.examples_per_step = examples_per_step
+    self.is_chief: bool = placement.is_chief
+    self.lock: Lock | None = None
+    self._evaluator = evaluator
     self._writers = {}
+
+  @property
+  def models(self) -> dict[str, keras.Model]:
+    return self.state.models
+
+  @property
+  def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
+    return self.state.optimizers
+
+  def evaluate(self, step: StepFn, data: Data, *, global_batch_size: int | None = None,
+               num_batches: int | None = None) -> dict[str, float]:
+    """Runs an evaluation step over `data`; see `Runner.evaluate`."""
+    if self._evaluator is None:
+      raise ValueError("this fit has no evaluator: it was started without one.")
+    return self._evaluator.evaluate(step, data, global_batch_size=global_batch_size,
+                                    num_batches=num_batches)
+
+  def export(self, name: str, directory: str) -> tuple[str, str]:
+    """Exports model `name` to `directory`; see `Runner.export`."""
+    return export_lib.export(self.models, name, directory, is_chief=self.is_chief)
 
   def report(self, metrics: dict[str, float]) -> None:
     """Records `metrics` (name -> number) as measured at this step: later
@@ -109,7 +146,7 @@ class FitContext:
   def agree(self, flag: bool) -> bool:
     """True on every worker if `flag` is True on any (one process: `flag`):
     what collective work decides from one worker's view (the chief's metric)."""
-    return stopping.agree(self.runner.placement, [flag])[0]
+    return stopping.agree(self.placement, [flag])[0]
 
   def writer(self, name: str) -> tf.summary.SummaryWriter:
     """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
@@ -142,7 +179,7 @@ class Action(Protocol):
           self.every = every          # an Every keeps its own count: one per action
 
         def __call__(self, context):
-          for name, model in context.runner.models.items():
+          for name, model in context.models.items():
             print(context.step, name, float(tf.linalg.global_norm(model.weights)))
 
   Attributes:
@@ -153,9 +190,10 @@ class Action(Protocol):
   every: Every | None = None
   collective: bool = False
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    """Raises, before the first step, if the action cannot run in this fit."""
-    del runner, workdir
+  def check(self, context: FitContext) -> None:
+    """Raises, before the first step, if the action cannot run in this fit
+    (`context` is the fit's, before any checkpoint is restored)."""
+    del context
 
   def begin(self, context: FitContext) -> None:
     """Called once as a `fit` starts, after it restored its checkpoint and
@@ -190,8 +228,8 @@ class Summaries(Action):
     self.every = every or Every(steps=100)
     self._since = None  # (step, time) of the previous write, or of the fit's start
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    _needs_workdir(self, workdir)
+  def check(self, context: FitContext) -> None:
+    _needs_workdir(self, context.workdir)
 
   def begin(self, context: FitContext) -> None:
     self._since = (context.start_step, context.start_time)
@@ -200,18 +238,17 @@ class Summaries(Action):
     now = time.perf_counter()
     since_step, since_time = self._since or (context.start_step, context.start_time)
     self._since = (context.step, now)
-    runner = context.runner
     with context.writer("train").as_default(step=context.step):
       for key, values in context.results.items():
         tf.summary.scalar(key, float(np.mean(values)))
-      for name, optimizer in runner.optimizers.items():
+      for name, optimizer in context.optimizers.items():
         tf.summary.scalar(f"learning_rate/{name}",
                           float(np.asarray(optimizer.learning_rate)))
       if context.step > since_step and now > since_time:
         rate = (context.step - since_step) / (now - since_time)
         tf.summary.scalar("steps_per_second", rate)
-        if runner.examples_per_step:  # unknown for a dynamic batch size
-          tf.summary.scalar("examples_per_second", rate * runner.examples_per_step)
+        if context.examples_per_step:  # unknown for a dynamic batch size
+          tf.summary.scalar("examples_per_second", rate * context.examples_per_step)
 
 
 class Samples(Action):
@@ -243,8 +280,8 @@ class Samples(Action):
     self.show = show
     self._shown = None  # the notebook display of this fit's grids
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    _needs_workdir(self, workdir)
+  def check(self, context: FitContext) -> None:
+    _needs_workdir(self, context.workdir)
     if self.show and not notebook.in_notebook():
       raise ValueError("Samples(show=True) shows the grids under a Jupyter cell, and this "
                        "process is no Jupyter kernel; pass show=None (the default: in a "
@@ -254,7 +291,7 @@ class Samples(Action):
     self._shown = None  # each fit (each cell) shows its own
 
   def __call__(self, context: FitContext) -> None:
-    images = np.asarray(self.fn(context.runner.models))
+    images = np.asarray(self.fn(context.models))
     grid = image_grid(images, self.value_range)
     path = os.path.join(context.workdir, "samples", f"{self.name}_{context.step:08d}.png")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -269,7 +306,7 @@ class Samples(Action):
 
 
 class Evaluate(Action):
-  """Runs `runner.evaluate(step, data)`; writes the metrics to `<workdir>/events/eval`.
+  """Runs `context.evaluate(step, data)`; writes the metrics to `<workdir>/events/eval`.
 
   The metrics are reported to `context.metrics` for the actions after it at
   this step (e.g. `BestCheckpoints`). `data` must be finite (e.g.
@@ -287,16 +324,16 @@ class Evaluate(Action):
     self.global_batch_size = global_batch_size  # for a dataset function
     self.num_batches = num_batches
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    if runner.placement.kind.asynchronous:
+  def check(self, context: FitContext) -> None:
+    if context.placement.kind.asynchronous:
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
                        "coordinator only schedules training steps); drop it and "
                        "evaluate the checkpoints with `ctl eval` in another process.")
 
   def __call__(self, context: FitContext) -> None:
-    metrics = context.runner.evaluate(self.step, self.data,
-                                      global_batch_size=self.global_batch_size,
-                                      num_batches=self.num_batches)
+    metrics = context.evaluate(self.step, self.data,
+                               global_batch_size=self.global_batch_size,
+                               num_batches=self.num_batches)
     context.report(metrics)
     with context.writer("eval").as_default(step=context.step):
       for key, value in metrics.items():
@@ -318,14 +355,14 @@ class Export(Action):
     self.model = model
     self.every = every
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    _needs_workdir(self, workdir)
-    if self.model not in runner.models:
+  def check(self, context: FitContext) -> None:
+    _needs_workdir(self, context.workdir)
+    if self.model not in context.models:
       raise ValueError(f"ctl.Export({self.model!r}): the runner has no model of that "
-                       f"name; its models are {sorted(runner.models)}.")
+                       f"name; its models are {sorted(context.models)}.")
 
   def __call__(self, context: FitContext) -> None:
-    context.runner.export(self.model, os.path.join(context.workdir, "export"))
+    context.export(self.model, os.path.join(context.workdir, "export"))
 
 
 class BestCheckpoints(Action):
@@ -374,8 +411,8 @@ class BestCheckpoints(Action):
     self.kept: list[dict] = []  # {"step", "value", "checkpoint"}, best first
     self._seen = False
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    _needs_workdir(self, workdir)
+  def check(self, context: FitContext) -> None:
+    _needs_workdir(self, context.workdir)
 
   def begin(self, context: FitContext) -> None:
     if context.checkpointer is None:
@@ -499,9 +536,9 @@ class Profile(Action):
     self.every = _Window(start, start + steps)
     self._stop_trace = None  # while tracing: the function that stops it
 
-  def check(self, runner: ctl.Runner, workdir: str | None) -> None:
-    _needs_workdir(self, workdir)
-    if runner.placement.kind.asynchronous:
+  def check(self, context: FitContext) -> None:
+    _needs_workdir(self, context.workdir)
+    if context.placement.kind.asynchronous:
       raise ValueError("ctl.Profile cannot run under parameter_server: the steps run "
                        "on the workers, and it traces this process, the coordinator. "
                        "Drop it and capture a worker's trace from TensorBoard's Profile "

@@ -1,7 +1,7 @@
 """What would fail on a TPU, found on a CPU before you pay for one.
 
     from ctl import check
-    findings = check.check_runner(runner, num_batches=3)
+    findings = check.check_step(runner.train_step, num_batches=3)
     print(check.format_findings(findings))         # a table, one row per check
     ok = all(finding.ok for finding in findings)
 
@@ -20,8 +20,8 @@ argument, and run on a few real batches. The checks:
                           (tf.boolean_mask, tf.where(cond), tf.unique)
   no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
 
-The runner's variables are put back as they were afterwards, and the
-runner's own data iterator is not touched.
+The variables are put back as they were afterwards, and the training data's
+own iterator is not touched.
 """
 
 import builtins
@@ -35,8 +35,9 @@ import textwrap
 
 import tensorflow as tf
 
-import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import _tf_internal
+from ctl import data as data_lib
+from ctl.steps import TrainStep
 
 Finding = collections.namedtuple("Finding", ["name", "ok", "message"])
 Finding.__doc__ = """One check's outcome: `name`, `ok` (bool) and a `message` that says the fix."""
@@ -68,37 +69,39 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
   return "\n".join(lines)
 
 
-def check_runner(runner: ctl.Runner, num_batches: int = 3) -> list[Finding]:
-  """Checks that `runner`'s step would compile and run on a TPU.
+def check_step(train_step: TrainStep, num_batches: int = 3) -> list[Finding]:
+  """Checks that a runner's step (`runner.train_step`) would compile and run on a TPU.
 
-  Traces the runner's per-replica step inside `tf.function(jit_compile=True)`
-  with the batch as an argument (as a TPU is fed), then compiles and runs it
-  on `num_batches` batches from a new iterator over the runner's data. The
-  runner's variables are restored afterwards.
+  Traces the per-replica step inside `tf.function(jit_compile=True)` with the
+  batch as an argument (as a TPU is fed), then compiles and runs it on
+  `num_batches` batches from a new iterator over the training data. The
+  variables are restored afterwards.
 
   Args:
-    runner: a `ctl.Runner` on one device (strategy "default" or "one_device")
-      whose data is a dataset of global batches.
+    train_step: the compiled step of a `ctl.Runner` on one device (strategy
+      "default" or "one_device") whose data is a dataset of global batches.
     num_batches: batches to run the compiled step on.
 
   Returns:
     A list of `Finding`s, one per check (see the module docstring).
   """
-  if runner.placement.replicas != 1:
-    raise ValueError(f"check_runner needs a runner on one device, got "
-                     f"{runner.placement.replicas} replicas: XLA cannot hold "
+  placement = train_step.placement
+  if placement.replicas != 1:
+    raise ValueError(f"check_step needs a runner on one device, got "
+                     f"{placement.replicas} replicas: XLA cannot hold "
                      "the cross-replica sum of a multi-device strategy on CPU; build "
                      "the runner with strategy='default'.")
-  if not runner.data_is_global_batches:
-    raise ValueError("check_runner needs a runner whose data is a tf.data.Dataset of "
+  feed = train_step.feed
+  if not isinstance(feed, data_lib.GlobalBatches):
+    raise ValueError("check_step needs a runner whose data is a tf.data.Dataset of "
                      "global batches, not a dataset function.")
   if not isinstance(num_batches, int) or num_batches < 1:
     raise ValueError(f"num_batches must be a positive int, got {num_batches!r}.")
-  findings = [_static_inputs(runner)]
-  batches = _batches(runner, num_batches)
-  saved = [(v, v.numpy()) for v in tf.nest.flatten(runner.state.variables())]
+  findings = [_static_inputs(feed)]
+  batches = _batches(feed, num_batches)
+  saved = [(v, v.numpy()) for v in tf.nest.flatten(train_step.state.variables())]
   try:
-    step = _CompiledStep(runner)
+    step = _CompiledStep(train_step)
     error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
     if error:
       findings += [error] + [Finding(n, False, "not run: the step did not trace.")
@@ -117,23 +120,22 @@ def check_runner(runner: ctl.Runner, num_batches: int = 3) -> list[Finding]:
 
 
 class _CompiledStep:
-  """The runner's replica step in `tf.function(jit_compile=True)`, batch as argument."""
+  """The replica step in `tf.function(jit_compile=True)`, batch as argument."""
 
-  def __init__(self, runner):
-    self.runner = runner
+  def __init__(self, train_step):
     self.python_calls = 0  # the user's step runs as Python only while traced
     self.printed = []
     self.concrete = None
 
     def replica_step(batch, step):
       self.python_calls += 1
-      return runner.replica_step(batch, step)
+      return train_step.replica_step(batch, step)
 
     def compiled(batch, step):
-      return runner.strategy.run(replica_step, args=(batch, step))
+      return train_step.placement.strategy.run(replica_step, args=(batch, step))
 
     self.function = tf.function(compiled, jit_compile=True, autograph=False)
-    self.step = runner.global_step.read_value()
+    self.step = train_step.state.global_step.read_value()
 
   def trace(self, batch_spec):
     """Traces on `batch_spec`, recording prints; a Finding if tracing failed."""
@@ -146,8 +148,8 @@ class _CompiledStep:
     return None
 
 
-def _static_inputs(runner):
-  spec = runner.element_spec
+def _static_inputs(feed):
+  spec = feed.element_spec
   unknown = [s for s in tf.nest.flatten(spec) if not s.shape.is_fully_defined()]
   if not unknown:
     return Finding(STATIC_INPUTS, True, f"every dimension of the data is known: {spec}.")
@@ -164,16 +166,16 @@ def _static_inputs(runner):
                  f"{'; and '.join(fixes)}.")
 
 
-def _batches(runner, count):
-  iterator = runner.make_data_iterator()  # not the runner's: its position is checkpointed
+def _batches(feed, count):
+  iterator = feed.make_iterator()  # not training's: its position is checkpointed
   batches = []
   for _ in range(count):
     try:
-      batches.append(runner.next_batch(iterator))
+      batches.append(feed.next(iterator))
     except (tf.errors.OutOfRangeError, StopIteration):
       break
   if not batches:
-    raise ValueError("check_runner: the runner's data gave no batch.")
+    raise ValueError("check_step: the training data gave no batch.")
   return batches
 
 

@@ -20,6 +20,15 @@ if TYPE_CHECKING:
   import keras
 
 
+def export(models: dict[str, keras.Model], name: str, directory: str, *,
+           is_chief: bool) -> tuple[str, str]:
+  """Exports `models[name]` (see `export_model`); a ValueError names the
+  models if there is none of that name."""
+  if name not in models:
+    raise ValueError(f"export: no model named {name!r}; the models are {sorted(models)}.")
+  return export_model(models[name], name, directory, is_chief=is_chief)
+
+
 def export_model(model: keras.Model, name: str, directory: str, *,
                  is_chief: bool) -> tuple[str, str]:
   """Writes `model` to `<directory>/<name>.keras` and `<directory>/<name>/`.

@@ -383,8 +383,8 @@ class EachStep:
     self.every = _AfterEachCall()
     self._done = (None, None)  # (fit context, the step reached when fn last had values)
 
-  def check(self, runner: Any, workdir: str | None) -> None:
-    del runner, workdir
+  def check(self, context: Any) -> None:
+    del context
 
   def __call__(self, context: Any) -> None:
     if not context.results or self._done == (context, context.step):

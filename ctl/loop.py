@@ -1,6 +1,10 @@
 """The outer loop: `fit` trains to a step count, resumably, with periodic actions.
 
-    history = runner.fit(10_000, "runs/x")   # what `Runner.fit` calls
+    history = fit(runner.train_step, runner.history, 10_000, "runs/x")  # `Runner.fit`
+
+It takes the parts it uses, as Orbit's controller takes a trainer: the
+compiled step (`ctl.steps.TrainStep`, which holds the placement, the state and
+the data's feed), the history it appends to, and the evaluator its actions call.
 
 Each pass runs one compiled call of up to `steps_per_loop` steps (shortened to
 land on the next step-based save or action), checks the results are finite,
@@ -23,14 +27,15 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
 
-import ctl  # for annotations only (ctl.Runner): ctl loads its names lazily
 from ctl import actions as actions_lib
 from ctl import arguments
 from ctl import checkpoints
+from ctl import data as data_lib
 from ctl import export as export_lib
 from ctl import history as history_lib
 from ctl import stopping
@@ -39,21 +44,27 @@ from ctl.checkpoints import write_text_atomically
 from ctl.progress import Progress
 from ctl.schedule import check_every
 
+if TYPE_CHECKING:
+  from ctl.evaluation import Evaluator
+  from ctl.steps import TrainStep
+
 _log = logging.getLogger("ctl")
 
 
-def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
+def fit(train_step: TrainStep, history: history_lib.History, num_steps: int,
+        workdir: str | None = None, *, evaluator: Evaluator | None = None,
         checkpoint: bool | checkpoints.Checkpoint = True,
         summaries: bool | actions_lib.Summaries = True,
         actions: Sequence[actions_lib.Action] = (),
         progress: bool = True) -> history_lib.History:
-  """Trains `runner` until its global step is `num_steps`; see `Runner.fit`."""
+  """Trains with `train_step` until the global step is `num_steps`; see `Runner.fit`."""
   num_steps = arguments.integer("num_steps", num_steps, minimum=0,
                                 meaning="the global step to train up to")
-  if num_steps and runner.steps_per_loop > num_steps:
+  steps_per_loop = train_step.steps_per_loop
+  if num_steps and steps_per_loop > num_steps:
     # Not an error: the calls are cut to the run, and the numbers are right.
     warnings.warn(
-        f"steps_per_loop ({runner.steps_per_loop}) is larger than num_steps "
+        f"steps_per_loop ({steps_per_loop}) is larger than num_steps "
         f"({num_steps}), the whole run: every compiled call is cut short. Lower "
         f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
   earlier_run = checkpoint is False and workdir is not None and checkpoints.newest(workdir)
@@ -70,14 +81,18 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
   if summaries:
     _check_action(summaries)
     actions.insert(0, summaries)
+  feed = train_step.feed
+  context = actions_lib.FitContext(
+      train_step.state, train_step.placement, history, workdir, evaluator=evaluator,
+      examples_per_step=(None if feed.global_batch_size is None
+                         else feed.global_batch_size * feed.batches_per_step))
   for action in actions:
-    action.check(runner, workdir)
-  context = actions_lib.FitContext(runner, workdir, int(runner.global_step.numpy()))
-  context.lock = _lock(runner, workdir)  # before restoring: one writer at a time
+    action.check(context)
+  context.lock = _lock(context.placement, workdir)  # before restoring: one writer at a time
   try:
     checkpointer = None
     if checkpoint:
-      checkpointer = checkpoint.open(runner.placement, runner.state, runner.feed, workdir)
+      checkpointer = checkpoint.open(context.placement, context.state, feed, workdir)
       context.step = context.start_step = checkpointer.restore(repair=True)
     context.checkpointer = checkpointer
     history_file = _open_history(context, write=not earlier_run)
@@ -87,8 +102,8 @@ def fit(runner: ctl.Runner, num_steps: int, workdir: str | None = None, *,
         if _runs_here(action, context):
           getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
           begun.append(action)
-      return _train(context, num_steps, checkpoint, checkpointer, actions, progress,
-                    history_file)
+      return _train(train_step, context, num_steps, checkpoint, checkpointer, actions,
+                    progress, history_file)
     finally:
       _end(begun, context)
       if history_file is not None:
@@ -155,7 +170,7 @@ def _open_history(context, write):
   this `fit` (say, a `train` in a notebook), so it holds every step of the
   weights it follows.
   """
-  history = context.runner.history
+  history = context.history
   history.drop_from(context.step)  # restored from a checkpoint: later steps are undone
   if context.workdir is None or not context.is_chief or not write:
     return None
@@ -169,37 +184,38 @@ def _open_history(context, write):
   return history_file
 
 
-def _train(context, num_steps, checkpoint, checkpointer, actions, progress, history_file):
+def _train(train_step, context, num_steps, checkpoint, checkpointer, actions, progress,
+           history_file):
   if context.step >= num_steps:
     _log.info("already at step %d of %d: nothing to train", context.step, num_steps)
     if checkpointer and not _finished(context):  # stopped after the last save
       _finish(context, None, actions, None)
     return history_lib.History()
-  context.runner.check_data_lasts(
-      num_steps - context.step, f"fit({num_steps}) from step {context.step}")
+  data_lib.check_data_lasts(train_step.feed, num_steps - context.step,
+                            f"fit({num_steps}) from step {context.step}")
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
   for every in timers:
     every.start(context.step)
   bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
-  stopper = stopping.Stopper(context.runner.placement, checkpointer,
-                             steps_per_loop=context.runner.steps_per_loop)
+  stopper = stopping.Stopper(context.placement, checkpointer,
+                             steps_per_loop=train_step.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
   stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
   try:
     while context.step < num_steps:
-      ends = [context.runner.steps_per_call, num_steps - context.step]
+      ends = [train_step.steps_per_call, num_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
       with stopper.in_call(n), tf.profiler.experimental.Trace(
           "train", step_num=context.step, _r=1):
-        results = context.runner.run_steps(n)
+        results = train_step.run(n)
       # Kept before the NaN check: the steps up to a NaN, and its own, not the
       # steps after it in the call (they ran on non-finite weights).
       bad = _first_non_finite(results)
       kept = results if bad is None else {k: v[:bad + 1] for k, v in results.items()}
-      context.runner.history.append(context.step, kept)
+      context.history.append(context.step, kept)
       if history_file is not None:
         history_file.write(context.step, kept)
       _check_finite(results, context.step, checkpointer, bad)
@@ -221,7 +237,7 @@ def _train(context, num_steps, checkpoint, checkpointer, actions, progress, hist
     stopper.close()
     bar.close()
     context.close()
-  return context.runner.history.since(context.start_step)  # the steps this fit trained
+  return context.history.since(context.start_step)  # the steps this fit trained
 
 
 def _finish(context, checkpointer, actions, stopper):
@@ -257,7 +273,7 @@ def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
   collective, and a time-based schedule reads each worker's own clock.
   """
   timers = _timers(checkpoint, scheduled)
-  flags = stopping.agree(context.runner.placement, [e.due(context.step) for e in timers])
+  flags = stopping.agree(context.placement, [e.due(context.step) for e in timers])
   due = flags
   if checkpoint:
     if flags[0]:
@@ -283,7 +299,7 @@ def _save(checkpointer):
     _log.debug("saved %s", path)
 
 
-def _lock(runner, workdir):
+def _lock(placement, workdir):
   """Locks the work directory on the chief; every worker fails if it cannot.
 
   Also fails now, not at the first save, if the directory cannot be written,
@@ -292,13 +308,13 @@ def _lock(runner, workdir):
   if workdir is None:
     return None
   lock, error = None, None
-  if runner.placement.is_chief:
+  if placement.is_chief:
     try:
       _check_writable(os.path.join(workdir, "checkpoints"), workdir)
       lock = workdir_lib.Lock(workdir)
     except (OSError, workdir_lib.WorkdirInUse) as e:
       error = e
-  if stopping.agree(runner.placement, [error is not None])[0]:
+  if stopping.agree(placement, [error is not None])[0]:
     raise error or workdir_lib.WorkdirInUse(
         f"the chief could not take workdir {workdir!r}; its error says why.")
   if lock is not None:  # no export runs: what is there was left by one that was stopped
@@ -329,7 +345,7 @@ def _check_workdir(context, checkpointer, history_file):
   if history_file is not None:
     history_file.reopen()
   saved = ""
-  if checkpointer and context.runner.placement.workers == 1:
+  if checkpointer and context.placement.workers == 1:
     saved = f"; saved {checkpointer.save()}"
   _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
                "again and writing to it from here on%s. What was in it is not there.",
@@ -388,7 +404,7 @@ def _run(action, context, stopper, after=()):
 
 def _save_after_failure(context, stopper, action, error):
   """An action failed: keep the steps trained since the last checkpoint."""
-  if stopper.checkpointer is None or context.runner.placement.workers > 1:
+  if stopper.checkpointer is None or context.placement.workers > 1:
     return  # a save is collective: the other workers are not in this one
   try:
     path = stopper.checkpointer.save()

@@ -330,14 +330,15 @@ def analyze(runner: Any) -> dict[str, Any]:
         f"{name}/{v.path} ({v.dtype})" for name, m in runner.models.items()
         for v in m.weights if v.dtype in ("float32", "float16", "bfloat16"))
   try:
-    batch = runner.next_batch(runner.make_data_iterator())
+    batch = runner.feed.next(runner.feed.make_iterator())
     step = runner.global_step.read_value()
-    traced = tf.function(lambda: runner.strategy.run(runner.replica_step, args=(batch, step)),
+    traced = tf.function(lambda: runner.strategy.run(runner.train_step.replica_step,
+                                                        args=(batch, step)),
                          autograph=False).get_concrete_function()
   except Exception as e:  # pylint: disable=broad-except
     found["error"] = _one_line(e)
     return found
-  batch_size = runner.global_batch_size or 0
+  batch_size = runner.feed.global_batch_size or 0
   for graph in [traced.graph] + _tf_internal.function_graphs(traced.graph):
     feeds_updates = _ancestors_of_updates(graph)
     for op in graph.get_operations():

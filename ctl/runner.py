@@ -15,18 +15,17 @@
 
 The same `step` runs eagerly (`eager=True`: print and pdb work), compiled, or
 distributed; only the `strategy` argument changes. The runner puts together
-the parts that do the work: the state (`ctl.state`), the compiled step
-(`ctl.steps`), evaluation (`ctl.evaluation`), export (`ctl.export`) and the
-outer loop (`ctl.loop`). Checkpoints and stopping are given the parts they use,
-which the runner holds: `runner.placement` (`ctl.strategies.Placement`),
-`runner.state` and `runner.feed` (the training data's feed, `ctl.data`).
+the parts that do the work and hands them to the code that uses them: the
+placement (`ctl.strategies`), the state (`ctl.state`), the data's feed
+(`ctl.data`), the compiled step (`ctl.steps`), evaluation (`ctl.evaluation`)
+and export (`ctl.export`). The outer loop (`ctl.loop`), checkpoints, stopping
+and `ctl check` take those parts, not the runner.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -92,6 +91,13 @@ class Runner:
       results; `ctl.parity` replays runs this way to tell rounding from bugs.
     global_batch_size: needed only when `data` is a dataset function.
     batches_per_step: batches each step takes (e.g. one per critic update).
+
+  Besides the methods a user calls (`train`, `fit`, `evaluate`, `export`,
+  `restore`, `with_options`) and what they read (`models`, `optimizers`,
+  `global_step`, `history`), a runner holds the parts the library's tools take:
+  `placement` (a `ctl.strategies.Placement`), `state` (`ctl.state.State`),
+  `feed` (the training data's `ctl.data.Feed`) and `train_step` (the compiled
+  step, `ctl.steps.TrainStep`).
   """
 
   def __init__(self, step: StepFn, build: BuildFn, data: data_lib.Data, *,
@@ -146,7 +152,7 @@ class Runner:
     if self._coordinator is None:
       data_lib.warn_if_outside_outputs(self._arguments["data"], self.state.models,
                                        stacklevel=2)
-    self._train_step = steps.TrainStep(
+    self.train_step = steps.TrainStep(
         step, self.state, self.feed, self.placement, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
@@ -177,13 +183,6 @@ class Runner:
     return Runner(**{**self._arguments, **options})
 
   @property
-  def steps_per_call(self) -> int:
-    """The most steps `fit` and `train` run before they look at the results:
-    `steps_per_loop`, or under parameter servers `steps_per_loop` for each
-    worker (a scheduled call each, run in parallel)."""
-    return self.steps_per_loop * self.placement.parallel_calls
-
-  @property
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
     """name -> `keras.optimizers.Optimizer` (float16 ones wrapped for loss scaling)."""
     return self.state.optimizers
@@ -192,50 +191,6 @@ class Runner:
   def global_step(self) -> tf.Variable:
     """int64 variable: the steps trained."""
     return self.state.global_step
-
-  @property
-  def global_batch_size(self) -> int | None:
-    return self.feed.global_batch_size
-
-  @property
-  def examples_per_step(self) -> int | None:
-    """Examples one step consumes over all replicas (None if unknown)."""
-    size = self.feed.global_batch_size
-    return None if size is None else size * self.feed.batches_per_step
-
-  @property
-  def element_spec(self) -> Any:
-    """The structure and shapes of one global batch of the training data."""
-    return self.feed.element_spec
-
-  @property
-  def data_is_global_batches(self) -> bool:
-    """Whether the training data is a `tf.data.Dataset` of global batches."""
-    return isinstance(self.feed, data_lib.GlobalBatches)
-
-  def check_data_lasts(self, num_steps: int, call: str) -> None:
-    """Raises ValueError if `num_steps` more steps need more batches than a
-    finite training dataset holds (see `ctl.data.check_data_lasts`)."""
-    data_lib.check_data_lasts(self.feed, num_steps, call)
-
-  def make_data_iterator(self) -> Iterator[Any]:
-    """A new iterator over the training data from its start (not the one training reads)."""
-    return self.feed.make_iterator()
-
-  def next_batch(self, iterator: Iterator[Any]) -> Any:
-    """The next global batch of `iterator`, as `step` receives it (per replica)."""
-    return self.feed.next(iterator)
-
-  @property
-  def trace_count(self) -> int:
-    """How many times the compiled training loop was traced (0 when eager)."""
-    return self._train_step.trace_count
-
-  def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
-    """The training step on one replica, as the runner calls it: `step(ctx, batch)`
-    with a `StepContext`, its results checked and reduced per key. Call it in
-    replica context (inside `strategy.run`); `ctl check` compiles it."""
-    return self._train_step.replica_step(batch, step)
 
   def fit(self, num_steps: int, workdir: str | None = None, *,
           checkpoint: bool | checkpoints.Checkpoint = True,
@@ -275,7 +230,8 @@ class Runner:
       A `ctl.History`: each result key's per-step values (numpy) for the steps
       this call ran.
     """
-    return loop_lib.fit(self, num_steps, workdir, checkpoint=checkpoint,
+    return loop_lib.fit(self.train_step, self.history, num_steps, workdir,
+                        evaluator=self._evaluator, checkpoint=checkpoint,
                         summaries=summaries, actions=actions, progress=progress)
 
   def evaluate(self, step: StepFn, data: data_lib.Data, *,
@@ -291,13 +247,6 @@ class Runner:
     every call; an endless one is refused unless `num_batches` bounds it.
     `ctx.step` is the current global step.
     """
-    data_lib.check_evaluation_data(data, num_batches)
-    if self._coordinator is not None:
-      raise ValueError(
-          "evaluate does not run under parameter_server: the coordinator only "
-          "schedules training steps. Evaluate a checkpoint in another process "
-          "under 'default' (e.g. `ctl eval`), or call the models directly in an "
-          "action (a ctl.Action run on the coordinator).")
     return self._evaluator.evaluate(step, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 
@@ -309,11 +258,8 @@ class Runner:
     `tf.saved_model.load(path).serve(inputs)`. Each replaces any earlier
     export only once it is complete. Off the chief, nothing is kept.
     """
-    if name not in self.models:
-      raise ValueError(f"export: no model named {name!r}; the models are "
-                       f"{sorted(self.models)}.")
-    return export_lib.export_model(self.models[name], name, directory,
-                                   is_chief=self.placement.is_chief)
+    return export_lib.export(self.models, name, directory,
+                             is_chief=self.placement.is_chief)
 
   def restore(self, workdir: str) -> int:
     """Restores the newest checkpoint of `<workdir>/checkpoints`; returns its step.
@@ -333,15 +279,15 @@ class Runner:
     """Runs `num_steps` steps; returns a `ctl.History` of them (each result
     key's per-step values, numpy), also appended to `runner.history`."""
     arguments.integer("num_steps", num_steps, minimum=1)
-    self.check_data_lasts(num_steps, f"train({num_steps})")
+    data_lib.check_data_lasts(self.feed, num_steps, f"train({num_steps})")
     ran = history_lib.History()
     step = int(self.global_step.numpy())
     calls, done = [], 0
     try:
       while done < num_steps:
-        n = min(self.steps_per_call, num_steps - done)
+        n = min(self.train_step.steps_per_call, num_steps - done)
         # Read once all calls are made: the device need not wait for the host.
-        calls.append((step + done, self._train_step.run(n, fetch=False)))
+        calls.append((step + done, self.train_step.run(n, fetch=False)))
         done += n
     finally:  # what ran before an error is kept too
       for first, results in calls:
@@ -349,12 +295,6 @@ class Runner:
         ran.append(first, results)
         self.history.append(first, results)
     return ran
-
-  def run_steps(self, num_steps: int) -> steps.Results:
-    """Runs `num_steps` steps in one call (one compiled loop unless eager; under
-    parameter servers, scheduled calls of up to `steps_per_loop` steps)."""
-    arguments.integer("num_steps", num_steps, minimum=1)
-    return self._train_step.run(num_steps)
 
 
 def _check_supported(kind, eager):

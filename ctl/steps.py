@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl import _tf_internal
+from ctl import arguments
 from ctl import reduction
 from ctl import sources
 from ctl.context import StepContext
@@ -167,9 +168,10 @@ class TrainStep:
                steps_per_loop: int = 1, float_dtype: tf.DType = tf.float32):
     self._step_fn = step_fn
     self._float_dtype = float_dtype
-    self._steps_per_loop = steps_per_loop
-    self._state = state
-    self._feed = feed
+    self.steps_per_loop = steps_per_loop
+    self.state = state
+    self.feed = feed
+    self.placement = placement
     self._strategy = placement.strategy
     self._replicas = placement.replicas
     self._coordinator = coordinator
@@ -196,6 +198,13 @@ class TrainStep:
     self._counts = {}  # num_steps -> its int32 tensor, made once
 
   @property
+  def steps_per_call(self) -> int:
+    """The most steps one `run` takes before its results are read: `steps_per_loop`,
+    or under parameter servers `steps_per_loop` for each worker (a scheduled
+    call each, run in parallel)."""
+    return self.steps_per_loop * self.placement.parallel_calls
+
+  @property
   def trace_count(self) -> int:
     """How many times the step was traced (0 when eager). The in-graph loop
     calls the step's one trace, and its count is a tensor: it traces once."""
@@ -207,8 +216,8 @@ class TrainStep:
   def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
     """Layer 1: the user's step on this replica (in replica context)."""
     return run_on_replica(
-        self._step_fn, batch, step, state=self._state, replicas=self._replicas,
-        global_batch_size=self._feed.global_batch_size,
+        self._step_fn, batch, step, state=self.state, replicas=self._replicas,
+        global_batch_size=self.feed.global_batch_size,
         reductions=self.reductions, compile_update=self._compile_update,
         expected_keys=self.result_keys, float_dtype=self._float_dtype)
 
@@ -218,16 +227,16 @@ class TrainStep:
 
     `step`: the global step's value, if the caller knows it (None reads it).
     """
-    batch = self._feed.next(iterator)
+    batch = self.feed.next(iterator)
     if step is None:
-      step = self._state.global_step.read_value()
+      step = self.state.global_step.read_value()
     results = self._strategy.run(self._on_replica, args=(batch, step))
     reduced = reduction.across_replicas(self._strategy, self.reductions, results)
     # Count the step only once it got its data and ran: in a graph the
     # increment has no data dependence on either.
     done = tf.nest.flatten(batch, expand_composites=True)
     with tf.control_dependencies(done + list(reduced.values())):
-      self._state.global_step.assign_add(1)
+      self.state.global_step.assign_add(1)
     return reduced
 
   def _in_graph_loop(self, num_steps, iterator=None):
@@ -242,7 +251,7 @@ class TrainStep:
     step reads it.
     """
     # The step's number is a loop variable; None: each step reads the counter.
-    step = None if iterator is not None else self._state.global_step.read_value()
+    step = None if iterator is not None else self.state.global_step.read_value()
     first = self._step(step, iterator)
     arrays = {k: tf.TensorArray(v.dtype, size=num_steps).write(0, v)
               for k, v in first.items()}
@@ -262,17 +271,19 @@ class TrainStep:
 
     `fetch=False` leaves compiled results where they are, as tensors (a
     scalar for one step): a host copy waits for the device, and a caller
-    that reads the results later lets the device run ahead.
+    that reads the results later lets the device run ahead. Under parameter
+    servers, the steps are scheduled calls of up to `steps_per_loop` each.
     """
+    arguments.integer("num_steps", num_steps, minimum=1)
     try:
       results = self._run(num_steps, fetch)
     except tf.errors.OutOfRangeError:
-      raise ValueError(f"data ran out at step {int(self._state.global_step.numpy())}: "
+      raise ValueError(f"data ran out at step {int(self.state.global_step.numpy())}: "
                        "the dataset holds fewer batches than the steps asked for; "
                        "call .repeat() on it or ask for fewer steps.") from None
     except Exception as e:  # pylint: disable=broad-except
       if not self._ran:
-        note = _data_note(e, self._feed.element_spec)
+        note = _data_note(e, self.feed.element_spec)
         if note:
           e.add_note(note)
       raise
@@ -290,7 +301,7 @@ class TrainStep:
       return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
     # (iterator=None given too: see OneTrace)
     if num_steps == 1:
-      out = self._call_step(self._state.global_step.read_value(), None)
+      out = self._call_step(self.state.global_step.read_value(), None)
     else:
       out = self._call_loop(self._count(num_steps), None)
     self.result_keys = self.result_keys or list(out)
@@ -311,9 +322,9 @@ class TrainStep:
     """
     calls = []
     while num_steps > 0:
-      n = min(num_steps, self._steps_per_loop)
+      n = min(num_steps, self.steps_per_loop)
       calls.append(self._coordinator.schedule(
-          self._loop, args=(self._count(n), self._feed.iterator)))
+          self._loop, args=(self._count(n), self.feed.iterator)))
       num_steps -= n
     self._coordinator.join()
     results = [call.fetch() for call in calls]

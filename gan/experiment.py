@@ -214,7 +214,7 @@ class ClassifierFID(ctl.Action):
     return float(evaluation.frechet_distance(fake, self._reference))
 
   def __call__(self, context: ctl.FitContext) -> None:
-    value = self.compute(context.runner.models)
+    value = self.compute(context.models)
     self.history.append((context.step, value))
     context.report({"classifier_fid": value})
     with context.writer("eval").as_default(step=context.step):

@@ -613,7 +613,8 @@ def profile_from_step_0(s):
 
 def profile_under_parameter_servers(s):
   strategy = _stand_in(tf.distribute.experimental.ParameterServerStrategy)
-  ctl.Profile(start=10, steps=5).check(mock.Mock(strategy=strategy), str(s.path))
+  placement = mock.Mock(kind=ctl.strategies.kind_of(strategy))
+  ctl.Profile(start=10, steps=5).check(mock.Mock(placement=placement, workdir=str(s.path)))
 
 
 def profile_option_not_start_steps(s):

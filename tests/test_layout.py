@@ -188,16 +188,22 @@ def test_no_module_outside_the_strategy_module_inspects_strategies():
   assert not found, "\n".join(found)
 
 
-def test_checkpoints_and_stopping_take_the_parts_they_use_not_the_runner():
+def test_the_outer_loop_and_its_helpers_take_the_parts_they_use_not_the_runner():
   # As Orbit's controller takes a trainer and a checkpoint manager: the
-  # placement, the training state and the data feed, never the whole Runner.
+  # placement, the training state, the data feed and the compiled step,
+  # never the whole Runner (nor an attribute named runner).
+  helpers = ["loop", "checkpoints", "stopping", "check", "evaluation", "actions", "steps",
+             "state", "data", "history", "export", "workdir", "progress"]
   found = []
   for path, tree in _sources():
-    if path not in (os.path.join("ctl", "checkpoints.py"), os.path.join("ctl", "stopping.py")):
+    if path not in [os.path.join("ctl", f"{name}.py") for name in helpers]:
       continue
     for node in ast.walk(tree):
       if isinstance(node, ast.arg) and node.arg == "runner":
         found.append(f"{path}:{node.lineno}: parameter runner")
-      elif isinstance(node, ast.Attribute) and ast.unparse(node) == "ctl.Runner":
-        found.append(f"{path}:{node.lineno}: ctl.Runner")
+      elif isinstance(node, ast.Attribute) and (ast.unparse(node) == "ctl.Runner"
+                                                or node.attr == "runner"):
+        found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+      elif isinstance(node, ast.ImportFrom) and node.module == "ctl.runner":
+        found.append(f"{path}:{node.lineno}: imports ctl.runner")
   assert not found, "\n".join(found)

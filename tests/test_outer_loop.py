@@ -363,7 +363,7 @@ def test_summaries_and_evaluate_take_dynamic_batches_and_dataset_functions(tmp_p
   x = np.linspace(-2, 2, 40, dtype="float32").reshape(20, 2)
   unbatched = tf.data.Dataset.from_tensor_slices(x)
   r = ctl.Runner(step, build, unbatched.repeat().batch(8), steps_per_loop=2)
-  assert r.examples_per_step is None
+  assert r.feed.global_batch_size is None
   r.fit(4, tmp_path, summaries=ctl.Summaries(ctl.Every(steps=2)), progress=False)
   train = events(str(tmp_path / "events" / "train"))
   assert "steps_per_second" in train.Tags()["tensors"]

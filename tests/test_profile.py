@@ -29,13 +29,13 @@ def traces(workdir):
 def fit_counting_calls(runner, num_steps, workdir, actions):
   """`runner.fit`; the number of steps of each compiled call."""
   calls = []
-  run_steps = runner.run_steps
+  run_steps = runner.train_step.run
 
   def spy(n):
     calls.append(int(n))
     return run_steps(n)
 
-  with mock.patch.object(runner, "run_steps", spy):
+  with mock.patch.object(runner.train_step, "run", spy):
     runner.fit(num_steps, str(workdir) if workdir else None, actions=actions,
                progress=False)
   return calls
@@ -113,7 +113,7 @@ class NaNAt(ctl.Action):
     self.every = ctl.Every(steps=step)
 
   def __call__(self, context):
-    for weight in context.runner.models["generator"].weights:
+    for weight in context.models["generator"].weights:
       weight.assign(tf.fill(weight.shape, float("nan")))
 
 
