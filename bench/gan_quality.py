@@ -65,7 +65,7 @@ def main(argv=None):
   import tensorflow as tf
 
   import gan
-  from ctl import actions
+  from ctl.loop import actions
   gin.parse_config_file(os.path.join(ROOT, "examples", "configs", "dcgan.gin"))
   start = time.monotonic()
   experiment = gan.Experiment()

@@ -25,8 +25,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import test_parity_planted as bugs  # noqa: E402  (the matrices the tests check)
 import test_parity_suite as suite  # noqa: E402
 
-from ctl import parity  # noqa: E402
 from ctl.cli.parity import parse_seeds  # noqa: E402
+from ctl.tools import parity  # noqa: E402
 
 
 def judge(module, configs, steps, seeds, env, float64):

@@ -17,30 +17,54 @@ import typing as _typing
 # The public names and the module of each. They load on first use, so that
 # `import ctl` (and the `ctl` command's --help) does not import TensorFlow.
 _EXPORTS = {
-    "Runner": "ctl.runner", "StepContext": "ctl.context",
-    "make_strategy": "ctl.strategies", "choose_strategy": "ctl.strategies",
-    "configure_logical_cpus": "ctl.strategies", "STRATEGY_NAMES": "ctl.strategies",
-    "worker": "ctl.strategies", "Worker": "ctl.strategies",
-    "Action": "ctl.actions", "FitContext": "ctl.actions",
-    "Every": "ctl.schedule", "Checkpoint": "ctl.checkpoints", "Summaries": "ctl.actions",
-    "Samples": "ctl.actions", "Evaluate": "ctl.actions", "Export": "ctl.actions",
-    "Profile": "ctl.actions", "BestCheckpoints": "ctl.actions",
-    "PREEMPTED_EXIT_CODE": "ctl.constants", "INTERRUPTED_EXIT_CODE": "ctl.constants",
-    "Preempted": "ctl.stopping", "Interrupted": "ctl.stopping",
-    "WorkdirInUse": "ctl.workdir", "SharedVariableWarning": "ctl.state",
-    "History": "ctl.history", "EachStep": "ctl.history", "read_history": "ctl.history",
+    "Runner": "ctl.runner", "StepContext": "ctl.step.context",
+    "make_strategy": "ctl.distribute.strategies",
+    "choose_strategy": "ctl.distribute.strategies",
+    "configure_logical_cpus": "ctl.distribute.strategies",
+    "STRATEGY_NAMES": "ctl.distribute.strategies", "worker": "ctl.distribute.strategies",
+    "Worker": "ctl.distribute.strategies", "Action": "ctl.loop.actions",
+    "FitContext": "ctl.loop.actions", "Every": "ctl.loop.schedule",
+    "Checkpoint": "ctl.loop.checkpoints", "Summaries": "ctl.loop.actions",
+    "Samples": "ctl.loop.actions", "Evaluate": "ctl.loop.actions", "Export": "ctl.loop.actions",
+    "Profile": "ctl.loop.actions", "BestCheckpoints": "ctl.loop.actions",
+    "PREEMPTED_EXIT_CODE": "ctl.base.constants", "INTERRUPTED_EXIT_CODE": "ctl.base.constants",
+    "Preempted": "ctl.loop.stopping", "Interrupted": "ctl.loop.stopping",
+    "WorkdirInUse": "ctl.loop.workdir", "SharedVariableWarning": "ctl.parts.state",
+    "History": "ctl.loop.history", "EachStep": "ctl.loop.history",
+    "read_history": "ctl.loop.history",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
+
+
+# Each module's short name, `ctl.<name>`, for its home in a subpackage
+# (ctl/loop, ctl/parts, ctl/step, ctl/distribute, ctl/tools, ctl/base);
+# `ctl.loop` is the outer loop's package, its `fit` is `ctl.loop.fit`.
+_MODULES = {
+    "actions": "ctl.loop.actions", "checkpoints": "ctl.loop.checkpoints",
+    "stopping": "ctl.loop.stopping", "workdir": "ctl.loop.workdir",
+    "history": "ctl.loop.history", "progress": "ctl.loop.progress",
+    "schedule": "ctl.loop.schedule", "notebook": "ctl.loop.notebook",
+    "state": "ctl.parts.state", "steps": "ctl.parts.steps",
+    "evaluation": "ctl.parts.evaluation", "export": "ctl.parts.export",
+    "data": "ctl.parts.data", "context": "ctl.step.context", "reduction": "ctl.step.reduction",
+    "strategies": "ctl.distribute.strategies", "peers": "ctl.distribute.peers",
+    "launch": "ctl.distribute.launch", "check": "ctl.tools.check", "parity": "ctl.tools.parity",
+    "parity_runs": "ctl.tools.parity_runs", "records": "ctl.tools.records",
+    "experiments": "ctl.tools.experiments", "configs": "ctl.tools.configs",
+    "arguments": "ctl.base.arguments", "constants": "ctl.base.constants",
+    "sources": "ctl.base.sources",
+}
 
 
 def __getattr__(name: str) -> _typing.Any:
   if name in _EXPORTS:
     value = getattr(_importlib.import_module(_EXPORTS[name]), _RENAMED.get(name, name))
-  else:  # a submodule, e.g. ctl.checkpoints
+  else:  # a submodule, e.g. ctl.checkpoints (ctl.loop.checkpoints)
+    module = _MODULES.get(name, f"ctl.{name}")
     try:
-      value = _importlib.import_module(f"ctl.{name}")
+      value = _importlib.import_module(module)
     except ModuleNotFoundError as e:
-      if e.name != f"ctl.{name}":  # the submodule exists but an import inside it failed
+      if e.name != module:  # the submodule exists but an import inside it failed
         raise
       raise AttributeError(f"module 'ctl' has no attribute {name!r}") from None
   globals()[name] = value

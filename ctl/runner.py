@@ -32,24 +32,24 @@ from typing import Any
 
 import tensorflow as tf
 
-from ctl import arguments
-from ctl import checkpoints
-from ctl import data as data_lib
-from ctl import evaluation
-from ctl import export as export_lib
-from ctl import history as history_lib
-from ctl import loop as loop_lib
-from ctl import state as state_lib
-from ctl import steps
-from ctl import strategies
+from ctl.base import arguments
+from ctl.distribute import strategies
+from ctl.loop import checkpoints
+from ctl.loop import fit as loop_lib
+from ctl.loop import history as history_lib
+from ctl.parts import data as data_lib
+from ctl.parts import evaluation
+from ctl.parts import export as export_lib
+from ctl.parts import state as state_lib
+from ctl.parts import steps
 
 if TYPE_CHECKING:
   import keras
 
-  from ctl.actions import Action
-  from ctl.actions import Summaries
-  from ctl.context import StepFn
-  from ctl.state import BuildFn
+  from ctl.loop.actions import Action
+  from ctl.loop.actions import Summaries
+  from ctl.parts.state import BuildFn
+  from ctl.step.context import StepFn
 
 
 class Runner:

@@ -26,7 +26,7 @@ import os
 import gin
 import numpy as np
 
-from ctl import arguments
+from ctl.base import arguments
 from gan import classifier as classifier_lib
 
 VERSION = classifier_lib.VERSION

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 import ctl
-from ctl import arguments
+from ctl.base import arguments
 from gan import data as data_lib
 from gan import ema as ema_lib
 from gan import losses

@@ -22,7 +22,7 @@ import gin
 import tensorflow as tf
 
 import ctl
-from ctl import arguments
+from ctl.base import arguments
 from gan.losses import at_least_float32
 
 Discriminator = Callable[[tf.Tensor], tf.Tensor]  # images -> logits

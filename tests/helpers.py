@@ -16,7 +16,7 @@ import types
 
 import numpy as np
 
-from ctl import launch
+from ctl.distribute import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK = os.path.join(ROOT, "tests", "parity_task.py")

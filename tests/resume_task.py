@@ -37,8 +37,8 @@ import time
 import numpy as np
 
 import ctl
-from ctl import _tf_internal
 from ctl import cli
+from ctl.base import _tf_internal
 
 import toy_gan
 from toy_gan import FEATURES

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ctl import arguments
+from ctl.base import arguments
 
 
 def test_an_int_in_range_is_returned_as_an_int():

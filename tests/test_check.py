@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from ctl import check
+from ctl.tools import check
 from tests.helpers import ctl as run_ctl
 
 FEATURES = 4

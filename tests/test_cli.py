@@ -175,7 +175,7 @@ def test_mistake_in_a_gin_file_names_file_and_line(tmp_path, capsys, clean_gin):
 
 
 def test_the_default_experiment_comes_from_an_entry_point():
-  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   # ctl names no experiment: gan registers its own (pyproject.toml).
   assert experiments.default_experiment() == "gan.experiment:Experiment"
 
@@ -229,7 +229,7 @@ def test_console_command_prints_no_traceback_for_a_misspelt_parameter():
 
 def test_a_number_refused_in_the_shared_message_style_names_its_binding(tmp_path):
   # ctl.arguments ends its messages "got 0.": the binding is still found.
-  from ctl import experiments
+  from ctl.tools import experiments
   config = tmp_path / "x.gin"
   config.write_text("gan.Experiment.batch_size = 64\n")
   error = ValueError("batch_size must be an int >= 1, got 0.\n  In call to configurable "

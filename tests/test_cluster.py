@@ -17,7 +17,7 @@ import tensorflow as tf
 import yaml
 
 import ctl
-from ctl import strategies
+from ctl.distribute import strategies
 
 import helpers
 

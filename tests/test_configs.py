@@ -11,10 +11,10 @@ import os
 import pytest
 
 from ctl import cli
-from ctl import configs
-from ctl import experiments
 from ctl.cli import experiments as cli_experiments
 from ctl.cli import parity as cli_parity
+from ctl.tools import configs
+from ctl.tools import experiments
 
 from helpers import ROOT
 

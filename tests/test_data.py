@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from ctl import data as data_lib
-from ctl import strategies
+from ctl.distribute import strategies
+from ctl.parts import data as data_lib
 
 
 @pytest.fixture(scope="module")

@@ -752,7 +752,7 @@ def test_no_readable_checkpoint_is_refused_and_nothing_is_touched(fault, finishe
 
 def test_evaluation_data_of_unknown_length_that_never_ends_is_cut_with_a_warning(
     tmp_path, caplog, monkeypatch):
-  from ctl import evaluation  # pylint: disable=import-outside-toplevel
+  from ctl.parts import evaluation  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(evaluation, "UNKNOWN_LENGTH_BATCHES", 7)
   import toy_gan  # pylint: disable=import-outside-toplevel
   features = toy_gan.normal_features(40, seed=5)
@@ -780,7 +780,7 @@ def test_evaluation_data_of_unknown_length_that_never_ends_is_cut_with_a_warning
 def test_evaluation_data_that_yields_nothing_for_long_is_said(caplog, monkeypatch):
   import time as clock  # pylint: disable=import-outside-toplevel
 
-  from ctl import evaluation  # pylint: disable=import-outside-toplevel
+  from ctl.parts import evaluation  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(evaluation, "QUIET_SECONDS", 0.3)
 
   def slow():  # as a filter that matches little: a long wait, then batches

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from ctl import history as history_lib
+from ctl.loop import history as history_lib
 
 import toy_gan
 

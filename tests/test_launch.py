@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ctl import launch
+from ctl.distribute import launch
 
 import helpers
 from helpers import ROOT

@@ -1,6 +1,6 @@
 """The layers: imports point one way (command line -> gan -> ctl core), a
 module's private names stay in it, and private TF/Keras/gin attributes are
-reached from ctl/_tf_internal.py only."""
+reached from ctl/base/_tf_internal.py only."""
 
 import ast
 import os
@@ -43,7 +43,7 @@ def test_only_ctl_cli_parses_command_lines():
 # namedtuple API, and two standard-library functions meant for such use.
 _PUBLIC_UNDERSCORE = {"_fields", "_asdict", "_replace", "_make", "_exit", "_getframe"}
 _PRIVATE_TF_MODULES = ("tensorflow.python", "tensorflow.core", "keras.src")
-_TF_HOME = os.path.join("ctl", "_tf_internal.py")
+_TF_HOME = os.path.join("ctl", "base", "_tf_internal.py")
 
 
 def _sources():
@@ -90,7 +90,7 @@ def _private_reads(tree, own):
 
 def test_no_module_reads_another_modules_private_attributes():
   # A name with a leading underscore belongs to the module that defines it;
-  # private TF, Keras and gin attributes are read in ctl/_tf_internal.py only.
+  # private TF, Keras and gin attributes are read in ctl/base/_tf_internal.py only.
   reads = []
   for path, tree in _sources():
     if path != _TF_HOME:
@@ -163,8 +163,8 @@ def test_public_functions_are_annotated(package):
 
 
 # What a strategy is (its replicas, workers, chief, kind) is decided in
-# ctl/strategies.py, once, as a `Placement`; every other module asks that.
-_STRATEGY_HOME = (os.path.join("ctl", "strategies.py"), _TF_HOME)
+# ctl/distribute/strategies.py, once, as a `Placement`; every other module asks that.
+_STRATEGY_HOME = (os.path.join("ctl", "distribute", "strategies.py"), _TF_HOME)
 _STRATEGY_INSPECTIONS = {"extended", "num_replicas_in_sync", "cluster_resolver"}
 
 
@@ -192,11 +192,12 @@ def test_the_outer_loop_and_its_helpers_take_the_parts_they_use_not_the_runner()
   # As Orbit's controller takes a trainer and a checkpoint manager: the
   # placement, the training state, the data feed and the compiled step,
   # never the whole Runner (nor an attribute named runner).
-  helpers = ["loop", "checkpoints", "stopping", "check", "evaluation", "actions", "steps",
-             "state", "data", "history", "export", "workdir", "progress"]
+  helpers = ["loop/fit", "loop/checkpoints", "loop/stopping", "loop/actions", "loop/history",
+             "loop/workdir", "loop/progress", "tools/check", "parts/evaluation", "parts/steps",
+             "parts/state", "parts/data", "parts/export"]
   found = []
   for path, tree in _sources():
-    if path not in [os.path.join("ctl", f"{name}.py") for name in helpers]:
+    if path not in [os.path.join("ctl", *f"{name}.py".split("/")) for name in helpers]:
       continue
     for node in ast.walk(tree):
       if isinstance(node, ast.arg) and node.arg == "runner":
@@ -207,3 +208,42 @@ def test_the_outer_loop_and_its_helpers_take_the_parts_they_use_not_the_runner()
       elif isinstance(node, ast.ImportFrom) and node.module == "ctl.runner":
         found.append(f"{path}:{node.lineno}: imports ctl.runner")
   assert not found, "\n".join(found)
+
+
+# The tree is the layers of docs/architecture.md, lowest first: a module of
+# ctl/ imports its own layer's modules and lower layers' only.
+_LAYERS = ["base", "distribute", "step", "parts", "loop", "runner", "tools", "cli"]
+
+
+def _layer(module):
+  """The layer of `ctl.<...>` module `module` (a dotted name), or None for ctl itself."""
+  parts = module.split(".")
+  if parts[0] != "ctl" or len(parts) == 1:
+    return None
+  return parts[1]
+
+
+def test_every_module_of_ctl_lives_in_a_layer_and_imports_down_only():
+  upward, homeless = [], []
+  for path, tree in _sources():
+    folders = path.split(os.sep)
+    if folders[0] != "ctl" or path == os.path.join("ctl", "__init__.py"):
+      continue
+    own = folders[1] if len(folders) > 2 else folders[1][:-len(".py")]
+    if own not in _LAYERS:
+      homeless.append(path)
+      continue
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names
+                                   if node.module == "ctl"]
+      elif isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+      else:
+        continue
+      for target in targets:
+        layer = _layer(target)
+        if layer in _LAYERS and _LAYERS.index(layer) > _LAYERS.index(own):
+          upward.append(f"{path}:{node.lineno}: {own} imports {target}")
+  assert not homeless, f"modules outside the layers {_LAYERS}: {homeless}"
+  assert not upward, "\n".join(upward)

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import ctl
-from ctl.progress import Progress
+from ctl.loop.progress import Progress
 
 import toy_gan
 from helpers import python

@@ -22,7 +22,7 @@ import numpy as np
 import parity_task
 import pytest
 
-from ctl import parity
+from ctl.tools import parity
 
 import helpers
 

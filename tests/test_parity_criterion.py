@@ -5,7 +5,7 @@ what the diagnosis reads, what the table shows."""
 import numpy as np
 import pytest
 
-from ctl import parity
+from ctl.tools import parity
 
 EPS = parity.FLOAT32_EPSILON
 

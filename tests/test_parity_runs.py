@@ -1,4 +1,4 @@
-"""What one `ctl parity` process runs (ctl/parity_runs.py), in this process.
+"""What one `ctl parity` process runs (ctl/tools/parity_runs.py), in this process.
 
 A compiled configuration traces its step once per precision and runs every
 later seed by putting its first runner where a new runner of that seed starts
@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from ctl import parity
-from ctl import parity_runs
+from ctl.tools import parity
+from ctl.tools import parity_runs
 
 import helpers
 import toy_gan

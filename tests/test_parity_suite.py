@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-from ctl import parity
+from ctl.tools import parity
 
 import helpers
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ctl import parity
+from ctl.tools import parity
 
 import helpers
 

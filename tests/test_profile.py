@@ -48,7 +48,7 @@ def test_profile_traces_the_steps_asked_for(tmp_path, caplog):
   assert calls == [2, 2, 4]  # landed on step 2 (trace starts) and 4 (it stops)
   [trace] = traces(tmp_path)
   with open(trace, "rb") as f:
-    assert b"_in_graph_loop" in f.read()  # the compiled call (ctl/steps.py) is in it
+    assert b"_in_graph_loop" in f.read()  # the compiled call (ctl/parts/steps.py) is in it
   assert "traced steps 2 to 4 into" in caplog.text
   tf.profiler.experimental.start(str(tmp_path / "mine"))  # no profiler left running
   tf.profiler.experimental.stop()

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import gan
 from ctl import cli
-from ctl import records
+from ctl.tools import records
 
 import helpers
 

@@ -21,10 +21,10 @@ import pytest
 import tensorflow as tf
 
 import ctl
-from ctl import checkpoints
-from ctl import peers
-from ctl import stopping
-from ctl import workdir as workdir_lib
+from ctl.distribute import peers
+from ctl.loop import checkpoints
+from ctl.loop import stopping
+from ctl.loop import workdir as workdir_lib
 
 from test_outer_loop import build
 from test_outer_loop import data

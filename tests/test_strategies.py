@@ -36,7 +36,7 @@ def test_mirrored_uses_every_logical_cpu_by_default():
 @pytest.mark.parametrize("ops", ["reduce_to_one_device", "hierarchical_copy", "nccl"])
 def test_mirrored_cross_device_ops_knob(ops):
   strategy = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops=ops)
-  assert isinstance(ctl._tf_internal.cross_device_ops(strategy),
+  assert isinstance(ctl.base._tf_internal.cross_device_ops(strategy),
                     ctl.strategies.CROSS_DEVICE_OPS[ops])
 
 
@@ -200,7 +200,7 @@ def _tiny_runner(strategy, **options):
 
 
 def test_a_new_kind_is_described_once_and_every_module_follows_it():
-  from ctl import strategies
+  from ctl.distribute import strategies
   ctl.make_strategy("mirrored", logical_cpus=2)  # the module's devices, before any op
   strategy = _Engine("/cpu:0")
   # A subclass is of its base's kind until described as a kind of its own.
@@ -228,7 +228,7 @@ def test_a_new_kind_is_described_once_and_every_module_follows_it():
 
 
 def test_a_strategy_of_no_known_kind_is_refused_naming_what_to_describe():
-  from ctl import strategies
+  from ctl.distribute import strategies
 
   class Bare(tf.distribute.Strategy):
     pass

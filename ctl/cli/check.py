@@ -1,4 +1,4 @@
-"""`ctl check`: report what in an experiment would fail on a TPU (ctl/check.py checks).
+"""`ctl check`: report what in an experiment would fail on a TPU (ctl/tools/check.py checks).
 
     ctl check dcgan --steps 3      # a shipped config, by name; a table; exit 1 if anything fails
     ctl check my.gin --steps 3     # any .gin file, by path
@@ -39,7 +39,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
   """`ctl check`: builds the experiment's runner (its build method) and checks it."""
-  from ctl import experiments as experiments_lib  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments as experiments_lib  # pylint: disable=import-outside-toplevel
   try:
     if args.steps < 1:
       raise experiments_lib.ConfigError(f"--steps {args.steps}: give at least 1.")
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     return experiments.fail("check", e, experiments.USAGE_ERROR)
   except (TypeError, ValueError) as e:
     return experiments.fail_on_binding("check", e, args)
-  from ctl import check  # pylint: disable=import-outside-toplevel
+  from ctl.tools import check  # pylint: disable=import-outside-toplevel
   findings = check.check_step(runner.train_step, num_batches=args.steps)
   print(check.format_findings(findings))
   return 0 if all(f.ok for f in findings) else experiments.FAILURE

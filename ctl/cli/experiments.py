@@ -6,11 +6,11 @@
     ctl export dcgan --out exported/
 
 The configuration is a .gin file's path or the name of one an installed
-package ships (ctl/configs.py; the GAN kit ships bigan, conditional_dcgan,
+package ships (ctl/tools/configs.py; the GAN kit ships bigan, conditional_dcgan,
 dcgan, hinge_sn and wgan_gp), and the work directory is runs/<name> unless
 --workdir says otherwise. Each subcommand makes the experiment once the .gin
 file is parsed and calls one of its methods: train, evaluate, export
-(ctl/experiments.py defines the contract). `--experiment` names what makes it,
+(ctl/tools/experiments.py defines the contract). `--experiment` names what makes it,
 as gin knows it or as `module.path:attribute`; by default, the one an installed
 package registers under the entry points `ctl.experiments`. A mistake in the
 configuration exits with code 2 and one paragraph naming the binding and the
@@ -87,7 +87,7 @@ def add_parser(subparsers: Any) -> None:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
   """The options every experiment subcommand shares: the .gin file and bindings."""
-  from ctl import configs  # pylint: disable=import-outside-toplevel
+  from ctl.tools import configs  # pylint: disable=import-outside-toplevel
   shipped = ", ".join(configs.shipped()) or "none installed"
   parser.add_argument("config", metavar="CONFIG.gin", help="the experiment's .gin file, "
                       f"or the name of a config a package ships ({shipped})")
@@ -148,14 +148,14 @@ def run_export(args: argparse.Namespace) -> int:
 
 def _run(args, method, report, **kwargs):
   """Makes the experiment, calls `method` on it and reports; returns the exit code."""
-  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   try:
     name, make = load_experiment(args)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
-  from ctl import checkpoints  # pylint: disable=import-outside-toplevel
-  from ctl import stopping  # pylint: disable=import-outside-toplevel
-  from ctl import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from ctl.loop import checkpoints  # pylint: disable=import-outside-toplevel
+  from ctl.loop import stopping  # pylint: disable=import-outside-toplevel
+  from ctl.loop import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   workdir = args.workdir or default_workdir(args.config)
   try:
     experiment = experiments.make_experiment(make, name, needs=(method,))
@@ -180,7 +180,7 @@ def _run(args, method, report, **kwargs):
 def fail_on_binding(command: str, error: Exception, args: argparse.Namespace) -> int:
   """Exit code 2 naming the gin binding whose value `error` refused; re-raises
   `error` when no binding of the config file or `--gin` is to blame."""
-  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   binding = experiments.binding_of(error, [args.config], args.gin)
   if binding is None:
     raise error
@@ -215,16 +215,16 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
     ctl.experiments.ConfigError: with a message naming the bad argument or
       binding and the fix.
   """
-  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   args.config = experiments.find_config(args.config)  # before TensorFlow: a typo fails at once
   if getattr(args, "logical_cpus", None) is not None:
     if args.logical_cpus < 1:
       raise experiments.ConfigError(
           f"--logical-cpus {args.logical_cpus}: give a positive count.")
-    from ctl import strategies  # pylint: disable=import-outside-toplevel
+    from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
     strategies.configure_logical_cpus(args.logical_cpus)  # before any TF op
   if getattr(args, "strategy", None):
-    from ctl import strategies  # pylint: disable=import-outside-toplevel
+    from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
     if args.strategy not in strategies.NAMES:
       raise experiments.ConfigError(
           f"--strategy {args.strategy!r} is not a strategy name"

@@ -1,4 +1,4 @@
-"""`ctl launch`: run a command as every task of a local TensorFlow cluster (ctl/launch.py).
+"""`ctl launch`: run a command as every task of a local TensorFlow cluster.
 
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
     ctl launch --workers 2 --ps 1 -- python coordinator.py   # chief + 2 workers + 1 ps
@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 # TF-free, like the launcher it drives: the help names its variable.
-from ctl import launch
+from ctl.distribute import launch
 
 
 def add_parser(subparsers: Any) -> None:

@@ -11,8 +11,8 @@ import signal
 import sys
 from typing import Any
 
+from ctl.base.constants import INTERRUPTED_EXIT_CODE
 from ctl.cli import experiments
-from ctl.constants import INTERRUPTED_EXIT_CODE
 
 
 class _Terminated(Exception):
@@ -94,7 +94,7 @@ def add_parser(subparsers: Any) -> None:
 def shipped_config(module: str) -> str:
   """The path of the config a package ships named `module` (e.g. dcgan), or `module`
   as given if it is a file, an importable module or no shipped config's name."""
-  from ctl import configs  # pylint: disable=import-outside-toplevel
+  from ctl.tools import configs  # pylint: disable=import-outside-toplevel
   if not configs.is_name(module) or os.path.exists(module):
     return module
   try:
@@ -127,7 +127,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
   """`ctl parity`: runs and compares (or, with --run-one, is one of the runs)."""
-  from ctl import parity  # pylint: disable=import-outside-toplevel
+  from ctl.tools import parity  # pylint: disable=import-outside-toplevel
   try:
     if args.steps < 1:
       raise ValueError(f"--steps {args.steps}: give at least 1.")
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
   except (ValueError, FileNotFoundError, AttributeError) as e:
     return experiments.fail("parity", e, experiments.USAGE_ERROR)
   if args.run_one:
-    from ctl import parity_runs  # pylint: disable=import-outside-toplevel
+    from ctl.tools import parity_runs  # pylint: disable=import-outside-toplevel
     parity_runs.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
                    role=args.role, seeds=seeds, float64=args.float64,
                    floor_samples=args.floor_samples, bindings=args.gin,

@@ -1,10 +1,10 @@
-"""`ctl records`: write a dataset as sharded TFRecord files (ctl/records.py writes them).
+"""`ctl records`: write a dataset as sharded TFRecord files (ctl/tools/records.py writes them).
 
     ctl records --dataset mnist --out data/mnist --shards 8   # or tfds:NAME, folder:PATH
 
 `--dataset` names are those of the sources that packages register under the
 entry points `ctl.record_sources` (gan registers mnist, tfds:NAME and
-folder:PATH); ctl/records.py says what a source is.
+folder:PATH); ctl/tools/records.py says what a source is.
 """
 
 import argparse
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
       raise ValueError(f"--shards must be at least 1, got {args.shards}.")
     if args.limit is not None and args.limit < 1:
       raise ValueError(f"--limit must be at least 1, got {args.limit}.")
-    from ctl import records  # pylint: disable=import-outside-toplevel
+    from ctl.tools import records  # pylint: disable=import-outside-toplevel
     dataset = _source(args)
     if args.limit is not None:
       dataset = dataset.take(args.limit)
@@ -67,7 +67,7 @@ def _source(args):
   """The unbatched dataset `--dataset` names, from the installed sources."""
   from importlib import metadata  # pylint: disable=import-outside-toplevel
 
-  from ctl import records  # pylint: disable=import-outside-toplevel
+  from ctl.tools import records  # pylint: disable=import-outside-toplevel
   sources = [entry.load() for entry in metadata.entry_points(group=records.SOURCES_GROUP)]
   for source in sources:
     dataset = source(args.dataset, args.split, data_dir=args.data_dir,

@@ -34,19 +34,19 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import arguments
-from ctl import reduction
-from ctl import sources
-from ctl.context import StepContext
-from ctl.context import autograph
+from ctl.base import _tf_internal
+from ctl.base import arguments
+from ctl.base import sources
+from ctl.step import reduction
+from ctl.step.context import StepContext
+from ctl.step.context import autograph
 
 if TYPE_CHECKING:
-  from ctl.context import StepFn
-  from ctl.data import Feed
-  from ctl.state import State
-  from ctl.strategies import ClusterCoordinator
-  from ctl.strategies import Placement
+  from ctl.distribute.strategies import ClusterCoordinator
+  from ctl.distribute.strategies import Placement
+  from ctl.parts.data import Feed
+  from ctl.parts.state import State
+  from ctl.step.context import StepFn
 
 Results: TypeAlias = dict[str, np.ndarray]
 """What training returns: each result key's values, one per step (numpy)."""

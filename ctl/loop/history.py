@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ctl.schedule import Every
+from ctl.loop.schedule import Every
 
 FILE_NAME = "history.jsonl"
 

@@ -39,27 +39,27 @@ from typing import Protocol
 import numpy as np
 import tensorflow as tf
 
-from ctl import arguments
-from ctl import export as export_lib
-from ctl import notebook
-from ctl import stopping
-from ctl.checkpoints import write_pointer
-from ctl.checkpoints import write_text_atomically
-from ctl.data import check_evaluation_data
-from ctl.schedule import Every
+from ctl.base import arguments
+from ctl.loop import notebook
+from ctl.loop import stopping
+from ctl.loop.checkpoints import write_pointer
+from ctl.loop.checkpoints import write_text_atomically
+from ctl.loop.schedule import Every
+from ctl.parts import export as export_lib
+from ctl.parts.data import check_evaluation_data
 
 if TYPE_CHECKING:
   import keras
   import numpy.typing as npt
 
-  from ctl.checkpoints import Checkpointer
-  from ctl.context import StepFn
-  from ctl.data import Data
-  from ctl.evaluation import Evaluator
-  from ctl.history import History
-  from ctl.state import State
-  from ctl.strategies import Placement
-  from ctl.workdir import Lock
+  from ctl.distribute.strategies import Placement
+  from ctl.loop.checkpoints import Checkpointer
+  from ctl.loop.history import History
+  from ctl.loop.workdir import Lock
+  from ctl.parts.data import Data
+  from ctl.parts.evaluation import Evaluator
+  from ctl.parts.state import State
+  from ctl.step.context import StepFn
 
 _log = logging.getLogger("ctl")
 

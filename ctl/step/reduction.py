@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ctl import _tf_internal
+from ctl.base import _tf_internal
 
 # What a value is to the rule.
 CONST, LOCAL, GLOBAL, MIXED = "const", "local", "global", "mixed"

@@ -9,7 +9,7 @@ call so that step-based work lands on exact multiples of `steps`.
 import time
 from collections.abc import Callable
 
-from ctl import arguments
+from ctl.base import arguments
 
 
 class Every:

@@ -22,7 +22,8 @@ def _folder(module_file):
   return os.path.dirname(os.path.abspath(module_file)) + os.sep
 
 
-_CTL, _TENSORFLOW, _KERAS = (_folder(f) for f in (__file__, tf.__file__, keras.__file__))
+_TENSORFLOW, _KERAS = (_folder(f) for f in (tf.__file__, keras.__file__))
+_CTL = os.path.dirname(_folder(__file__).rstrip(os.sep)) + os.sep  # ctl/, above ctl/base/
 _PYTHON = _folder(os.__file__)  # the standard library (site-packages excepted)
 
 

@@ -1,6 +1,6 @@
 """What would fail on a TPU, found on a CPU before you pay for one.
 
-    from ctl import check
+    from ctl.tools import check
     findings = check.check_step(runner.train_step, num_batches=3)
     print(check.format_findings(findings))         # a table, one row per check
     ok = all(finding.ok for finding in findings)
@@ -35,9 +35,9 @@ import textwrap
 
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import data as data_lib
-from ctl.steps import TrainStep
+from ctl.base import _tf_internal
+from ctl.parts import data as data_lib
+from ctl.parts.steps import TrainStep
 
 Finding = collections.namedtuple("Finding", ["name", "ok", "message"])
 Finding.__doc__ = """One check's outcome: `name`, `ok` (bool) and a `message` that says the fix."""

@@ -24,11 +24,11 @@ from typing import TypeAlias
 
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import arguments
-from ctl import launch
-from ctl import peers
-from ctl.constants import READY_DIR_VARIABLE
+from ctl.base import _tf_internal
+from ctl.base import arguments
+from ctl.base.constants import READY_DIR_VARIABLE
+from ctl.distribute import launch
+from ctl.distribute import peers
 
 logger = logging.getLogger("ctl")
 

@@ -21,11 +21,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import context
+from ctl.base import _tf_internal
+from ctl.step import context
 
 if TYPE_CHECKING:
-  from ctl.strategies import Placement
+  from ctl.distribute.strategies import Placement
 
 BuildFn: TypeAlias = Callable[
     [], tuple[dict[str, keras.Model], dict[str, keras.optimizers.Optimizer]]]

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ctl import data as data_lib
-from ctl import reduction
-from ctl import steps as steps_lib
+from ctl.parts import data as data_lib
+from ctl.parts import steps as steps_lib
+from ctl.step import reduction
 
 if TYPE_CHECKING:
-  from ctl.context import StepFn
-  from ctl.state import State
-  from ctl.strategies import Placement
+  from ctl.distribute.strategies import Placement
+  from ctl.parts.state import State
+  from ctl.step.context import StepFn
 
 # Compiled evaluations kept (each holds a traced function and an input feed).
 _EVALUATIONS_KEPT = 4

@@ -25,11 +25,11 @@ from typing import TypeAlias
 
 import tensorflow as tf
 
-from ctl import arguments
+from ctl.base import arguments
 
 if TYPE_CHECKING:
-  from ctl.strategies import ClusterCoordinator
-  from ctl.strategies import Placement
+  from ctl.distribute.strategies import ClusterCoordinator
+  from ctl.distribute.strategies import Placement
 
 DatasetFn: TypeAlias = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 """`dataset_fn(input_context)`: one input pipeline's dataset of per-replica batches."""

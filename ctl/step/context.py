@@ -26,9 +26,9 @@ from typing import TypeAlias
 import keras
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import arguments
-from ctl import reduction
+from ctl.base import _tf_internal
+from ctl.base import arguments
+from ctl.step import reduction
 
 # Philox, named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"

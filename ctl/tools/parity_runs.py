@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from ctl import parity
-from ctl import sources
-from ctl.parity import FLOOR_SAMPLES
-from ctl.parity import MAIN
-from ctl.parity import MAIN64
-from ctl.parity import Config
-from ctl.parity import Run
-from ctl.parity import perturb
+from ctl.base import sources
+from ctl.tools import parity
+from ctl.tools.parity import FLOOR_SAMPLES
+from ctl.tools.parity import MAIN
+from ctl.tools.parity import MAIN64
+from ctl.tools.parity import Config
+from ctl.tools.parity import Run
+from ctl.tools.parity import perturb
 
 
 def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "config",
@@ -320,8 +320,8 @@ def analyze(runner: Any) -> dict[str, Any]:
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-  from ctl import _tf_internal  # pylint: disable=import-outside-toplevel
-  from ctl import sources  # pylint: disable=import-outside-toplevel
+  from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
+  from ctl.base import sources  # pylint: disable=import-outside-toplevel
   found = {"downcasts": [], "float32_variables": [], "float32_math": [],
            "batch_reductions": [], "micro_batches": False, "error": None}
   float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
@@ -415,7 +415,7 @@ def _one_line(error):
 
 def _experiment_runner(path, strategy, bindings, name):
   """The runner of the experiment a .gin file describes (its build method)."""
-  from ctl import experiments  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   experiments.require_config_file(path)
   name = name or experiments.default_experiment()
   make = experiments.resolve_experiment(name)

@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING
 import gin
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import arguments
-from ctl.schedule import Every
-from ctl.schedule import check_every
+from ctl.base import _tf_internal
+from ctl.base import arguments
+from ctl.loop.schedule import Every
+from ctl.loop.schedule import check_every
 
 if TYPE_CHECKING:
-  from ctl.data import Feed
-  from ctl.state import State
-  from ctl.strategies import Placement
+  from ctl.distribute.strategies import Placement
+  from ctl.parts.data import Feed
+  from ctl.parts.state import State
 
 _log = logging.getLogger("ctl")
 

@@ -32,21 +32,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from ctl import actions as actions_lib
-from ctl import arguments
-from ctl import checkpoints
-from ctl import data as data_lib
-from ctl import export as export_lib
-from ctl import history as history_lib
-from ctl import stopping
-from ctl import workdir as workdir_lib
-from ctl.checkpoints import write_text_atomically
-from ctl.progress import Progress
-from ctl.schedule import check_every
+from ctl.base import arguments
+from ctl.loop import actions as actions_lib
+from ctl.loop import checkpoints
+from ctl.loop import history as history_lib
+from ctl.loop import stopping
+from ctl.loop import workdir as workdir_lib
+from ctl.loop.checkpoints import write_text_atomically
+from ctl.loop.progress import Progress
+from ctl.loop.schedule import check_every
+from ctl.parts import data as data_lib
+from ctl.parts import export as export_lib
 
 if TYPE_CHECKING:
-  from ctl.evaluation import Evaluator
-  from ctl.steps import TrainStep
+  from ctl.parts.evaluation import Evaluator
+  from ctl.parts.steps import TrainStep
 
 _log = logging.getLogger("ctl")
 

@@ -1,6 +1,6 @@
 """The .gin files installed packages ship, by name: `ctl train dcgan`.
 
-    from ctl import configs
+    from ctl.tools import configs
     configs.shipped()          # {"dcgan": ".../site-packages/gan/configs/dcgan.gin", ...}
     configs.is_name("dcgan")   # True: no .gin ending, no directory
     configs.is_name("examples/configs/dcgan.gin")   # False: a path

@@ -1,6 +1,6 @@
 """Every use of a private TensorFlow, Keras or gin attribute, in one place.
 
-    from ctl import _tf_internal
+    from ctl.base import _tf_internal
     if _tf_internal.too_late_for_collectives(): ...
 
 Each function here reads something that the public API does not offer, says
@@ -32,7 +32,7 @@ def _note_version(distribution):
   except importlib.metadata.PackageNotFoundError:
     return
   if not version.startswith(tuple(f"{series}." for series in CHECKED[distribution])):
-    _log.warning("%s %s: ctl reads some of its private attributes (ctl/_tf_internal.py), "
+    _log.warning("%s %s: ctl reads some of its private attributes (ctl/base/_tf_internal.py), "
                  "checked against %s only; if something fails, that is the place to "
                  "look.", distribution, version, ", ".join(CHECKED[distribution]))
 

@@ -1,6 +1,6 @@
 """Run one command as every task of a local TensorFlow cluster (`ctl launch`).
 
-    from ctl import launch
+    from ctl.distribute import launch
     code = launch.launch(["python", "train.py"], workers=2)          # 2 workers
     code = launch.launch(["python", "coordinator.py"], workers=2, ps=1)  # + chief + 1 ps
 
@@ -37,11 +37,11 @@ from collections.abc import Sequence
 from typing import Any
 from typing import TextIO
 
-from ctl import arguments
-from ctl.constants import GRACE_VARIABLE
-from ctl.constants import LAUNCHER_PID_VARIABLE
-from ctl.constants import PREEMPTED_EXIT_CODE
-from ctl.constants import READY_DIR_VARIABLE
+from ctl.base import arguments
+from ctl.base.constants import GRACE_VARIABLE
+from ctl.base.constants import LAUNCHER_PID_VARIABLE
+from ctl.base.constants import PREEMPTED_EXIT_CODE
+from ctl.base.constants import READY_DIR_VARIABLE
 
 # How long to wait for processes already sent SIGKILL, and for the output of
 # exited tasks to drain: both should take milliseconds.

@@ -1,6 +1,6 @@
 """Experiments described by .gin files: the contract, finding one, parsing its config.
 
-    from ctl import experiments
+    from ctl.tools import experiments
     name = experiments.default_experiment()    # or a gin name, or "my.module:MyExperiment"
     make = experiments.resolve_experiment(name)
     experiments.parse_gin(["my.gin"], ["MyExperiment.batch_size = 32"])
@@ -15,7 +15,7 @@ parsed): its gin name, or `module.path:attribute`. Without it, the command
 takes the one that an installed package registers under the entry points
 `ctl.experiments` (pyproject.toml), as ctl's core names no experiment of its own.
 The configuration is a .gin file's path or the name of one an installed
-package ships (`find_config`; ctl/configs.py), e.g. `ctl train dcgan`.
+package ships (`find_config`; ctl/tools/configs.py), e.g. `ctl train dcgan`.
 
 A mistake in the configuration (a misspelt configurable or parameter, a
 syntax error, a missing file, an experiment without the method a command
@@ -42,9 +42,9 @@ from typing import Protocol
 
 import gin
 
-from ctl import _tf_internal
-from ctl import configs
-from ctl.arguments import did_you_mean  # also the command line's, as experiments.did_you_mean
+from ctl.base import _tf_internal
+from ctl.base.arguments import did_you_mean  # also the command line's, as experiments.did_you_mean
+from ctl.tools import configs
 
 if TYPE_CHECKING:  # no TensorFlow at run time: the command reports config typos before loading it
   import tensorflow as tf
@@ -110,7 +110,7 @@ def find_config(config: str) -> str:
 
   A file that exists is taken as it is, so that every path works as before;
   otherwise a name (no `.gin` ending, no directory: `configs.is_name`) is one
-  of the .gin files that installed packages ship (ctl/configs.py), e.g.
+  of the .gin files that installed packages ship (ctl/tools/configs.py), e.g.
   `dcgan`.
 
   Raises:

@@ -22,7 +22,7 @@ from typing import TextIO
 
 import numpy as np
 
-from ctl import notebook
+from ctl.loop import notebook
 
 _log = logging.getLogger("ctl")
 

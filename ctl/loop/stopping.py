@@ -50,14 +50,14 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ctl import _tf_internal
-from ctl import notebook
-from ctl.constants import INTERRUPTED_EXIT_CODE
-from ctl.constants import PREEMPTED_EXIT_CODE
+from ctl.base import _tf_internal
+from ctl.base.constants import INTERRUPTED_EXIT_CODE
+from ctl.base.constants import PREEMPTED_EXIT_CODE
+from ctl.loop import notebook
 
 if TYPE_CHECKING:
-  from ctl.checkpoints import Checkpointer
-  from ctl.strategies import Placement
+  from ctl.distribute.strategies import Placement
+  from ctl.loop.checkpoints import Checkpointer
 
 # How long an action (evaluation, samples, export) may go on after a SIGTERM
 # before ctl saves and exits from another thread: Python cannot abandon an
@@ -538,7 +538,7 @@ def _tf_handler_applies(placement):
 class _TFHandler:
   """TF's PreemptionCheckpointHandler: workers agree on the step to save at.
 
-  Reads two private members of TF's handler through `ctl._tf_internal`: the
+  Reads two private members of TF's handler through `ctl.base._tf_internal`: the
   SIGTERM flag, and the watcher threads it leaves running.
   """
 

@@ -4,7 +4,7 @@ A dataset is written once as `num_shards` files plus a `spec.json` naming its
 element structure, dtypes and shapes; it is then read back as the same
 elements, each input pipeline reading only its own files.
 
-    from ctl import records
+    from ctl.tools import records
     files = records.write_records(dataset, "data/mnist", num_shards=8)
     data = records.read_records("data/mnist", global_batch_size=256, shuffle_seed=0)
     runner = ctl.Runner(step, build, lambda context: records.read_records(
@@ -27,7 +27,7 @@ import time
 
 import tensorflow as tf
 
-from ctl import arguments
+from ctl.base import arguments
 
 SPEC_FILE = "spec.json"
 _SHARD_NAME = "records-{index:05d}-of-{count:05d}.tfrecord"

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 
-from ctl import arguments
-from ctl.constants import STARTUP_TIMEOUT_VARIABLE
+from ctl.base import arguments
+from ctl.base.constants import STARTUP_TIMEOUT_VARIABLE
 
 DEFAULT_STARTUP_TIMEOUT = 600.0  # pods of one job may start minutes apart
 STARTUP_FAILED_EXIT_CODE = 1

@@ -1,0 +1,2 @@
+"""Foundations every layer uses: argument checks, constants, the user's line in an
+error, and every private TensorFlow, Keras or gin read (`_tf_internal`)."""

@@ -1,0 +1,2 @@
+"""Tools over a runner or an experiment: `parity`, `check`, TFRecords (`records`),
+gin experiments and the configs packages ship."""
