@@ -69,7 +69,7 @@ def main(argv=None):
   gin.parse_config_file(os.path.join(ROOT, "examples", "configs", "dcgan.gin"))
   start = time.monotonic()
   experiment = gan.Experiment()
-  steps = args.steps or experiment.schedule.num_steps
+  steps = args.steps or experiment.schedule.total_steps
   experiment = dataclasses.replace(
       experiment, schedule=dataclasses.replace(experiment.schedule, num_steps=steps))
   runner = experiment.train(args.workdir)

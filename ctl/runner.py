@@ -6,14 +6,14 @@
                     "discriminator": keras.optimizers.Adam(2e-4)}
       return models, optimizers
 
-    runner = ctl.Runner(step, build, dataset, strategy="mirrored", steps_per_loop=10)
-    history = runner.train(1000)   # {"generator_loss": array of 1000 values, ...}
-    runner.fit(10_000, "runs/x")   # resumable: checkpoints, summaries, progress
+    runner = ctl.Runner(train_step, build, dataset, strategy="mirrored", steps_per_loop=10)
+    history = runner.train(1000)   # 1000 more steps: {"generator_loss": array of 1000 values, ...}
+    runner.fit(10_000, "runs/x")   # up to step 10000, resumable: checkpoints, summaries
     runner.history.plot()          # every step trained, as curves
     metrics = runner.evaluate(eval_step, eval_dataset)
     runner.export("generator", "runs/x/export")
 
-The same `step` runs eagerly (`eager=True`: print and pdb work), compiled, or
+The same `train_step` runs eagerly (`eager=True`: print and pdb work), compiled, or
 distributed; only the `strategy` argument changes. The runner puts together
 the parts that do the work and hands them to the code that uses them: the
 placement (`ctl.strategies`), the state (`ctl.state`), the data's feed
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 
 class Runner:
-  """Runs `step(ctx, batch)` on every replica, `steps_per_loop` steps per call.
+  """Runs `step_fn(ctx, batch)` on every replica, `steps_per_loop` steps per call.
 
   Results: the step returns a dict of scalars. A share of a global-batch mean
   (a value from `ctx.average`, `ctx.average_regularization` or `ctx.minimize`,
@@ -63,9 +63,10 @@ class Runner:
   that mixes the two is an error (see `ctl.reduction`).
 
   Args:
-    step: function `(ctx, batch) -> dict` run in replica context; `ctx` is a
-      `ctl.StepContext`, `batch` this replica's rows of the global batch (a
-      tuple of `batches_per_step` of them when that is above 1).
+    step_fn: the step function, `(ctx, batch) -> dict`, run in replica
+      context; `ctx` is a `ctl.StepContext` (`ctx.step` is the step's number),
+      `batch` this replica's rows of the global batch (a tuple of
+      `batches_per_step` of them when that is above 1).
     build: function of no arguments returning `(models, optimizers)`, two
       dicts of Keras models and optimizers; called inside the strategy scope.
       An optimizer is built on the model of the same name; one that updates
@@ -92,15 +93,18 @@ class Runner:
     global_batch_size: needed only when `data` is a dataset function.
     batches_per_step: batches each step takes (e.g. one per critic update).
 
-  Besides the methods a user calls (`train`, `fit`, `evaluate`, `export`,
-  `restore`, `with_options`) and what they read (`models`, `optimizers`,
-  `global_step`, `history`), a runner holds the parts the library's tools take:
-  `placement` (a `ctl.strategies.Placement`), `state` (`ctl.state.State`),
-  `feed` (the training data's `ctl.data.Feed`) and `train_step` (the compiled
-  step, `ctl.steps.TrainStep`).
+  Attributes:
+    models, optimizers: name -> `keras.Model` / optimizer, as `build` returned them.
+    global_step: int64 variable, the steps trained.
+    history: every step's results so far (`ctl.History`); `train` and `fit` append.
+    strategy, seed, eager, steps_per_loop: as given (a strategy name made into one).
+    placement, state, feed, train_step: the parts the runner made, which the
+      loop and the tools take: the `ctl.strategies.Placement`, the
+      `ctl.state.State`, the training data's `ctl.data.Feed`, and the compiled
+      step (`ctl.steps.TrainStep`: `run(n)`, `replica_step`, `trace_count`).
   """
 
-  def __init__(self, step: StepFn, build: BuildFn, data: data_lib.Data, *,
+  def __init__(self, step_fn: StepFn, build: BuildFn, data: data_lib.Data, *,
                strategy: tf.distribute.Strategy | str = "default", seed: int = 0,
                steps_per_loop: int = 1, jit_compile: bool = False, eager: bool = False,
                mixed_precision: str | None = None, global_batch_size: int | None = None,
@@ -108,11 +112,11 @@ class Runner:
     arguments.integer("steps_per_loop", steps_per_loop, minimum=1)
     arguments.integer("batches_per_step", batches_per_step, minimum=1)
     arguments.integer("seed", seed)
-    if not callable(step):
-      raise TypeError(f"step must be a function (ctx, batch) -> dict, got {step!r}.")
+    if not callable(step_fn):
+      raise TypeError(f"step_fn must be a function (ctx, batch) -> dict, got {step_fn!r}.")
     if not callable(build):
       raise TypeError(f"build must be a function () -> (models, optimizers), got {build!r}.")
-    _check_order(step, build)
+    _check_order(step_fn, build)
     if mixed_precision not in (None, "mixed_float16", "mixed_bfloat16", "float64"):
       raise ValueError(f"mixed_precision {mixed_precision!r} is not known; use None, "
                        "'mixed_float16', 'mixed_bfloat16' or 'float64'.")
@@ -129,7 +133,7 @@ class Runner:
     self.seed = int(seed)
     # What made it, for `with_options`.
     self._arguments = dict(
-        step=step, build=build, data=data, strategy=strategy, seed=seed,
+        step_fn=step_fn, build=build, data=data, strategy=strategy, seed=seed,
         steps_per_loop=steps_per_loop, jit_compile=jit_compile, eager=eager,
         mixed_precision=mixed_precision, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step)
@@ -153,7 +157,7 @@ class Runner:
       data_lib.warn_if_outside_outputs(self._arguments["data"], self.state.models,
                                        stacklevel=2)
     self.train_step = steps.TrainStep(
-        step, self.state, self.feed, self.placement, eager=eager,
+        step_fn, self.state, self.feed, self.placement, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
     self._evaluator = evaluation.Evaluator(self.state, self.placement, eager=eager,
@@ -175,7 +179,7 @@ class Runner:
     same) and reads the data from its start: `ctl.parity` runs an experiment's
     runner this way under other execution options.
     """
-    allowed = set(self._arguments) - {"step", "build", "data"}
+    allowed = set(self._arguments) - {"step_fn", "build", "data"}
     unknown = sorted(set(options) - allowed)
     if unknown:
       raise TypeError(f"with_options: {unknown} are not options it changes; give any "
@@ -192,11 +196,11 @@ class Runner:
     """int64 variable: the steps trained."""
     return self.state.global_step
 
-  def fit(self, num_steps: int, workdir: str | None = None, *,
+  def fit(self, total_steps: int, workdir: str | None = None, *,
           checkpoint: bool | checkpoints.Checkpoint = True,
           summaries: bool | Summaries = True, actions: Sequence[Action] = (),
           progress: bool = True) -> history_lib.History:
-    """Trains until the global step is `num_steps`; resumes from `workdir`.
+    """Trains until the global step is `total_steps`; resumes from `workdir`.
 
     With a `workdir`, training starts from the newest checkpoint in
     `<workdir>/checkpoints` (if any) and by default checkpoints every 1000
@@ -209,8 +213,9 @@ class Runner:
     with a FloatingPointError before anything later is saved.
 
     Args:
-      num_steps: the global step to train up to (not a number of new steps),
-        so that rerunning the same call after an interruption finishes the run.
+      total_steps: the global step to train up to (not a number of new steps,
+        which is `train`'s argument), so that rerunning the same call after an
+        interruption finishes the run.
       workdir: directory for checkpoints, events, samples and exports; None
         writes nothing and does not resume.
       checkpoint: True (the default schedule when there is a workdir), False
@@ -230,16 +235,16 @@ class Runner:
       A `ctl.History`: each result key's per-step values (numpy) for the steps
       this call ran.
     """
-    return loop_lib.fit(self.train_step, self.history, num_steps, workdir,
+    return loop_lib.fit(self.train_step, self.history, total_steps, workdir,
                         evaluator=self._evaluator, checkpoint=checkpoint,
                         summaries=summaries, actions=actions, progress=progress)
 
-  def evaluate(self, step: StepFn, data: data_lib.Data, *,
+  def evaluate(self, step_fn: StepFn, data: data_lib.Data, *,
                global_batch_size: int | None = None,
                num_batches: int | None = None) -> dict[str, float]:
-    """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.
+    """Runs `step_fn(ctx, batch)` over all of `data`; returns each result's mean.
 
-    `step` returns a dict of scalars, reduced over replicas like a training
+    `step_fn` returns a dict of scalars, reduced over replicas like a training
     step's results (so `ctx.average(per_example)` gives the batch mean); the
     batches' values are then averaged weighted by their size, which gives the
     mean over the whole dataset. `data` is a finite dataset of global batches
@@ -247,7 +252,7 @@ class Runner:
     every call; an endless one is refused unless `num_batches` bounds it.
     `ctx.step` is the current global step.
     """
-    return self._evaluator.evaluate(step, data, global_batch_size=global_batch_size,
+    return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 
   def export(self, name: str, directory: str) -> tuple[str, str]:
@@ -313,13 +318,13 @@ def _required_positional(fn):
              for p in parameters)
 
 
-def _check_order(step, build):
-  """Refuses `Runner(build, step, ...)`: step and build in each other's place."""
+def _check_order(step_fn, build):
+  """Refuses `Runner(build, step_fn, ...)`: the two in each other's place."""
   # Only when both disagree: gin can supply a build's arguments.
-  if _required_positional(step) == 0 and _required_positional(build):
+  if _required_positional(step_fn) == 0 and _required_positional(build):
     raise TypeError(
-        f"step and build look swapped: step {getattr(step, '__name__', step)!r} takes "
-        f"no arguments and build {getattr(build, '__name__', build)!r} needs some. "
-        "The order is Runner(step, build, data): step(ctx, batch) runs one "
+        f"step_fn and build look swapped: step_fn {getattr(step_fn, '__name__', step_fn)!r} "
+        f"takes no arguments and build {getattr(build, '__name__', build)!r} needs some. "
+        "The order is Runner(step_fn, build, data): step_fn(ctx, batch) runs one "
         "training step, build() makes the models and optimizers.")
 

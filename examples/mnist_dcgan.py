@@ -35,7 +35,7 @@ def build():
   return models, optimizers
 
 
-def step(ctx, real):
+def train_step(ctx, real):
   import tensorflow as tf
   generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
   with tf.GradientTape(persistent=True) as tape:
@@ -65,7 +65,7 @@ def main(argv=None):
   log_to_stderr()
 
   strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
-  runner = ctl.Runner(step, build, gan.mnist_dataset(args.batch_size),
+  runner = ctl.Runner(train_step, build, gan.mnist_dataset(args.batch_size),
                       strategy=strategy, steps_per_loop=args.steps_per_loop,
                       eager=args.eager)
   # Rerunning the same command resumes from the newest checkpoint in --workdir.

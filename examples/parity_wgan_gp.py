@@ -7,7 +7,7 @@ a generator, an encoder and a critic of (x, z) pairs, each with Adam. Each step
 makes 5 critic updates, one batch each, with the gradient penalty of
 Gulrajani et al. (2017) on the pairs, then one update of the generator and of
 the encoder. `ctl parity` imports this file in a process per configuration,
-after making the strategy, and calls `build`, `step` and `data`.
+after making the strategy, and calls `build`, `train_step` and `data`.
 """
 
 import keras
@@ -45,7 +45,7 @@ def build():
   return models, optimizers
 
 
-def step(ctx, batches):
+def train_step(ctx, batches):
   generator, encoder = ctx.models["generator"], ctx.models["encoder"]
 
   def critic(pairs):

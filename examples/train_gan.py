@@ -3,7 +3,7 @@
     python examples/train_gan.py dcgan      # a config the package ships, by name
     python examples/train_gan.py examples/configs/dcgan.gin    # the same file, by path
     python examples/train_gan.py examples/configs/wgan_gp.gin --workdir runs/wgan_gp
-    python examples/train_gan.py examples/configs/bigan.gin --gin "gan.Schedule.num_steps = 20"
+    python examples/train_gan.py examples/configs/bigan.gin --gin "gan.Schedule.total_steps = 20"
     python examples/train_gan.py examples/configs/dcgan.gin --strategy mirrored --logical-cpus 2
 
 Each line is the same as `ctl train` with the same arguments (this script

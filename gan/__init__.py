@@ -1,7 +1,7 @@
 """gan: a GAN kit for ctl: an experiment, and its parts for hand-written steps.
 
     import gan
-    experiment = gan.Experiment(loss=gan.losses.hinge, schedule=gan.Schedule(num_steps=3000))
+    experiment = gan.Experiment(loss=gan.losses.hinge, schedule=gan.Schedule(total_steps=3000))
     experiment.train("runs/hinge")                  # usually `ctl train CONFIG.gin`
 
     generator, discriminator = gan.dcgan_generator(), gan.dcgan_discriminator()

@@ -2,7 +2,7 @@
 
     experiment = gan.Experiment(loss=gan.losses.wasserstein,
                                 penalty=gan.penalties.wasserstein_gradient_penalty,
-                                discriminator_steps=5, schedule=gan.Schedule(num_steps=1000))
+                                discriminator_steps=5, schedule=gan.Schedule(total_steps=1000))
     experiment.train("runs/wgan_gp")         # rerun to resume
     experiment.evaluate("runs/wgan_gp")      # {"step": 1000, "classifier_fid": ...}
     experiment.export("runs/wgan_gp")        # the generator: .keras and a SavedModel
@@ -228,7 +228,8 @@ class Schedule:
   """When an experiment trains, saves, draws samples and measures FID, in steps.
 
   Attributes:
-    num_steps: the generator step to train up to.
+    total_steps: the generator step to train up to (the run's length, not a
+      number of new steps: a resumed run trains the rest).
     steps_per_loop: steps per compiled call (the outer loop acts between calls).
     samples_every: steps between PNG sample grids.
     checkpoint_every: steps between checkpoints (and one at the end).
@@ -236,14 +237,14 @@ class Schedule:
       the end only; 0: never.
   """
 
-  num_steps: int = 5000
+  total_steps: int = 5000
   steps_per_loop: int = 50
   samples_every: int = 500
   checkpoint_every: int = 1000
   fid_every: int | None = None
 
   def __post_init__(self) -> None:
-    arguments.integer("num_steps", self.num_steps, minimum=0)
+    arguments.integer("total_steps", self.total_steps, minimum=0)
     for name in ("steps_per_loop", "samples_every", "checkpoint_every"):
       arguments.integer(name, getattr(self, name), minimum=1)
     if self.fid_every is not None:
@@ -258,7 +259,7 @@ class Experiment:
 
   One method per job, each building the same runner:
 
-      experiment = gan.Experiment(loss=gan.losses.hinge, schedule=gan.Schedule(num_steps=3000))
+      experiment = gan.Experiment(loss=gan.losses.hinge, schedule=gan.Schedule(total_steps=3000))
       experiment.train("runs/hinge")       # trains to step 3000, resuming; returns the runner
       experiment.evaluate("runs/hinge")    # {"step": 3000, "classifier_fid": 35.3}
       experiment.export("runs/hinge")      # [".../generator.keras", ".../generator"]
@@ -325,7 +326,7 @@ class Experiment:
 
   def train(self, workdir: str, strategy: Strategy = "default", *,
             progress: bool = True, profile: tuple[int, int] | None = None) -> ctl.Runner:
-    """Trains to `schedule.num_steps`, resuming from `<workdir>/checkpoints`; the runner.
+    """Trains to `schedule.total_steps`, resuming from `<workdir>/checkpoints`; the runner.
 
     Writes checkpoints (and the operative gin config beside them), TensorBoard
     events, sample grids from fixed noise (`samples/`), the classifier FID of
@@ -343,7 +344,7 @@ class Experiment:
       actions.append(fid)
     if profile is not None:
       actions.append(ctl.Profile(*profile))
-    runner.fit(schedule.num_steps, workdir,
+    runner.fit(schedule.total_steps, workdir,
                checkpoint=ctl.Checkpoint(ctl.Every(steps=schedule.checkpoint_every)),
                actions=actions, progress=progress)
     return runner

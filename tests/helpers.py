@@ -29,7 +29,7 @@ QUIET = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
 # `--gin` arguments that shrink examples/configs/dcgan.gin to a 4-step run.
 TINY_GAN = []
 for _binding in ("gan.dcgan_generator.width = 8", "gan.dcgan_discriminator.width = 8",
-                 "gan.Experiment.batch_size = 16", "gan.Schedule.num_steps = 4",
+                 "gan.Experiment.batch_size = 16", "gan.Schedule.total_steps = 4",
                  "gan.Schedule.fid_every = 0", "gan.Experiment.fid_samples = 200",
                  "gan.Schedule.steps_per_loop = 2", "gan.Schedule.samples_every = 2",
                  "gan.Schedule.checkpoint_every = 2", "gan.Experiment.ema_decay = None",

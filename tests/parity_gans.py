@@ -150,7 +150,7 @@ def build():
   return models, {name: OPTIMIZERS[GAN][name]() for name in models}
 
 
-def step(ctx, batch):
+def train_step(ctx, batch):
   return STEPS[GAN](ctx, batch)
 
 

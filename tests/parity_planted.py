@@ -62,7 +62,7 @@ def build():
   return models, {name: keras.optimizers.Adam(1e-2) for name in models}
 
 
-def step(ctx, real):
+def train_step(ctx, real):
   if BUG == "own_micro_batches":
     return halves_step(ctx, real)
   generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]

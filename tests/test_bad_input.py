@@ -758,11 +758,11 @@ def fit_over_steps_trained_in_memory(s):
 # Configuration (gin) and the command line.
 
 def gin_parameter_typo(s):
-  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedule.num_step = 3")
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedule.total_step = 3")
 
 
 def gin_configurable_typo(s):
-  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedul.num_steps = 3")
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Schedul.total_steps = 3")
 
 
 def _train_own_config(s, lines):
@@ -774,11 +774,11 @@ def _train_own_config(s, lines):
 
 
 def gin_unclosed_bracket(s):
-  _train_own_config(s, ["gan.Schedule.num_steps = (3"])
+  _train_own_config(s, ["gan.Schedule.total_steps = (3"])
 
 
 def gin_bracket_left_open_before_a_binding(s):
-  _train_own_config(s, ["keras.optimizers.Adam.beta_1 = (0.5", "gan.Schedule.num_steps = 3"])
+  _train_own_config(s, ["keras.optimizers.Adam.beta_1 = (0.5", "gan.Schedule.total_steps = 3"])
 
 
 def gin_macro_typo(s):
@@ -789,7 +789,7 @@ def gin_macro_typo(s):
 def gin_include_that_two_folders_match(s):
   for folder in ("a", "b"):
     (s.path / folder).mkdir()
-    (s.path / folder / "common.gin").write_text("gan.Schedule.num_steps = 3\n")
+    (s.path / folder / "common.gin").write_text("gan.Schedule.total_steps = 3\n")
   (s.path / "a" / "main.gin").write_text(f"include {CONFIG!r}\ninclude 'common.gin'\n"
                                          "include '../b/part.gin'\n")
   (s.path / "b" / "part.gin").write_text("include 'common.gin'\n")
@@ -999,11 +999,11 @@ CASES = [
           "change something first")),
     # build().
     Case("step-and-build-swapped",
-         "TypeError from Runner: step and build look swapped ...; the order is "
-         "Runner(step, build, data)",
+         "TypeError from Runner: step_fn and build look swapped ...; the order is "
+         "Runner(step_fn, build, data)",
          step_and_build_swapped, TypeError,
-         ("step and build look swapped", "step '_build' takes no arguments",
-          "Runner(step, build, data)")),
+         ("step_fn and build look swapped", "step_fn '_build' takes no arguments",
+          "Runner(step_fn, build, data)")),
     Case("build-returns-the-wrong-thing",
          "TypeError from Runner: build() must return (models, optimizers), two dicts, got list",
          build_returns_a_list, TypeError,
@@ -1274,21 +1274,21 @@ CASES = [
          evaluate_zero_batches, ValueError,
          ("num_batches must be an int >= 1 (batches to evaluate), got 0",)),
     Case("fit-negative-steps",
-         "ValueError from fit: num_steps must be an int >= 0 (the global step to train up "
-         "to), got -1",
+         "ValueError from fit: total_steps must be an int >= 0 (the global step to train "
+         "up to), got -1",
          fit_negative_steps, ValueError,
-         ("num_steps must be an int >= 0 (the global step to train up to), got -1",)),
+         ("total_steps must be an int >= 0 (the global step to train up to), got -1",)),
     Case("fit-float-steps",
-         "TypeError from fit: num_steps must be an int >= 0 (the global step to train up "
-         "to), got 10000.0",
+         "TypeError from fit: total_steps must be an int >= 0 (the global step to train "
+         "up to), got 10000.0",
          fit_float_steps, TypeError,
-         ("num_steps must be an int >= 0", "got 10000.0")),
+         ("total_steps must be an int >= 0", "got 10000.0")),
     Case("steps-per-loop-beyond-the-run",
          "UserWarning from fit, before step 0 (the run goes on, its calls cut to the run): "
-         "steps_per_loop (100) is larger than num_steps (4) ...; lower steps_per_loop to at "
-         "most 4",
+         "steps_per_loop (100) is larger than total_steps (4) ...; lower steps_per_loop to "
+         "at most 4",
          steps_per_loop_beyond_the_run, UserWarning,
-         ("steps_per_loop (100)", "num_steps (4)", "Lower steps_per_loop to at most 4",
+         ("steps_per_loop (100)", "total_steps (4)", "Lower steps_per_loop to at most 4",
           "[global step 0]")),
     # Periodic actions and export.
     Case("every-without-a-period",
@@ -1449,26 +1449,26 @@ CASES = [
           "Pass another workdir")),
     # Configuration and the command line.
     Case("gin-parameter-typo",
-         "ctl train exits 2: binding `gan.Schedule.num_step = 3` (--gin): ... (did you mean "
-         "'gan.Schedule.num_steps'?)",
+         "ctl train exits 2: binding `gan.Schedule.total_step = 3` (--gin): ... (did you mean "
+         "'gan.Schedule.total_steps'?)",
          gin_parameter_typo, CommandFailed,
-         ("exit code 2", "gan.Schedule.num_step = 3", "did you mean 'gan.Schedule.num_steps'")),
+         ("exit code 2", "gan.Schedule.total_step = 3", "did you mean 'gan.Schedule.total_steps'")),
     Case("gin-configurable-typo",
-         "ctl train exits 2: binding `gan.Schedul.num_steps = 3` (--gin): ... (did you mean "
+         "ctl train exits 2: binding `gan.Schedul.total_steps = 3` (--gin): ... (did you mean "
          "'gan.Schedule'?)",
          gin_configurable_typo, CommandFailed,
-         ("exit code 2", "gan.Schedul.num_steps = 3", "did you mean 'gan.Schedule'")),
+         ("exit code 2", "gan.Schedul.total_steps = 3", "did you mean 'gan.Schedule'")),
     Case("gin-unclosed-bracket",
-         "ctl train exits 2: mine.gin, line 2: `gan.Schedule.num_steps = (3` (column 26): "
+         "ctl train exits 2: mine.gin, line 2: `gan.Schedule.total_steps = (3` (column 28): "
          "the bracket opened here never closes (was: exit 1 and a tokenizer traceback)",
          gin_unclosed_bracket, CommandFailed,
-         ("exit code 2", "<config>, line 2: `gan.Schedule.num_steps = (3` (column 26)",
+         ("exit code 2", "<config>, line 2: `gan.Schedule.total_steps = (3` (column 28)",
           "the bracket opened here never closes")),
     Case("gin-bracket-left-open-before-a-binding",
-         "ctl train exits 2: mine.gin, line 3: `gan.Schedule.num_steps = 3`: Expected ',' or "
+         "ctl train exits 2: mine.gin, line 3: `gan.Schedule.total_steps = 3`: Expected ',' or "
          "')'. The bracket opened on line 2 (`... = (0.5`) is not closed before this line",
          gin_bracket_left_open_before_a_binding, CommandFailed,
-         ("exit code 2", "<config>, line 3: `gan.Schedule.num_steps = 3`",
+         ("exit code 2", "<config>, line 3: `gan.Schedule.total_steps = 3`",
           "The bracket opened on line 2 (`keras.optimizers.Adam.beta_1 = (0.5`) is not "
           "closed before this line")),
     Case("gin-macro-typo",

@@ -78,7 +78,7 @@ def test_train_writes_checkpoints_and_operative_config(trained):
   workdir, first, _, checkpoints = trained
   assert "ckpt-4.index" in checkpoints and "ckpt-2.index" in checkpoints
   operative = open(os.path.join(workdir, "checkpoints", "operative_config.gin")).read()
-  assert "Schedule.num_steps = 4" in operative
+  assert "Schedule.total_steps = 4" in operative
   assert "mode" not in operative  # what to do is not part of the experiment
   assert first.workdir in first.stdout and "step 4" in first.stdout
 
@@ -147,10 +147,11 @@ def clean_gin():
 
 
 @pytest.mark.parametrize("args, named, suggested", [
-    (["--gin", "gan.Schedul.num_steps = 3"], "gan.Schedul.num_steps = 3", "'gan.Schedule'"),
-    (["--gin", "gan.Schedule.num_step = 3"], "gan.Schedule.num_step = 3",
-     "'gan.Schedule.num_steps'"),
-    (["--gin", "gan.Schedule.num_steps = = 3"], "gan.Schedule.num_steps = = 3", "binding reads"),
+    (["--gin", "gan.Schedul.total_steps = 3"], "gan.Schedul.total_steps = 3", "'gan.Schedule'"),
+    (["--gin", "gan.Schedule.total_step = 3"], "gan.Schedule.total_step = 3",
+     "'gan.Schedule.total_steps'"),
+    (["--gin", "gan.Schedule.total_steps = = 3"], "gan.Schedule.total_steps = = 3",
+     "binding reads"),
     (["--gin", "gan.Experiment.dataset = @gan.mnist_datset"], "@gan.mnist_datset",
      "'gan.mnist_dataset'"),
     (["--experiment", "gan.Experimnet"], "gan.Experimnet", "'gan.Experiment'"),
@@ -168,7 +169,7 @@ def test_config_mistakes_exit_2_naming_the_binding(args, named, suggested, tmp_p
 
 def test_mistake_in_a_gin_file_names_file_and_line(tmp_path, capsys, clean_gin):
   config = tmp_path / "bad.gin"
-  config.write_text("gan.Schedule.num_steps = 3\ngan.dcgan_generator.widht = 8\n")
+  config.write_text("gan.Schedule.total_steps = 3\ngan.dcgan_generator.widht = 8\n")
   assert cli.main(["check", str(config)]) == 2
   err = capsys.readouterr().err
   assert f"{config}, line 2" in err and "'gan.dcgan_generator.width'" in err
@@ -221,10 +222,11 @@ def test_missing_config_file_suggests_a_neighbour(capsys):
 
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_console_command_prints_no_traceback_for_a_misspelt_parameter():
-  proc = ctl("train", CONFIG, "--gin", "gan.Schedule.num_step = 3", check=False)
+  proc = ctl("train", CONFIG, "--gin", "gan.Schedule.total_step = 3", check=False)
   assert proc.returncode == 2
   assert "Traceback" not in proc.stderr
-  assert "gan.Schedule.num_step = 3" in proc.stderr and "'gan.Schedule.num_steps'" in proc.stderr
+  assert "gan.Schedule.total_step = 3" in proc.stderr
+  assert "'gan.Schedule.total_steps'" in proc.stderr
 
 
 def test_a_number_refused_in_the_shared_message_style_names_its_binding(tmp_path):

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from ctl import cli
-from ctl.cli import experiments as cli_experiments
+from ctl.cli import jobs as cli_jobs
 from ctl.cli import parity as cli_parity
 from ctl.tools import configs
 from ctl.tools import experiments
@@ -49,7 +49,7 @@ def test_a_name_becomes_its_path_and_a_path_stays_as_given(tmp_path, monkeypatch
 
 def test_the_default_workdir_of_a_name_is_runs_name():
   path = experiments.find_config("hinge_sn")
-  assert cli_experiments.default_workdir(path) == os.path.join("runs", "hinge_sn")
+  assert cli_jobs.default_workdir(path) == os.path.join("runs", "hinge_sn")
 
 
 def test_a_misspelt_name_names_the_closest_and_lists_the_shipped():

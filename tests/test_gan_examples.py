@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 CONFIGS = sorted(os.path.basename(p)
                  for p in glob.glob(os.path.join(ROOT, "examples", "configs", "*.gin")))
 SMALL = [
-    "gan.Schedule.num_steps = 4", "gan.Schedule.steps_per_loop = 2",
+    "gan.Schedule.total_steps = 4", "gan.Schedule.steps_per_loop = 2",
     "gan.Experiment.batch_size = 16", "gan.Schedule.samples_every = 2",
     "gan.Schedule.fid_every = 2", "gan.Experiment.fid_samples = 200",
     "gan.Experiment.noise_dim = 8", "gan.Experiment.ema_start_step = 2",

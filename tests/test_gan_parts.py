@@ -204,7 +204,7 @@ def test_experiment_trains_evaluates_and_exports(tmp_path):
       generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
       discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw), batch_size=BATCH,
       noise_dim=NOISE, fid_samples=16,
-      schedule=gan.Schedule(num_steps=2, steps_per_loop=1, samples_every=2,
+      schedule=gan.Schedule(total_steps=2, steps_per_loop=1, samples_every=2,
                             checkpoint_every=2, fid_every=0))
   workdir = str(tmp_path / "run")
   runner = tiny.train(workdir, progress=False)

@@ -64,7 +64,7 @@ def test_a_traced_runner_started_as_a_new_one_trains_as_it(gan, strategy_name, f
 
   def new_runner(seed):
     module = parity.load_module(GANS_MODULE)
-    return ctl.Runner(module.step, module.build, module.data(), strategy=strategy, seed=seed,
+    return ctl.Runner(module.train_step, module.build, module.data(), strategy=strategy, seed=seed,
                       batches_per_step=module.batches_per_step,
                       mixed_precision="float64" if float64 else None)
 

@@ -62,7 +62,7 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
   bad = tmp_path / "bad.py"
   bad.write_text("def build():\n  pass\n")
   for args, words in [
-      ([str(bad)], "does not define step, data"),
+      ([str(bad)], "does not define train_step, data"),
       ([str(tmp_path / "missing.py")], "no file"),
       ([PLANTED, "--against", "mirored:2"], "'mirored' is not one of"),
       ([PLANTED, "--against", "mirrored"], "needs a count, e.g. 'mirrored:2'"),

@@ -126,4 +126,4 @@ def test_the_wheel_installs_and_trains_a_shipped_config_outside_the_repo(install
   checkpoints = workdir / "runs" / "dcgan" / "checkpoints"
   assert any(n.startswith("ckpt-4") for n in os.listdir(checkpoints)), os.listdir(checkpoints)
   operative = (checkpoints / "operative_config.gin").read_text()
-  assert "Schedule.num_steps = 4" in operative
+  assert "Schedule.total_steps = 4" in operative

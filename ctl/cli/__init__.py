@@ -25,14 +25,14 @@ import sys
 from collections.abc import Iterator
 
 from ctl.cli import check
-from ctl.cli import experiments
+from ctl.cli import jobs
 from ctl.cli import launch
 from ctl.cli import parity
 from ctl.cli import quiet
 from ctl.cli import records
 
 # The modules that add subcommands, in the order `ctl --help` lists them.
-_SUBCOMMANDS = (experiments, check, parity, launch, records)
+_SUBCOMMANDS = (jobs, check, parity, launch, records)
 _VERBOSE_HELP = (f"show TensorFlow's own log lines too (hidden by default), also in the "
                  f"processes ctl starts; the same as {quiet.VERBOSE_VARIABLE}=1")
 

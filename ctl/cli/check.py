@@ -7,7 +7,7 @@
 import argparse
 from typing import Any
 
-from ctl.cli import experiments
+from ctl.cli import jobs
 
 _DESCRIPTION = """\
 Builds the experiment's runner (its build method, strategy 'default') and reports, on
@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> None:
       epilog="example:\n  ctl check dcgan --gin "
              "'gan.Experiment.batch_size = 16' --steps 3\n\nExit code 0 if every check "
              "passes, 1 if one fails, 2 for a mistake in the command or config.")
-  experiments.add_config_arguments(parser)
+  jobs.add_config_arguments(parser)
   parser.add_argument("--steps", type=int, default=3, metavar="K",
                       help="batches to compile and run the step on (default 3)")
   parser.set_defaults(run=run)
@@ -43,14 +43,14 @@ def run(args: argparse.Namespace) -> int:
   try:
     if args.steps < 1:
       raise experiments_lib.ConfigError(f"--steps {args.steps}: give at least 1.")
-    name, make = experiments.load_experiment(args)
+    name, make = jobs.load_experiment(args)
     experiment = experiments_lib.make_experiment(make, name, needs=("build",))
     runner = experiment.build(strategy="default")
   except experiments_lib.ConfigError as e:
-    return experiments.fail("check", e, experiments.USAGE_ERROR)
+    return jobs.fail("check", e, jobs.USAGE_ERROR)
   except (TypeError, ValueError) as e:
-    return experiments.fail_on_binding("check", e, args)
+    return jobs.fail_on_binding("check", e, args)
   from ctl.tools import check  # pylint: disable=import-outside-toplevel
   findings = check.check_step(runner.train_step, num_batches=args.steps)
   print(check.format_findings(findings))
-  return 0 if all(f.ok for f in findings) else experiments.FAILURE
+  return 0 if all(f.ok for f in findings) else jobs.FAILURE

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from ctl.base.constants import INTERRUPTED_EXIT_CODE
-from ctl.cli import experiments
+from ctl.cli import jobs
 
 
 class _Terminated(Exception):
@@ -58,8 +58,8 @@ def add_parser(subparsers: Any) -> None:
              "\n\nExit code 0 if every configuration is within rounding; 1 if one is not, "
              "or a run fails (its error is in the table: a step that raises, a batch "
              "that does not split over the replicas); 2 for a mistake in the command "
-             "or a module without build, step or data.")
-  parser.add_argument("module", help="a Python file defining build, step and data, or "
+             "or a module without build, train_step or data.")
+  parser.add_argument("module", help="a Python file defining build, train_step and data, or "
                       "a .gin file or the name of a config a package ships (its "
                       "experiment's build method makes the runner)")
   parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
       args.module = shipped_config(args.module)  # each run's process is given the path
       parity.check_module(args.module)  # before any process starts
   except (ValueError, FileNotFoundError, AttributeError) as e:
-    return experiments.fail("parity", e, experiments.USAGE_ERROR)
+    return jobs.fail("parity", e, jobs.USAGE_ERROR)
   if args.run_one:
     from ctl.tools import parity_runs  # pylint: disable=import-outside-toplevel
     parity_runs.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                           experiment=args.experiment, float64=args.float64,
                           floor_samples=args.floor_samples, jobs=args.jobs)
   except RuntimeError as e:
-    return experiments.fail("parity", e, experiments.FAILURE)
+    return jobs.fail("parity", e, jobs.FAILURE)
   except (KeyboardInterrupt, _Terminated) as e:
     # The runs are stopped; a further Ctrl-C or SIGTERM would only turn the exit
     # code into a death by signal (-2) on the way out.
@@ -172,4 +172,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"ctl parity: {what}; the runs in progress were stopped.", file=sys.stderr)
     return 128 + signal.SIGTERM if isinstance(e, _Terminated) else INTERRUPTED_EXIT_CODE
   print(report.format(verbose=args.verbose), flush=True)
-  return 0 if report.ok else experiments.FAILURE
+  return 0 if report.ok else jobs.FAILURE

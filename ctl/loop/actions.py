@@ -115,12 +115,12 @@ class FitContext:
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
     return self.state.optimizers
 
-  def evaluate(self, step: StepFn, data: Data, *, global_batch_size: int | None = None,
+  def evaluate(self, step_fn: StepFn, data: Data, *, global_batch_size: int | None = None,
                num_batches: int | None = None) -> dict[str, float]:
     """Runs an evaluation step over `data`; see `Runner.evaluate`."""
     if self._evaluator is None:
       raise ValueError("this fit has no evaluator: it was started without one.")
-    return self._evaluator.evaluate(step, data, global_batch_size=global_batch_size,
+    return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 
   def export(self, name: str, directory: str) -> tuple[str, str]:
@@ -306,7 +306,7 @@ class Samples(Action):
 
 
 class Evaluate(Action):
-  """Runs `context.evaluate(step, data)`; writes the metrics to `<workdir>/events/eval`.
+  """Runs `context.evaluate(step_fn, data)`; writes the metrics to `<workdir>/events/eval`.
 
   The metrics are reported to `context.metrics` for the actions after it at
   this step (e.g. `BestCheckpoints`). `data` must be finite (e.g.
@@ -315,10 +315,10 @@ class Evaluate(Action):
   """
   collective = True  # runs strategy.run: every worker takes part
 
-  def __init__(self, step: StepFn, data: Data, every: Every | None = None, *,
+  def __init__(self, step_fn: StepFn, data: Data, every: Every | None = None, *,
                global_batch_size: int | None = None, num_batches: int | None = None):
     check_evaluation_data(data, num_batches)
-    self.step = step
+    self.step_fn = step_fn
     self.data = data
     self.every = every
     self.global_batch_size = global_batch_size  # for a dataset function
@@ -331,7 +331,7 @@ class Evaluate(Action):
                        "evaluate the checkpoints with `ctl eval` in another process.")
 
   def __call__(self, context: FitContext) -> None:
-    metrics = context.evaluate(self.step, self.data,
+    metrics = context.evaluate(self.step_fn, self.data,
                                global_batch_size=self.global_batch_size,
                                num_batches=self.num_batches)
     context.report(metrics)

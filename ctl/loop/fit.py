@@ -51,22 +51,22 @@ if TYPE_CHECKING:
 _log = logging.getLogger("ctl")
 
 
-def fit(train_step: TrainStep, history: history_lib.History, num_steps: int,
+def fit(train_step: TrainStep, history: history_lib.History, total_steps: int,
         workdir: str | None = None, *, evaluator: Evaluator | None = None,
         checkpoint: bool | checkpoints.Checkpoint = True,
         summaries: bool | actions_lib.Summaries = True,
         actions: Sequence[actions_lib.Action] = (),
         progress: bool = True) -> history_lib.History:
-  """Trains with `train_step` until the global step is `num_steps`; see `Runner.fit`."""
-  num_steps = arguments.integer("num_steps", num_steps, minimum=0,
-                                meaning="the global step to train up to")
+  """Trains with `train_step` until the global step is `total_steps`; see `Runner.fit`."""
+  total_steps = arguments.integer("total_steps", total_steps, minimum=0,
+                                  meaning="the global step to train up to")
   steps_per_loop = train_step.steps_per_loop
-  if num_steps and steps_per_loop > num_steps:
+  if total_steps and steps_per_loop > total_steps:
     # Not an error: the calls are cut to the run, and the numbers are right.
     warnings.warn(
-        f"steps_per_loop ({steps_per_loop}) is larger than num_steps "
-        f"({num_steps}), the whole run: every compiled call is cut short. Lower "
-        f"steps_per_loop to at most {num_steps}, or train for more steps.", stacklevel=3)
+        f"steps_per_loop ({steps_per_loop}) is larger than total_steps "
+        f"({total_steps}), the whole run: every compiled call is cut short. Lower "
+        f"steps_per_loop to at most {total_steps}, or train for more steps.", stacklevel=3)
   earlier_run = checkpoint is False and workdir is not None and checkpoints.newest(workdir)
   if earlier_run:
     warnings.warn(
@@ -102,7 +102,7 @@ def fit(train_step: TrainStep, history: history_lib.History, num_steps: int,
         if _runs_here(action, context):
           getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
           begun.append(action)
-      return _train(train_step, context, num_steps, checkpoint, checkpointer, actions,
+      return _train(train_step, context, total_steps, checkpoint, checkpointer, actions,
                     progress, history_file)
     finally:
       _end(begun, context)
@@ -184,27 +184,27 @@ def _open_history(context, write):
   return history_file
 
 
-def _train(train_step, context, num_steps, checkpoint, checkpointer, actions, progress,
+def _train(train_step, context, total_steps, checkpoint, checkpointer, actions, progress,
            history_file):
-  if context.step >= num_steps:
-    _log.info("already at step %d of %d: nothing to train", context.step, num_steps)
+  if context.step >= total_steps:
+    _log.info("already at step %d of %d: nothing to train", context.step, total_steps)
     if checkpointer and not _finished(context):  # stopped after the last save
       _finish(context, None, actions, None)
     return history_lib.History()
-  data_lib.check_data_lasts(train_step.feed, num_steps - context.step,
-                            f"fit({num_steps}) from step {context.step}")
+  data_lib.check_data_lasts(train_step.feed, total_steps - context.step,
+                            f"fit({total_steps}) from step {context.step}")
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
   for every in timers:
     every.start(context.step)
-  bar = Progress(num_steps, context.step, enabled=progress and context.is_chief)
+  bar = Progress(total_steps, context.step, enabled=progress and context.is_chief)
   stopper = stopping.Stopper(context.placement, checkpointer,
                              steps_per_loop=train_step.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
   stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
   try:
-    while context.step < num_steps:
-      ends = [train_step.steps_per_call, num_steps - context.step]
+    while context.step < total_steps:
+      ends = [train_step.steps_per_call, total_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
@@ -221,7 +221,7 @@ def _train(train_step, context, num_steps, checkpoint, checkpointer, actions, pr
       _check_finite(results, context.step, checkpointer, bad)
       context.step, context.results = context.step + n, results
       bar.update(context.step, results)
-      if context.step < num_steps:  # the last step's work is the end's
+      if context.step < total_steps:  # the last step's work is the end's
         due = lambda: _run_due(context, checkpoint, checkpointer, scheduled, stopper)  # noqa: E731
       else:
         due = lambda: _finish(context, checkpointer, actions, stopper)  # noqa: E731
@@ -229,7 +229,7 @@ def _train(train_step, context, num_steps, checkpoint, checkpointer, actions, pr
       # left), then this step's work, then stop.
       stopper.check(context.step, then=due)
       _check_workdir(context, checkpointer, history_file)
-      if context.step < num_steps:
+      if context.step < total_steps:
         due()
     _finish(context, checkpointer, actions, stopper)
     stopper.check_after_end(context.step)

@@ -274,7 +274,7 @@ def read_history(path: str) -> History:
   if os.path.isdir(path):
     path = os.path.join(path, FILE_NAME)
   if not os.path.exists(path):
-    raise FileNotFoundError(f"no history at {path}: `fit(num_steps, workdir)` writes "
+    raise FileNotFoundError(f"no history at {path}: `fit(total_steps, workdir)` writes "
                             f"<workdir>/{FILE_NAME} as it trains; pass a work directory "
                             "it trained in.")
   return _read(path, before=None)[0]

@@ -57,10 +57,10 @@ class Evaluator:
     self._float_dtype = float_dtype
     self._compiled = {}  # (eval step, data, global batch size) -> (feed, function)
 
-  def evaluate(self, step: StepFn, data: data_lib.Data, *,
+  def evaluate(self, step_fn: StepFn, data: data_lib.Data, *,
                global_batch_size: int | None = None,
                num_batches: int | None = None) -> dict[str, float]:
-    """Runs `step(ctx, batch)` over all of `data`; returns each result's mean.
+    """Runs `step_fn(ctx, batch)` over all of `data`; returns each result's mean.
 
     See `Runner.evaluate`.
     """
@@ -71,12 +71,12 @@ class Evaluator:
           "schedules training steps. Evaluate a checkpoint in another process "
           "under 'default' (e.g. `ctl eval`), or call the models directly in an "
           "action (a ctl.Action run on the coordinator).")
-    key = (step, data, global_batch_size)
+    key = (step_fn, data, global_batch_size)
     if key not in self._compiled:
       if self._float_dtype != tf.float32:
         data = data_lib.cast_floats(data, self._float_dtype)
       feed = data_lib.make_feed(data, self._placement, global_batch_size=global_batch_size)
-      self._compiled[key] = (feed, self._one_batch_fn(step, feed))
+      self._compiled[key] = (feed, self._one_batch_fn(step_fn, feed))
       while len(self._compiled) > _EVALUATIONS_KEPT:  # a new dataset per call
         del self._compiled[next(iter(self._compiled))]
     feed, one_batch = self._compiled[key]

@@ -45,7 +45,7 @@ the evidence: a loss scaled by the replica count, draws made per replica
 value computed over the replica's batch (with its line), or a step that is
 not deterministic on its own (an unseeded Python-side draw).
 
-The user's module provides `build()`, `step(ctx, batch)` and `data()` (a
+The user's module provides `build()`, `train_step(ctx, batch)` and `data()` (a
 function returning a dataset of global batches), and may set
 `batches_per_step` and `seed`; or a .gin file describes an experiment, whose
 runner (its build method) runs with each configuration's options. Each
@@ -587,17 +587,17 @@ def format_report(report: Report, verbose: bool = False) -> str:
   return "\n".join(lines)
 
 
-_NEEDED = ("build", "step", "data")
+_NEEDED = ("build", "train_step", "data")
 
 
 def check_module(path: str) -> None:
   """Checks, without importing it (which would start TensorFlow here), that
-  `path` is a Python file defining `build`, `step` and `data` at its top level,
+  `path` is a Python file defining `build`, `train_step` and `data` at its top level,
   or the name of a module that can be found."""
   if path.endswith(".gin"):
     if not os.path.isfile(path):
       raise FileNotFoundError(f"parity: no file {path!r}; give the path of a .gin file "
-                              "(or of a Python file that defines build, step and data).")
+                              "(or of a Python file that defines build, train_step and data).")
     return
   if not (path.endswith(".py") or os.sep in path):
     if importlib.util.find_spec(path) is None:
@@ -606,7 +606,7 @@ def check_module(path: str) -> None:
     return
   if not os.path.isfile(path):
     raise FileNotFoundError(f"parity: no file {path!r}; give the path of a Python "
-                            "file that defines build, step and data.")
+                            "file that defines build, train_step and data.")
   with open(path) as f:
     tree = ast.parse(f.read(), filename=path)
   defined = set()
@@ -624,7 +624,7 @@ def _require_parts(path, missing):
   if missing:
     raise AttributeError(
         f"parity: {path} does not define {', '.join(missing)}: a parity module "
-        "defines build() -> (models, optimizers), step(ctx, batch) -> dict and "
+        "defines build() -> (models, optimizers), train_step(ctx, batch) -> dict and "
         "data() -> a dataset of global batches (and may set batches_per_step, seed).")
 
 
@@ -635,7 +635,7 @@ def load_module(path: str) -> Any:
   if path.endswith(".py") or os.sep in path:
     if not os.path.isfile(path):
       raise FileNotFoundError(f"parity: no file {path!r}; give the path of a Python "
-                              "file that defines build, step and data.")
+                              "file that defines build, train_step and data.")
     name = os.path.splitext(os.path.basename(path))[0]
     # As `python path` would: the file's own folder first on the path, so
     # that it can import the modules beside it.
@@ -684,7 +684,7 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
   each of `configs`, each in a process of its own, and compares them.
 
   Args:
-    path: a Python file (or module name) defining `build`, `step` and `data`;
+    path: a Python file (or module name) defining `build`, `train_step` and `data`;
       or a .gin file, whose experiment's runner (its build method) is run with
       each configuration's options (`Runner.with_options`).
     configs: configuration names (`Config.parse`), e.g. ["compiled", "mirrored:2"].

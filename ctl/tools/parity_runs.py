@@ -199,7 +199,7 @@ def _runner_factory(path, strategy, options, bindings, experiment):
 
   def make(seed, float64):
     module = parity.load_module(path)  # anew: no Python state from an earlier run
-    return ctl.Runner(module.step, module.build, module.data(), strategy=strategy,
+    return ctl.Runner(module.train_step, module.build, module.data(), strategy=strategy,
                       seed=getattr(module, "seed", 0) if seed is None else seed,
                       batches_per_step=getattr(module, "batches_per_step", 1),
                       mixed_precision="float64" if float64 else None, **options)

@@ -1,6 +1,6 @@
 """`ctl train`, `ctl eval` and `ctl export`: run an experiment described by a .gin file.
 
-    ctl train dcgan --gin "gan.Schedule.num_steps = 100"   # a shipped config, by name
+    ctl train dcgan --gin "gan.Schedule.total_steps = 100"   # a shipped config, by name
     ctl train my.gin --strategy mirrored --logical-cpus 2  # any .gin file, by path
     ctl eval dcgan                       # runs/dcgan: {"step": 100, "classifier_fid": 9.1}
     ctl export dcgan --out exported/
@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> None:
   """Adds `train`, `eval` and `export` to the `ctl` command's subparsers."""
   for name, run, summary, description, example in (
       ("train", run_train, "train an experiment from a .gin file (resumes)", _TRAIN,
-       "ctl train dcgan --gin 'gan.Schedule.num_steps = 100'\n"
+       "ctl train dcgan --gin 'gan.Schedule.total_steps = 100'\n"
        "  ctl train my.gin --strategy mirrored --logical-cpus 2"),
       ("eval", run_eval, "evaluate the newest checkpoint; print JSON metrics", _EVAL,
        "ctl eval dcgan --workdir runs/dcgan"),
@@ -92,7 +92,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("config", metavar="CONFIG.gin", help="the experiment's .gin file, "
                       f"or the name of a config a package ships ({shipped})")
   parser.add_argument("--gin", action="append", default=[], metavar="BINDING",
-                      help="an extra binding, e.g. 'gan.Schedule.num_steps = 100' "
+                      help="an extra binding, e.g. 'gan.Schedule.total_steps = 100' "
                       "(repeatable; applied after the file)")
   parser.add_argument("--experiment", metavar="NAME",
                       help="the class or function that makes the experiment: its gin "
