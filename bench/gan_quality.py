@@ -50,7 +50,7 @@ def reference_points(noise_dim, width, num_samples, seed):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--steps", type=int, help="default: the config's num_steps (25,000)")
+  p.add_argument("--steps", type=int, help="default: the config's total_steps (25,000)")
   p.add_argument("--workdir", default=os.path.join("runs", "quality_dcgan"))
   p.add_argument("--docs", default=os.path.join(ROOT, "docs"))
   p.add_argument("--resume", action="store_true", help="keep an existing --workdir")
@@ -71,7 +71,7 @@ def main(argv=None):
   experiment = gan.Experiment()
   steps = args.steps or experiment.schedule.total_steps
   experiment = dataclasses.replace(
-      experiment, schedule=dataclasses.replace(experiment.schedule, num_steps=steps))
+      experiment, schedule=dataclasses.replace(experiment.schedule, total_steps=steps))
   runner = experiment.train(args.workdir)
   # Training time of every invocation (a resumed run adds a line), for the total.
   with open(os.path.join(args.workdir, "bench_minutes.txt"), "a") as f:

@@ -8,7 +8,7 @@ show:
 
 1. **Ops per step.** The graph of one step on one replica as the hand-written
    loop traces it (`strategy.run` of its step) and as ctl does
-   (`strategy.run(runner.train_step.replica_step)`): the op count, and the op types whose
+   (`strategy.run(runner.compiled_step.replica_step)`): the op count, and the op types whose
    counts differ. Every op is scheduled by TensorFlow's executor, which costs
    a few microseconds each whatever its size; in a step of half a
    millisecond, tens of extra ops show.
@@ -41,7 +41,7 @@ def step_ops(strategy):
 
   @tf.function(input_signature=[spec])
   def ctl_step(batch):
-    return strategy.run(runner.train_step.replica_step, args=(batch, tf.constant(0, tf.int64)))
+    return strategy.run(runner.compiled_step.replica_step, args=(batch, tf.constant(0, tf.int64)))
 
   ctl_graph = ctl_step.get_concrete_function().graph
   return (collections.Counter(op.type for op in hand_graph.get_operations()),

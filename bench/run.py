@@ -325,7 +325,7 @@ def library(workload, strategy, steps_per_loop=1, workdir=None, *, synthetic=Fal
                summaries=ctl.Summaries(ctl.Every(steps=steps_per_loop)))
 
   def traces():
-    return runner.train_step.trace_count
+    return runner.compiled_step.trace_count
   variant = Variant(fit if workdir else run, traces)
   variant.runner = runner
   return variant

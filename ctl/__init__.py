@@ -2,11 +2,12 @@
 
     import ctl
     strategy = ctl.make_strategy("mirrored", logical_cpus=2)   # first, before other TF work
-    runner = ctl.Runner(step, build, dataset, strategy=strategy, steps_per_loop=10)
+    runner = ctl.Runner(train_step, build, dataset, strategy=strategy, steps_per_loop=10)
     history = runner.train(1000)               # or, resumable, with checkpoints:
     runner.fit(10_000, "runs/x", actions=[ctl.Samples(show, ctl.Every(steps=500))])
 
-`step(ctx, batch)` is the per-replica step the user writes; `ctx` is a
+`train_step(ctx, batch)` is the per-replica step the user writes (the step
+function, `step_fn` in signatures; `ctx.step` is the step's number); `ctx` is a
 `StepContext` (global-batch loss averaging, updates, replica-invariant noise).
 """
 
@@ -38,7 +39,7 @@ _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
 # Each module's short name, `ctl.<name>`, for its home in a subpackage
 # (ctl/loop, ctl/parts, ctl/step, ctl/distribute, ctl/tools, ctl/base);
-# `ctl.loop` is the outer loop's package, its `fit` is `ctl.loop.fit`.
+# `ctl.loop` is the outer loop's package (its modules: `from ctl.loop import fit`).
 _MODULES = {
     "actions": "ctl.loop.actions", "checkpoints": "ctl.loop.checkpoints",
     "stopping": "ctl.loop.stopping", "workdir": "ctl.loop.workdir",

@@ -98,7 +98,7 @@ class Runner:
     global_step: int64 variable, the steps trained.
     history: every step's results so far (`ctl.History`); `train` and `fit` append.
     strategy, seed, eager, steps_per_loop: as given (a strategy name made into one).
-    placement, state, feed, train_step: the parts the runner made, which the
+    placement, state, feed, compiled_step: the parts the runner made, which the
       loop and the tools take: the `ctl.strategies.Placement`, the
       `ctl.state.State`, the training data's `ctl.data.Feed`, and the compiled
       step (`ctl.steps.TrainStep`: `run(n)`, `replica_step`, `trace_count`).
@@ -156,7 +156,7 @@ class Runner:
     if self._coordinator is None:
       data_lib.warn_if_outside_outputs(self._arguments["data"], self.state.models,
                                        stacklevel=2)
-    self.train_step = steps.TrainStep(
+    self.compiled_step = steps.TrainStep(
         step_fn, self.state, self.feed, self.placement, eager=eager,
         jit_compile=jit_compile, coordinator=self._coordinator,
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
@@ -235,7 +235,7 @@ class Runner:
       A `ctl.History`: each result key's per-step values (numpy) for the steps
       this call ran.
     """
-    return loop_lib.fit(self.train_step, self.history, total_steps, workdir,
+    return loop_lib.fit(self.compiled_step, self.history, total_steps, workdir,
                         evaluator=self._evaluator, checkpoint=checkpoint,
                         summaries=summaries, actions=actions, progress=progress)
 
@@ -290,9 +290,9 @@ class Runner:
     calls, done = [], 0
     try:
       while done < num_steps:
-        n = min(self.train_step.steps_per_call, num_steps - done)
+        n = min(self.compiled_step.steps_per_call, num_steps - done)
         # Read once all calls are made: the device need not wait for the host.
-        calls.append((step + done, self.train_step.run(n, fetch=False)))
+        calls.append((step + done, self.compiled_step.run(n, fetch=False)))
         done += n
     finally:  # what ran before an error is kept too
       for first, results in calls:

@@ -5,7 +5,7 @@
       models = {"generator": generator, "generator_ema": gan.ema.ema_copy(generator)}
       ...
 
-    def step(ctx, batch):
+    def train_step(ctx, batch):
       ...                                   # update the generator
       gan.ema.update_ema(ctx, ctx.models["generator_ema"], ctx.models["generator"],
                          decay=0.999, start_step=1000)

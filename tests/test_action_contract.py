@@ -150,3 +150,33 @@ def test_metrics_of_an_earlier_step_are_not_this_steps(tmp_path, caplog):
         Reports(ctl.Every(steps=4)), ctl.BestCheckpoints("score", ctl.Every(steps=2))])
   assert "not among the metrics" not in caplog.text
   assert [step for step, _ in kept(tmp_path)[0]] == [8, 4]
+
+
+def test_the_loop_takes_parts_and_its_context_gives_actions_what_they_use(tmp_path):
+  """`ctl.loop.fit.fit` is given the runner's parts, not the runner; an action
+  reads the models, evaluates and exports through its `FitContext`, and
+  `ctl.Evaluate` is refused before the first step when the fit has no evaluator."""
+  from ctl.loop import fit as fit_lib  # pylint: disable=import-outside-toplevel
+  seen = {}
+
+  class Uses(ctl.Action):
+    collective = True
+
+    def check(self, context):
+      seen["models"] = sorted(context.models)
+
+    def __call__(self, context):
+      seen["examples_per_step"] = context.examples_per_step
+      seen["can_evaluate"] = context.can_evaluate
+      seen["export"] = context.export("generator", str(tmp_path / "export"))
+
+  r = runner()
+  fit_lib.fit(r.compiled_step, r.history, 2, str(tmp_path / "run"), actions=[Uses()],
+              progress=False)
+  assert seen["models"] == sorted(r.models) and seen["can_evaluate"] is False
+  assert seen["examples_per_step"] == r.feed.global_batch_size
+  assert all(os.path.exists(path) for path in seen["export"])
+  evaluate = ctl.Evaluate(lambda ctx, x: {"n": 1.0}, tf.data.Dataset.range(2).batch(1))
+  with pytest.raises(ValueError, match="ctl.Evaluate needs a fit with an evaluator"):
+    fit_lib.fit(r.compiled_step, r.history, 4, None, actions=[evaluate], progress=False)
+  assert int(r.global_step.numpy()) == 2  # refused before the first step

@@ -50,7 +50,7 @@ def _by_name(findings):
 def test_a_clean_step_passes_and_leaves_the_weights_alone():
   runner = _runner()
   before = [v.numpy() for v in runner.models["model"].variables]
-  findings = check.check_step(runner.train_step, num_batches=2)
+  findings = check.check_step(runner.compiled_step, num_batches=2)
   assert all(f.ok for f in findings), check.format_findings(findings)
   after = [v.numpy() for v in runner.models["model"].variables]
   assert all(np.array_equal(a, b) for a, b in zip(before, after))
@@ -60,7 +60,7 @@ def test_a_clean_step_passes_and_leaves_the_weights_alone():
 def test_a_short_last_batch_is_dynamic_and_retraces():
   rows = np.zeros((40, FEATURES), "float32")  # batches of 16, 16, 8
   runner = _runner(data=tf.data.Dataset.from_tensor_slices(rows).batch(16))
-  findings = _by_name(check.check_step(runner.train_step, num_batches=3))
+  findings = _by_name(check.check_step(runner.compiled_step, num_batches=3))
   assert not findings[check.STATIC_INPUTS].ok
   assert "drop_remainder=True" in findings[check.STATIC_INPUTS].message
   assert not findings[check.RETRACING].ok
@@ -72,7 +72,7 @@ def test_images_of_several_sizes_are_dynamic_and_retrace():
   widths = tf.data.Dataset.range(3).map(lambda i: 2 + tf.cast(i, tf.int32))
   data = widths.map(lambda width: tf.ones([8, FEATURES, width]))  # 8 "images" a batch
   runner = _runner(data=data, prepare=lambda images: tf.reduce_mean(images, axis=2))
-  findings = _by_name(check.check_step(runner.train_step, num_batches=3))
+  findings = _by_name(check.check_step(runner.compiled_step, num_batches=3))
   assert not findings[check.STATIC_INPUTS].ok
   assert "one shape" in findings[check.STATIC_INPUTS].message
   assert "traced 3 times" in findings[check.RETRACING].message
@@ -82,7 +82,7 @@ def test_boolean_mask_is_a_data_dependent_shape():
   def loss(outputs, rows):
     positive = tf.boolean_mask(rows, rows[:, 0] > 0)
     return tf.square(outputs[:, 0]) + tf.reduce_sum(positive) * 0.0
-  findings = _by_name(check.check_step(_runner(loss).train_step, num_batches=1))
+  findings = _by_name(check.check_step(_runner(loss).compiled_step, num_batches=1))
   finding = findings[check.DATA_DEPENDENT]
   assert not finding.ok and "Where" in finding.message and "tf.boolean_mask" in finding.message
   assert findings[check.HOST_PYTHON].ok
@@ -92,7 +92,8 @@ def test_print_in_the_step_is_host_python():
   def loss(outputs, rows):
     print("outputs", outputs)
     return tf.square(outputs[:, 0])
-  finding = _by_name(check.check_step(_runner(loss).train_step, num_batches=1))[check.HOST_PYTHON]
+  findings = _by_name(check.check_step(_runner(loss).compiled_step, num_batches=1))
+  finding = findings[check.HOST_PYTHON]
   assert not finding.ok
   assert f"{os.path.basename(__file__)}:" in finding.message and "tf.print" in finding.message
 
@@ -101,7 +102,7 @@ def test_py_function_is_host_python_and_not_compiled():
   def loss(outputs, rows):
     doubled = tf.py_function(lambda x: x * 2, [outputs[:, 0]], tf.float32)
     return tf.square(outputs[:, 0]) + tf.stop_gradient(tf.reshape(doubled, [-1])) * 0.0
-  findings = _by_name(check.check_step(_runner(loss).train_step, num_batches=1))
+  findings = _by_name(check.check_step(_runner(loss).compiled_step, num_batches=1))
   assert not findings[check.HOST_PYTHON].ok
   assert "tf.py_function" in findings[check.HOST_PYTHON].message
   assert not findings[check.XLA].ok and "EagerPyFunc" in findings[check.XLA].message
@@ -110,7 +111,7 @@ def test_py_function_is_host_python_and_not_compiled():
 def test_numpy_in_the_step_is_host_python():
   def loss(outputs, rows):
     return tf.square(outputs[:, 0]) * float(np.mean(outputs.numpy()))
-  findings = _by_name(check.check_step(_runner(loss).train_step, num_batches=1))
+  findings = _by_name(check.check_step(_runner(loss).compiled_step, num_batches=1))
   assert not findings[check.HOST_PYTHON].ok
   assert ".numpy()" in findings[check.HOST_PYTHON].message
   assert not findings[check.XLA].ok  # not run

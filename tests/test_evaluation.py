@@ -14,8 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-import ctl
 import gan
+from ctl.base import _tf_internal
 from gan import classifier as classifier_lib
 from gan import evaluation
 
@@ -280,7 +280,7 @@ def test_inception_fid_plumbing(tmp_path, digits):
   """Random (untrained) InceptionV3 weights in the downloaded file's legacy format."""
   import h5py
   import keras
-  save_weights = ctl.base._tf_internal.legacy_h5_weights_writer()
+  save_weights = _tf_internal.legacy_h5_weights_writer()
   if save_weights is None:
     pytest.skip("this Keras has no legacy HDF5 weights writer")
   path = tmp_path / "inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5"

@@ -596,12 +596,12 @@ def _folder_runner():
                     steps_per_loop=2)
 
 
-def _folder_fit(work, num_steps=12):
-  """(the step restored, the history) of `fit(num_steps)` in `work`."""
+def _folder_fit(work, total_steps=12):
+  """(the step restored, the history) of `fit(total_steps)` in `work`."""
   runner = _folder_runner()
-  history = runner.fit(num_steps, str(work), checkpoint=ctl.Checkpoint(ctl.Every(steps=4)),
+  history = runner.fit(total_steps, str(work), checkpoint=ctl.Checkpoint(ctl.Every(steps=4)),
                        progress=False)
-  return (int(history.steps[0]) if len(history.steps) else num_steps), history
+  return (int(history.steps[0]) if len(history.steps) else total_steps), history
 
 
 @pytest.fixture(scope="module")

@@ -195,7 +195,7 @@ def test_schedule_names_a_bad_value():
   with pytest.raises(ValueError, match="steps_per_loop must be an int >= 1, got 0"):
     gan.Schedule(steps_per_loop=0)
   with pytest.raises(TypeError, match="schedule must be a gan.Schedule"):
-    gan.Experiment(schedule={"num_steps": 10})
+    gan.Experiment(schedule={"total_steps": 10})
 
 
 def test_experiment_trains_evaluates_and_exports(tmp_path):

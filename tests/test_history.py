@@ -154,8 +154,8 @@ def test_each_step_gets_every_step_without_shortening_calls(tmp_path):
   seen = []
   r = runner(steps_per_loop=4)
   calls = []
-  run_steps = r.train_step.run
-  r.train_step.run = lambda n: calls.append(n) or run_steps(n)
+  run_steps = r.compiled_step.run
+  r.compiled_step.run = lambda n: calls.append(n) or run_steps(n)
   ran = r.fit(10, tmp_path, progress=False, summaries=False,
               actions=[ctl.EachStep(lambda step, values: seen.append((step, values)))])
   assert calls == [4, 4, 2]

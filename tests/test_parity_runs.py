@@ -68,7 +68,7 @@ def test_a_traced_runner_started_as_a_new_one_trains_as_it(gan, strategy_name, f
                       batches_per_step=module.batches_per_step,
                       mixed_precision="float64" if float64 else None)
 
-  assert assert_started_as_new(new_runner).train_step.trace_count == 1
+  assert assert_started_as_new(new_runner).compiled_step.trace_count == 1
 
 
 def test_a_reshuffling_dataset_starts_in_the_new_runners_order():

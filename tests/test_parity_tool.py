@@ -79,6 +79,15 @@ def test_the_command_refuses_mistakes_before_running(tmp_path):
     assert words in proc.stderr, (args, proc.stderr)
 
 
+def test_a_module_with_the_old_step_name_is_told_the_new_one(tmp_path):
+  old = tmp_path / "old.py"
+  old.write_text("def build():\n  pass\n\ndef step(ctx, batch):\n  pass\n\n"
+                 "def data():\n  pass\n")
+  with pytest.raises(AttributeError, match=r"does not define train_step: .*its `step` is "
+                     r"now called `train_step`: rename it"):
+    parity.check_module(str(old))
+
+
 def test_the_command_on_a_gin_experiment():
   """A .gin file: its experiment's runner, with each configuration's options, in
   float64 too (the GAN kit computes in the run's float type), on another seed

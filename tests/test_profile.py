@@ -26,17 +26,17 @@ def traces(workdir):
   return glob.glob(os.path.join(str(workdir), TRACES))
 
 
-def fit_counting_calls(runner, num_steps, workdir, actions):
+def fit_counting_calls(runner, total_steps, workdir, actions):
   """`runner.fit`; the number of steps of each compiled call."""
   calls = []
-  run_steps = runner.train_step.run
+  run_steps = runner.compiled_step.run
 
   def spy(n):
     calls.append(int(n))
     return run_steps(n)
 
-  with mock.patch.object(runner.train_step, "run", spy):
-    runner.fit(num_steps, str(workdir) if workdir else None, actions=actions,
+  with mock.patch.object(runner.compiled_step, "run", spy):
+    runner.fit(total_steps, str(workdir) if workdir else None, actions=actions,
                progress=False)
   return calls
 

@@ -336,11 +336,11 @@ def test_one_step_calls_run_the_step_without_a_loop():
   runner = ctl.Runner(train_step, build, data(256))
   with mock.patch.object(tf, "while_loop", wraps=tf.while_loop) as while_loop:
     history = runner.train(3)
-    assert not while_loop.called and runner.train_step.trace_count == 1
+    assert not while_loop.called and runner.compiled_step.trace_count == 1
     assert list(history.steps) == [0, 1, 2] and history["loss"].shape == (3,)
-    runner.train_step.run(2)  # a loop of 2 calls the step's one trace
+    runner.compiled_step.run(2)  # a loop of 2 calls the step's one trace
     assert while_loop.called
-  assert runner.train_step.trace_count == 1 and int(runner.global_step.numpy()) == 5
+  assert runner.compiled_step.trace_count == 1 and int(runner.global_step.numpy()) == 5
 
 
 def test_new_runners_and_evaluations_do_not_warn_of_retracing(caplog):
@@ -362,8 +362,8 @@ def test_loop_lengths_do_not_retrace():
   runner = ctl.Runner(train_step, build, data(256), steps_per_loop=4)
   runner.train(4)
   runner.train(3)   # one loop of 3: same traced function, n is a tensor
-  runner.train_step.run(1)
-  assert runner.train_step.trace_count == 1
+  runner.compiled_step.run(1)
+  assert runner.compiled_step.trace_count == 1
   assert int(runner.global_step.numpy()) == 8
 
 
@@ -584,10 +584,10 @@ def test_finite_data_too_short_for_the_run_is_refused_before_any_step(batches_pe
 
 @pytest.mark.parametrize("eager", [False, True])
 @pytest.mark.parametrize("steps", [0, -1])
-def test_run_steps_needs_a_positive_count(eager, steps):
+def test_compiled_step_run_needs_a_positive_count(eager, steps):
   runner = ctl.Runner(train_step, build, data(), eager=eager)
   with pytest.raises(ValueError, match=f"num_steps must be an int >= 1, got {steps}"):
-    runner.train_step.run(steps)
+    runner.compiled_step.run(steps)
 
 
 @pytest.mark.parametrize("eager", [False, True])
@@ -606,7 +606,7 @@ def test_result_keys_must_stay_the_same(eager):
     else:  # the compiled loop never retraces; a new trace of the replica step
       batch = runner.feed.next(runner.feed.make_iterator())
       tf.function(lambda: runner.strategy.run(
-          runner.train_step.replica_step, args=(batch, runner.global_step.read_value())))()
+          runner.compiled_step.replica_step, args=(batch, runner.global_step.read_value())))()
 
 
 # Optimizer options and gradient accumulation: the one-device update.

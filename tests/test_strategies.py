@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
+from ctl.base import _tf_internal
 
 import helpers
 
@@ -36,7 +37,7 @@ def test_mirrored_uses_every_logical_cpu_by_default():
 @pytest.mark.parametrize("ops", ["reduce_to_one_device", "hierarchical_copy", "nccl"])
 def test_mirrored_cross_device_ops_knob(ops):
   strategy = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops=ops)
-  assert isinstance(ctl.base._tf_internal.cross_device_ops(strategy),
+  assert isinstance(_tf_internal.cross_device_ops(strategy),
                     ctl.strategies.CROSS_DEVICE_OPS[ops])
 
 

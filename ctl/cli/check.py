@@ -51,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
   except (TypeError, ValueError) as e:
     return jobs.fail_on_binding("check", e, args)
   from ctl.tools import check  # pylint: disable=import-outside-toplevel
-  findings = check.check_step(runner.train_step, num_batches=args.steps)
+  findings = check.check_step(runner.compiled_step, num_batches=args.steps)
   print(check.format_findings(findings))
   return 0 if all(f.ok for f in findings) else jobs.FAILURE

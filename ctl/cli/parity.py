@@ -23,7 +23,7 @@ def _raise_terminated(signum: int, frame: Any) -> None:
   raise _Terminated()
 
 _DESCRIPTION = """\
-Trains the step of MODULE (a Python file defining build(), step(ctx, batch) and
+Trains the step of MODULE (a Python file defining build(), train_step(ctx, batch) and
 data(), and optionally batches_per_step and seed; or a .gin file, whose
 experiment's runner is used, with --gin bindings as for ctl train) for K steps
 eagerly under the default strategy (the reference) and under each configuration

@@ -7,7 +7,7 @@ collective ops can only be configured before TensorFlow runs its first op, and
     import ctl
     strategy = ctl.make_strategy("mirrored", logical_cpus=2)  # 2 replicas on 1 CPU
     strategy = ctl.make_strategy("auto")  # TPU, TF_CONFIG cluster, GPUs, or CPU
-    runner = ctl.Runner(step, build, data, strategy=strategy)
+    runner = ctl.Runner(train_step, build, data, strategy=strategy)
 """
 
 from __future__ import annotations

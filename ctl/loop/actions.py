@@ -115,11 +115,18 @@ class FitContext:
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
     return self.state.optimizers
 
+  @property
+  def can_evaluate(self) -> bool:
+    """Whether `evaluate` runs here: the fit was given an evaluator (`Runner.fit`
+    always is) and its strategy is synchronous."""
+    return self._evaluator is not None and not self.placement.kind.asynchronous
+
   def evaluate(self, step_fn: StepFn, data: Data, *, global_batch_size: int | None = None,
                num_batches: int | None = None) -> dict[str, float]:
     """Runs an evaluation step over `data`; see `Runner.evaluate`."""
     if self._evaluator is None:
-      raise ValueError("this fit has no evaluator: it was started without one.")
+      raise ValueError("this fit has no evaluator: ctl.loop.fit.fit was called without "
+                       "evaluator=...; Runner.fit passes its own.")
     return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 
@@ -329,6 +336,9 @@ class Evaluate(Action):
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
                        "coordinator only schedules training steps); drop it and "
                        "evaluate the checkpoints with `ctl eval` in another process.")
+    if not context.can_evaluate:
+      raise ValueError("ctl.Evaluate needs a fit with an evaluator: call runner.fit, or "
+                       "pass evaluator=... to ctl.loop.fit.fit.")
 
   def __call__(self, context: FitContext) -> None:
     metrics = context.evaluate(self.step_fn, self.data,

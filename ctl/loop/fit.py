@@ -1,6 +1,6 @@
 """The outer loop: `fit` trains to a step count, resumably, with periodic actions.
 
-    history = fit(runner.train_step, runner.history, 10_000, "runs/x")  # `Runner.fit`
+    history = fit(runner.compiled_step, runner.history, 10_000, "runs/x")  # `Runner.fit`
 
 It takes the parts it uses, as Orbit's controller takes a trainer: the
 compiled step (`ctl.steps.TrainStep`, which holds the placement, the state and
@@ -51,16 +51,16 @@ if TYPE_CHECKING:
 _log = logging.getLogger("ctl")
 
 
-def fit(train_step: TrainStep, history: history_lib.History, total_steps: int,
+def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int,
         workdir: str | None = None, *, evaluator: Evaluator | None = None,
         checkpoint: bool | checkpoints.Checkpoint = True,
         summaries: bool | actions_lib.Summaries = True,
         actions: Sequence[actions_lib.Action] = (),
         progress: bool = True) -> history_lib.History:
-  """Trains with `train_step` until the global step is `total_steps`; see `Runner.fit`."""
+  """Trains with `compiled_step` until the global step is `total_steps`; see `Runner.fit`."""
   total_steps = arguments.integer("total_steps", total_steps, minimum=0,
                                   meaning="the global step to train up to")
-  steps_per_loop = train_step.steps_per_loop
+  steps_per_loop = compiled_step.steps_per_loop
   if total_steps and steps_per_loop > total_steps:
     # Not an error: the calls are cut to the run, and the numbers are right.
     warnings.warn(
@@ -81,9 +81,9 @@ def fit(train_step: TrainStep, history: history_lib.History, total_steps: int,
   if summaries:
     _check_action(summaries)
     actions.insert(0, summaries)
-  feed = train_step.feed
+  feed = compiled_step.feed
   context = actions_lib.FitContext(
-      train_step.state, train_step.placement, history, workdir, evaluator=evaluator,
+      compiled_step.state, compiled_step.placement, history, workdir, evaluator=evaluator,
       examples_per_step=(None if feed.global_batch_size is None
                          else feed.global_batch_size * feed.batches_per_step))
   for action in actions:
@@ -102,7 +102,7 @@ def fit(train_step: TrainStep, history: history_lib.History, total_steps: int,
         if _runs_here(action, context):
           getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
           begun.append(action)
-      return _train(train_step, context, total_steps, checkpoint, checkpointer, actions,
+      return _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions,
                     progress, history_file)
     finally:
       _end(begun, context)
@@ -184,14 +184,14 @@ def _open_history(context, write):
   return history_file
 
 
-def _train(train_step, context, total_steps, checkpoint, checkpointer, actions, progress,
+def _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions, progress,
            history_file):
   if context.step >= total_steps:
     _log.info("already at step %d of %d: nothing to train", context.step, total_steps)
     if checkpointer and not _finished(context):  # stopped after the last save
       _finish(context, None, actions, None)
     return history_lib.History()
-  data_lib.check_data_lasts(train_step.feed, total_steps - context.step,
+  data_lib.check_data_lasts(compiled_step.feed, total_steps - context.step,
                             f"fit({total_steps}) from step {context.step}")
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
@@ -199,18 +199,18 @@ def _train(train_step, context, total_steps, checkpoint, checkpointer, actions, 
     every.start(context.step)
   bar = Progress(total_steps, context.step, enabled=progress and context.is_chief)
   stopper = stopping.Stopper(context.placement, checkpointer,
-                             steps_per_loop=train_step.steps_per_loop)
+                             steps_per_loop=compiled_step.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
   stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
   try:
     while context.step < total_steps:
-      ends = [train_step.steps_per_call, total_steps - context.step]
+      ends = [compiled_step.steps_per_call, total_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
       with stopper.in_call(n), tf.profiler.experimental.Trace(
           "train", step_num=context.step, _r=1):
-        results = train_step.run(n)
+        results = compiled_step.run(n)
       # Kept before the NaN check: the steps up to a NaN, and its own, not the
       # steps after it in the call (they ran on non-finite weights).
       bad = _first_non_finite(results)

@@ -368,7 +368,7 @@ class EachStep:
           ctl.EachStep(lambda step, values: wandb.log(values, step=step))])
 
   After each compiled call (and at the end) it calls `fn(step, values)` once per
-  step that call ran, `step` being `ctl.step` as it ran and `values` a dict of
+  step that call ran, `step` being `ctx.step` as it ran and `values` a dict of
   floats, on the chief. A call of `steps_per_loop` steps stays one call.
 
   Args:

@@ -1,7 +1,7 @@
 """How `fit` stops: SIGTERM, Ctrl-C and SIGHUP end a run within a bounded time, saved.
 
     stopper = Stopper(runner.placement, checkpointer)   # `fit` makes one per run
-    results = train_step.run(n)
+    results = compiled_step.run(n)
     stopper.check(step)                       # saves and raises if a signal came
     with stopper.abandonable():               # an evaluation, samples, an export
       action(context)

@@ -67,7 +67,7 @@ class Evaluator:
     data_lib.check_evaluation_data(data, num_batches)
     if self._placement.kind.asynchronous:
       raise ValueError(
-          f"evaluate does not run under {self._placement.kind}: the coordinator only "
+          f"evaluate does not run under {self._placement.kind.name}: the coordinator only "
           "schedules training steps. Evaluate a checkpoint in another process "
           "under 'default' (e.g. `ctl eval`), or call the models directly in an "
           "action (a ctl.Action run on the coordinator).")

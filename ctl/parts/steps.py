@@ -1,9 +1,9 @@
 """The compiled training step, in three layers.
 
-    train_step = TrainStep(step_fn, state, feed, strategy)
-    results = train_step.run(10)   # {"loss": array of 10 values, ...}
+    compiled_step = TrainStep(step_fn, state, feed, placement)
+    results = compiled_step.run(10)   # {"loss": array of 10 values, ...}
 
-1. `replica_step(batch, step)`: the user's `step(ctx, batch)` on one replica,
+1. `replica_step(batch, step)`: the user's `step_fn(ctx, batch)` on one replica,
    given a `StepContext`; checks what it returns and records how each result
    is reduced over replicas.
 2. `step_across_replicas()`: one step on every replica: the next batch,

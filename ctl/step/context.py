@@ -1,9 +1,10 @@
 """What a per-replica step is given: `StepContext`.
 
-The runner calls `step(ctx, batch)` once per replica, in replica context. `ctx`
-carries what a step needs to give the same numbers under any replica count:
+The runner calls the step function, `train_step(ctx, batch)`, once per replica,
+in replica context. `ctx` carries what a step needs to give the same numbers
+under any replica count:
 
-    def step(ctx, batch):
+    def train_step(ctx, batch):
       generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
       z = ctx.normal([64])                      # same noise for example i, any strategy
       with tf.GradientTape() as tape:
@@ -490,7 +491,7 @@ def _micro_batch(rows, i, micro_batches):
 
 
 StepFn: TypeAlias = Callable[[StepContext, Any], dict[str, tf.Tensor]]
-"""A per-replica step, `step(ctx, batch) -> {name: scalar}`: what the runner runs."""
+"""A step function, `step_fn(ctx, batch) -> {name: scalar}`: what the runner runs per replica."""
 
 
 class _Named(dict):

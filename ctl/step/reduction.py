@@ -8,7 +8,7 @@ accuracy) is averaged. Either way the number logged is the global batch's.
 
     shares = Shares()                      # one per replica and step; the context marks
     with shares.recording(batch):          # eagerly, tapes that the rule reads
-      results = step(ctx, batch)
+      results = step_fn(ctx, batch)
     values = step_results(shares, results, ops, num_replicas=n)   # per replica
     reduced = across_replicas(strategy, ops, per_replica_values)  # cross-replica
 

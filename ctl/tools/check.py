@@ -1,7 +1,7 @@
 """What would fail on a TPU, found on a CPU before you pay for one.
 
     from ctl.tools import check
-    findings = check.check_step(runner.train_step, num_batches=3)
+    findings = check.check_step(runner.compiled_step, num_batches=3)
     print(check.format_findings(findings))         # a table, one row per check
     ok = all(finding.ok for finding in findings)
 
@@ -69,8 +69,8 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
   return "\n".join(lines)
 
 
-def check_step(train_step: TrainStep, num_batches: int = 3) -> list[Finding]:
-  """Checks that a runner's step (`runner.train_step`) would compile and run on a TPU.
+def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
+  """Checks that a runner's step (`runner.compiled_step`) would compile and run on a TPU.
 
   Traces the per-replica step inside `tf.function(jit_compile=True)` with the
   batch as an argument (as a TPU is fed), then compiles and runs it on
@@ -78,20 +78,20 @@ def check_step(train_step: TrainStep, num_batches: int = 3) -> list[Finding]:
   variables are restored afterwards.
 
   Args:
-    train_step: the compiled step of a `ctl.Runner` on one device (strategy
+    compiled_step: the compiled step of a `ctl.Runner` on one device (strategy
       "default" or "one_device") whose data is a dataset of global batches.
     num_batches: batches to run the compiled step on.
 
   Returns:
     A list of `Finding`s, one per check (see the module docstring).
   """
-  placement = train_step.placement
+  placement = compiled_step.placement
   if placement.replicas != 1:
     raise ValueError(f"check_step needs a runner on one device, got "
                      f"{placement.replicas} replicas: XLA cannot hold "
                      "the cross-replica sum of a multi-device strategy on CPU; build "
                      "the runner with strategy='default'.")
-  feed = train_step.feed
+  feed = compiled_step.feed
   if not isinstance(feed, data_lib.GlobalBatches):
     raise ValueError("check_step needs a runner whose data is a tf.data.Dataset of "
                      "global batches, not a dataset function.")
@@ -99,9 +99,9 @@ def check_step(train_step: TrainStep, num_batches: int = 3) -> list[Finding]:
     raise ValueError(f"num_batches must be a positive int, got {num_batches!r}.")
   findings = [_static_inputs(feed)]
   batches = _batches(feed, num_batches)
-  saved = [(v, v.numpy()) for v in tf.nest.flatten(train_step.state.variables())]
+  saved = [(v, v.numpy()) for v in tf.nest.flatten(compiled_step.state.variables())]
   try:
-    step = _CompiledStep(train_step)
+    step = _CompiledStep(compiled_step)
     error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
     if error:
       findings += [error] + [Finding(n, False, "not run: the step did not trace.")
@@ -122,20 +122,20 @@ def check_step(train_step: TrainStep, num_batches: int = 3) -> list[Finding]:
 class _CompiledStep:
   """The replica step in `tf.function(jit_compile=True)`, batch as argument."""
 
-  def __init__(self, train_step):
+  def __init__(self, compiled_step):
     self.python_calls = 0  # the user's step runs as Python only while traced
     self.printed = []
     self.concrete = None
 
     def replica_step(batch, step):
       self.python_calls += 1
-      return train_step.replica_step(batch, step)
+      return compiled_step.replica_step(batch, step)
 
     def compiled(batch, step):
-      return train_step.placement.strategy.run(replica_step, args=(batch, step))
+      return compiled_step.placement.strategy.run(replica_step, args=(batch, step))
 
     self.function = tf.function(compiled, jit_compile=True, autograph=False)
-    self.step = train_step.state.global_step.read_value()
+    self.step = compiled_step.state.global_step.read_value()
 
   def trace(self, batch_spec):
     """Traces on `batch_spec`, recording prints; a Finding if tracing failed."""

@@ -617,15 +617,17 @@ def check_module(path: str) -> None:
       defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
     elif isinstance(node, (ast.Import, ast.ImportFrom)):
       defined.update((a.asname or a.name).split(".")[0] for a in node.names)
-  _require_parts(path, [n for n in _NEEDED if n not in defined])
+  _require_parts(path, [n for n in _NEEDED if n not in defined], defined)
 
 
-def _require_parts(path, missing):
+def _require_parts(path, missing, defined=()):
   if missing:
+    renamed = (" (its `step` is now called `train_step`: rename it)"
+               if "train_step" in missing and "step" in defined else "")
     raise AttributeError(
         f"parity: {path} does not define {', '.join(missing)}: a parity module "
         "defines build() -> (models, optimizers), train_step(ctx, batch) -> dict and "
-        "data() -> a dataset of global batches (and may set batches_per_step, seed).")
+        f"data() -> a dataset of global batches (and may set batches_per_step, seed){renamed}.")
 
 
 def load_module(path: str) -> Any:
@@ -650,7 +652,8 @@ def load_module(path: str) -> Any:
     module = importlib.reload(sys.modules[path])
   else:
     module = importlib.import_module(path)
-  _require_parts(path, [n for n in _NEEDED if not callable(getattr(module, n, None))])
+  _require_parts(path, [n for n in _NEEDED if not callable(getattr(module, n, None))],
+                 [n for n in dir(module) if callable(getattr(module, n, None))])
   return module
 
 

@@ -332,7 +332,7 @@ def analyze(runner: Any) -> dict[str, Any]:
   try:
     batch = runner.feed.next(runner.feed.make_iterator())
     step = runner.global_step.read_value()
-    traced = tf.function(lambda: runner.strategy.run(runner.train_step.replica_step,
+    traced = tf.function(lambda: runner.strategy.run(runner.compiled_step.replica_step,
                                                         args=(batch, step)),
                          autograph=False).get_concrete_function()
   except Exception as e:  # pylint: disable=broad-except

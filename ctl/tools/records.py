@@ -7,7 +7,7 @@ elements, each input pipeline reading only its own files.
     from ctl.tools import records
     files = records.write_records(dataset, "data/mnist", num_shards=8)
     data = records.read_records("data/mnist", global_batch_size=256, shuffle_seed=0)
-    runner = ctl.Runner(step, build, lambda context: records.read_records(
+    runner = ctl.Runner(train_step, build, lambda context: records.read_records(
         "gs://bucket/mnist", 256, input_context=context, shuffle_seed=0, repeat=True),
         global_batch_size=256, strategy=strategy)   # each worker reads its own files
 
