@@ -180,3 +180,23 @@ def test_the_loop_takes_parts_and_its_context_gives_actions_what_they_use(tmp_pa
   with pytest.raises(ValueError, match="ctl.Evaluate needs a fit with an evaluator"):
     fit_lib.fit(r.compiled_step, r.history, 4, None, actions=[evaluate], progress=False)
   assert int(r.global_step.numpy()) == 2  # refused before the first step
+
+
+def test_an_action_off_the_contract_is_told_the_contract_before_the_first_step(tmp_path):
+  class GuessedCheck(ctl.Action):
+    def check(self, runner, workdir):  # another library's signature
+      pass
+
+  class UsesRunner(ctl.Action):
+    every = ctl.Every(steps=2)
+
+    def __call__(self, context):
+      return context.runner.models
+
+  r = runner()
+  with pytest.raises(TypeError, match=r"GuessedCheck.check\(runner, workdir\) does not take "
+                     r"the fit's context: the contract is check\(self, context\)"):
+    r.fit(4, tmp_path, actions=[GuessedCheck()], progress=False)
+  assert int(r.global_step.numpy()) == 0
+  with pytest.raises(AttributeError, match="FitContext has no runner: .* context.models"):
+    r.fit(4, tmp_path, actions=[UsesRunner()], progress=False)

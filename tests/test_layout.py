@@ -247,3 +247,19 @@ def test_every_module_of_ctl_lives_in_a_layer_and_imports_down_only():
           upward.append(f"{path}:{node.lineno}: {own} imports {target}")
   assert not homeless, f"modules outside the layers {_LAYERS}: {homeless}"
   assert not upward, "\n".join(upward)
+
+
+def test_each_module_is_one_object_under_its_short_name_and_its_home():
+  import importlib  # pylint: disable=import-outside-toplevel
+
+  import ctl  # pylint: disable=import-outside-toplevel
+  homes = {"parity": "ctl.tools.parity", "records": "ctl.tools.records",
+           "checkpoints": "ctl.loop.checkpoints", "actions": "ctl.loop.actions",
+           "stopping": "ctl.loop.stopping", "history": "ctl.loop.history",
+           "evaluation": "ctl.parts.evaluation", "data": "ctl.parts.data",
+           "reduction": "ctl.step.reduction", "strategies": "ctl.distribute.strategies",
+           "experiments": "ctl.tools.experiments", "constants": "ctl.base.constants"}
+  for short, home in homes.items():
+    module = importlib.import_module(f"ctl.{short}")  # `import ctl.parity`, as README says
+    assert module is importlib.import_module(home) is getattr(ctl, short), short
+    assert module.__spec__.name == home, short

@@ -86,6 +86,10 @@ def test_a_module_with_the_old_step_name_is_told_the_new_one(tmp_path):
   with pytest.raises(AttributeError, match=r"does not define train_step: .*its `step` is "
                      r"now called `train_step`: rename it"):
     parity.check_module(str(old))
+  other = tmp_path / "other.py"
+  other.write_text(old.read_text().replace("def step(", "def wgan_step("))
+  with pytest.raises(AttributeError, match="it defines the functions build, wgan_step, data"):
+    parity.check_module(str(other))
 
 
 def test_the_command_on_a_gin_experiment():

@@ -34,6 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from typing import Any
 from typing import Protocol
 
 import numpy as np
@@ -114,6 +115,15 @@ class FitContext:
   @property
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
     return self.state.optimizers
+
+  def __getattr__(self, name: str) -> Any:
+    if name == "runner":  # what other loops hand their callbacks
+      raise AttributeError(
+          "FitContext has no runner: the loop is given the runner's parts, and an "
+          "action reads what it needs from the context: context.models, "
+          "context.optimizers, context.history, context.evaluate(step_fn, data), "
+          "context.export(name, directory), context.state, context.placement.")
+    raise AttributeError(f"'FitContext' object has no attribute {name!r}")
 
   @property
   def can_evaluate(self) -> bool:

@@ -21,6 +21,7 @@ restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -160,6 +161,28 @@ def _check_action(action):
   if not isinstance(action.collective, bool):
     raise TypeError(f"{type(action).__name__}.collective is {action.collective!r}; use "
                     "True (runs on every worker) or False (the chief only).")
+  for method in ("check", "begin", "__call__", "end"):
+    _check_takes_the_context(action, method)
+
+
+def _check_takes_the_context(action, method):
+  """Raises TypeError, naming the contract, if `action.<method>` (when it has
+  one) cannot be called with the context alone."""
+  function = getattr(action, method, None)
+  if function is None:
+    return
+  try:
+    signature = inspect.signature(function)
+  except (TypeError, ValueError):  # a builtin or C callable: it cannot tell
+    return
+  try:
+    signature.bind(None)
+  except TypeError:
+    name = type(action).__name__
+    raise TypeError(
+        f"{name}.{method}{signature} does not take the fit's context: the contract is "
+        f"{method}(self, context), with a ctl.FitContext (context.models, "
+        "context.workdir, context.step, ...); see ctl.Action.") from None
 
 
 def _open_history(context, write):

@@ -60,6 +60,7 @@ import ast
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -609,21 +610,26 @@ def check_module(path: str) -> None:
                             "file that defines build, train_step and data.")
   with open(path) as f:
     tree = ast.parse(f.read(), filename=path)
-  defined = set()
+  defined, functions = set(), []
   for node in tree.body:
     if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
       defined.add(node.name)
+      functions += [node.name] * isinstance(node, ast.FunctionDef)
     elif isinstance(node, ast.Assign):
       defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
     elif isinstance(node, (ast.Import, ast.ImportFrom)):
       defined.update((a.asname or a.name).split(".")[0] for a in node.names)
-  _require_parts(path, [n for n in _NEEDED if n not in defined], defined)
+  _require_parts(path, [n for n in _NEEDED if n not in defined], functions)
 
 
-def _require_parts(path, missing, defined=()):
+def _require_parts(path, missing, functions=()):
+  """Raises AttributeError naming what `path` lacks (`missing`) and the
+  `functions` it defines, the one to rename likely among them."""
   if missing:
     renamed = (" (its `step` is now called `train_step`: rename it)"
-               if "train_step" in missing and "step" in defined else "")
+               if "train_step" in missing and "step" in functions else "")
+    if functions and not renamed:
+      renamed = f"; it defines the functions {', '.join(functions)}"
     raise AttributeError(
         f"parity: {path} does not define {', '.join(missing)}: a parity module "
         "defines build() -> (models, optimizers), train_step(ctx, batch) -> dict and "
@@ -653,7 +659,8 @@ def load_module(path: str) -> Any:
   else:
     module = importlib.import_module(path)
   _require_parts(path, [n for n in _NEEDED if not callable(getattr(module, n, None))],
-                 [n for n in dir(module) if callable(getattr(module, n, None))])
+                 [n for n, v in vars(module).items()
+                  if inspect.isfunction(v) and v.__module__ == module.__name__])
   return module
 
 
