@@ -263,3 +263,24 @@ def test_each_module_is_one_object_under_its_short_name_and_its_home():
     module = importlib.import_module(f"ctl.{short}")  # `import ctl.parity`, as README says
     assert module is importlib.import_module(home) is getattr(ctl, short), short
     assert module.__spec__.name == home, short
+
+
+def test_results_are_reduced_over_replicas_in_one_place():
+  # A step's results, in training and evaluation alike, are reduced by
+  # ctl/step/reduction.py (`across_replicas`); the one other cross-replica
+  # reduce is the workers' vote on what is due (ctl/loop/stopping.py, `agree`).
+  homes = {os.path.join("ctl", "step", "reduction.py"): "across_replicas",
+           os.path.join("ctl", "loop", "stopping.py"): "agree"}
+  found = []
+  for path, tree in _sources():
+    if path.split(os.sep)[0] not in ("ctl", "gan"):
+      continue
+    for function in ast.walk(tree):
+      if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      for node in ast.walk(function):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("reduce", "experimental_local_results")
+            and homes.get(path) != function.name):
+          found.append(f"{path}:{node.lineno}: {ast.unparse(node.func)} in {function.name}")
+  assert not found, "\n".join(found)
