@@ -12,10 +12,7 @@ function, `step_fn` in signatures; `ctx.step` is the step's number); `ctx` is a
 """
 
 import importlib as _importlib
-import importlib.abc as _importlib_abc
-import importlib.util as _importlib_util
 import logging as _logging
-import sys as _sys
 import typing as _typing
 
 # The public names and the module of each. They load on first use, so that
@@ -41,8 +38,10 @@ _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
 
 # Each module's short name, `ctl.<name>`, for its home in a subpackage
-# (ctl/loop, ctl/parts, ctl/step, ctl/distribute, ctl/tools, ctl/base): an
-# attribute (`ctl.parity.check`) and a module to import (`import ctl.parity`);
+# (ctl/loop, ctl/parts, ctl/step, ctl/distribute, ctl/tools, ctl/base), as an
+# attribute: `ctl.parity.check`, `from ctl import parity`. (`import ctl.parity`
+# would need an import hook, and importing ctl changes no global state;
+# an import statement names the home: `from ctl.tools.parity import check`.)
 # `ctl.loop` is the outer loop's package (its modules: `from ctl.loop import fit`).
 _MODULES = {
     "actions": "ctl.loop.actions", "checkpoints": "ctl.loop.checkpoints",
@@ -59,29 +58,6 @@ _MODULES = {
     "arguments": "ctl.base.arguments", "constants": "ctl.base.constants",
     "sources": "ctl.base.sources",
 }
-
-
-class _ShortNames(_importlib_abc.MetaPathFinder, _importlib_abc.Loader):
-  """Lets `import ctl.<name>` and `from ctl.<name> import x` load `_MODULES[name]`:
-  one module object under its short name and its home's, never a second copy."""
-
-  def find_spec(self, fullname: str, path: _typing.Any = None,
-                target: _typing.Any = None) -> _typing.Any:
-    package, _, name = fullname.rpartition(".")
-    if package != "ctl" or name not in _MODULES:
-      return None
-    return _importlib_util.spec_from_loader(fullname, self)
-
-  def create_module(self, spec: _typing.Any) -> _typing.Any:
-    module = _importlib.import_module(_MODULES[spec.name.rpartition(".")[2]])
-    self._home_spec = module.__spec__  # the import system sets the short name's spec
-    return module
-
-  def exec_module(self, module: _typing.Any) -> None:
-    module.__spec__ = self._home_spec  # it ran already, under its home's name
-
-
-_sys.meta_path.append(_ShortNames())
 
 
 def __getattr__(name: str) -> _typing.Any:
