@@ -266,18 +266,29 @@ class Runner:
     return export_lib.export(self.models, name, directory,
                              is_chief=self.placement.is_chief)
 
-  def restore(self, workdir: str) -> int:
-    """Restores the newest checkpoint of `<workdir>/checkpoints`; returns its step.
+  def restore(self, workdir: str, checkpoint: str = "newest") -> int:
+    """Restores a checkpoint of `<workdir>/checkpoints`; returns its step.
 
-    Raises FileNotFoundError if there is none. `fit` restores by itself; this
-    is for evaluating or exporting a trained run.
+    `checkpoint`: "newest", or "best": the best that `ctl.BestCheckpoints` kept
+    (in `<workdir>/checkpoints/best/`; the name of its `directory=` if you gave
+    one). Raises FileNotFoundError if there is none. `fit` restores by itself;
+    this is for evaluating or exporting a trained run.
     """
-    checkpointer = checkpoints.Checkpointer(self.placement, self.state, self.feed,
-                                            os.path.join(workdir, "checkpoints"))
-    if checkpoints.newest(workdir) is None:
+    if not isinstance(checkpoint, str) or checkpoint in ("", ".", "..") or os.sep in checkpoint:
+      raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', or 'best' (the "
+                       "folder of ctl.BestCheckpoints' kept checkpoints).")
+    kept = None if checkpoint == "newest" else checkpoint
+    directory = os.path.join(workdir, "checkpoints", *([kept] if kept else []))
+    if checkpoints.newest(workdir, kept) is None:
+      if kept is None:
+        raise FileNotFoundError(
+            f"no checkpoint in {directory}: train first (`fit`, or "
+            "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
       raise FileNotFoundError(
-          f"no checkpoint in {checkpointer.directory}: train first (`fit`, or "
-          "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
+          f"no kept checkpoint in {directory}: ctl.BestCheckpoints keeps them there "
+          f"(fit(actions=[..., ctl.BestCheckpoints(metric, ...)]); with the GAN kit, "
+          "gan.Schedule.keep_best). Pass checkpoint='newest' for the newest.")
+    checkpointer = checkpoints.Checkpointer(self.placement, self.state, self.feed, directory)
     return checkpointer.restore()
 
   def train(self, num_steps: int) -> history_lib.History:

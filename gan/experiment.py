@@ -235,6 +235,9 @@ class Schedule:
     checkpoint_every: steps between checkpoints (and one at the end).
     fid_every: steps between classifier FIDs (28x28x1 images only); None: at
       the end only; 0: never.
+    keep_best: keep the checkpoints of this many best classifier FIDs in
+      `<workdir>/checkpoints/best/` (`ctl.BestCheckpoints`), for `evaluate`,
+      `export`, `ctl eval` and `ctl export` with checkpoint "best"; 0: none.
   """
 
   total_steps: int = 5000
@@ -242,6 +245,7 @@ class Schedule:
   samples_every: int = 500
   checkpoint_every: int = 1000
   fid_every: int | None = None
+  keep_best: int = 0
 
   def __post_init__(self) -> None:
     arguments.integer("total_steps", self.total_steps, minimum=0)
@@ -250,6 +254,12 @@ class Schedule:
     if self.fid_every is not None:
       arguments.integer("fid_every", self.fid_every, minimum=0,
                         meaning="0: never; None: at the end only")
+    arguments.integer("keep_best", self.keep_best, minimum=0,
+                      meaning="best checkpoints by classifier FID to keep; 0: none")
+    if self.keep_best and self.fid_every == 0:
+      raise ValueError(f"gan.Schedule(keep_best={self.keep_best}, fid_every=0): the best "
+                       "checkpoints are chosen by classifier FID, which fid_every=0 never "
+                       "measures; set fid_every (None: at the end only) or keep_best=0.")
 
 
 @gin.configurable(module="gan")
@@ -342,6 +352,13 @@ class Experiment:
     fid = self._fid(image_shape)
     if fid is not None and schedule.fid_every != 0:
       actions.append(fid)
+      if schedule.keep_best:  # after the FID it ranks by, on the same schedule
+        actions.append(ctl.BestCheckpoints("classifier_fid", fid.every,
+                                           keep=schedule.keep_best, mode="min"))
+    elif schedule.keep_best:
+      raise ValueError(f"gan.Schedule.keep_best = {schedule.keep_best}: the best "
+                       "checkpoints are chosen by classifier FID, measured on 28x28x1 "
+                       f"images only, and these are {image_shape}; set keep_best = 0.")
     if profile is not None:
       actions.append(ctl.Profile(*profile))
     runner.fit(schedule.total_steps, workdir,
@@ -349,31 +366,34 @@ class Experiment:
                actions=actions, progress=progress)
     return runner
 
-  def evaluate(self, workdir: str, strategy: Strategy = "default") -> dict[str, float]:
-    """Restores the newest checkpoint; `{"step": ..., "classifier_fid": ...}`.
+  def evaluate(self, workdir: str, strategy: Strategy = "default", *,
+               checkpoint: str = "newest") -> dict[str, float]:
+    """Restores a checkpoint; `{"step": ..., "classifier_fid": ...}`.
 
+    `checkpoint`: "newest", or "best" (the best kept by `schedule.keep_best`).
     The FID is that of `sampled_model`, on 28x28x1 images only.
 
     Raises:
-      FileNotFoundError: no checkpoint in `<workdir>/checkpoints`.
+      FileNotFoundError: no such checkpoint in `<workdir>/checkpoints`.
     """
     runner, image_shape = self._runner(strategy)
-    step = runner.restore(workdir)
+    step = runner.restore(workdir, checkpoint)
     fid = self._fid(image_shape)
     return {"step": step, **({"classifier_fid": fid.compute(runner.models)} if fid else {})}
 
   def export(self, workdir: str, directory: str | None = None,
-             strategy: Strategy = "default") -> list[str]:
-    """Restores the newest checkpoint and exports `sampled_model`; the paths written.
+             strategy: Strategy = "default", *, checkpoint: str = "newest") -> list[str]:
+    """Restores a checkpoint ("newest", or "best": see `evaluate`) and exports
+    `sampled_model`; the paths written.
 
     Writes `<name>.keras` and a SavedModel `<name>/` to `directory` (default
     `<workdir>/export`).
 
     Raises:
-      FileNotFoundError: no checkpoint in `<workdir>/checkpoints`.
+      FileNotFoundError: no such checkpoint in `<workdir>/checkpoints`.
     """
     runner, _ = self._runner(strategy)
-    runner.restore(workdir)
+    runner.restore(workdir, checkpoint)
     return list(runner.export(self.sampled_model,
                               directory or os.path.join(workdir, "export")))
 

@@ -200,3 +200,20 @@ def test_an_action_off_the_contract_is_told_the_contract_before_the_first_step(t
   assert int(r.global_step.numpy()) == 0
   with pytest.raises(AttributeError, match="FitContext has no runner: .* context.models"):
     r.fit(4, tmp_path, actions=[UsesRunner()], progress=False)
+
+
+def test_restore_picks_the_best_kept_checkpoint_or_the_newest(tmp_path):
+  every = ctl.Every(steps=2)
+  runner().fit(10, tmp_path, checkpoint=ctl.Checkpoint(ctl.Every(steps=4)), progress=False,
+               actions=[Reports(every), ctl.BestCheckpoints("score", every, keep=2)])
+  assert runner().restore(str(tmp_path)) == 10
+  best = runner()
+  assert best.restore(str(tmp_path), "best") == 8  # VALUES: 1.0 at step 8, the lowest
+  reference = runner()
+  reference.train(8)
+  for a, b in zip(best.models["generator"].variables, reference.models["generator"].variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+  with pytest.raises(FileNotFoundError, match="no kept checkpoint in .*ctl.BestCheckpoints"):
+    runner().restore(str(tmp_path), "bset")
+  with pytest.raises(ValueError, match="give 'newest', or 'best'"):
+    runner().restore(str(tmp_path), os.path.join("..", "best"))

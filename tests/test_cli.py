@@ -133,6 +133,15 @@ def test_eval_of_a_folder_with_no_readable_checkpoint_is_an_error_line(trained, 
 
 
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
+def test_eval_of_the_best_checkpoint_of_a_run_that_kept_none_says_how_to_keep_them(trained):
+  proc = ctl("eval", CONFIG, "--workdir", trained[0], *TINY, "--checkpoint", "best",
+             check=False)
+  assert proc.returncode == 1, proc.stderr
+  assert "no kept checkpoint in" in proc.stderr and "gan.Schedule.keep_best" in proc.stderr
+  assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_eval_without_checkpoint_names_the_directory(tmp_path):
   proc = ctl("eval", CONFIG, "--workdir", str(tmp_path), *TINY, check=False)
   assert proc.returncode == 1

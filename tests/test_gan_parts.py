@@ -6,6 +6,7 @@ few steps under `default` and under `mirrored` with 2 replicas; the per-step
 results and every final weight must agree.
 """
 
+import json
 import os
 import types
 
@@ -196,6 +197,29 @@ def test_schedule_names_a_bad_value():
     gan.Schedule(steps_per_loop=0)
   with pytest.raises(TypeError, match="schedule must be a gan.Schedule"):
     gan.Experiment(schedule={"total_steps": 10})
+
+
+def test_keep_best_keeps_the_best_fid_checkpoints_for_evaluate_and_export(tmp_path):
+  with pytest.raises(ValueError, match="keep_best=1, fid_every=0"):
+    gan.Schedule(keep_best=1, fid_every=0)
+  with pytest.raises(ValueError, match="keep_best must be an int >= 0"):
+    gan.Schedule(keep_best=-1)
+  tiny = gan.Experiment(
+      generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+      discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw), batch_size=BATCH,
+      noise_dim=NOISE, fid_samples=16,
+      schedule=gan.Schedule(total_steps=4, steps_per_loop=1, samples_every=4,
+                            checkpoint_every=4, fid_every=2, keep_best=1))
+  workdir = str(tmp_path / "run")
+  tiny.train(workdir, progress=False)
+  with open(os.path.join(workdir, "checkpoints", "best", "best.json")) as f:
+    kept = json.load(f)["kept"]
+  assert len(kept) == 1 and kept[0]["step"] in (2, 4)
+  best = tiny.evaluate(workdir, checkpoint="best")
+  assert best["step"] == kept[0]["step"]
+  assert best["classifier_fid"] == pytest.approx(kept[0]["value"], rel=1e-5)
+  out = str(tmp_path / "best_export")
+  assert os.path.join(out, "generator.keras") in tiny.export(workdir, out, checkpoint="best")
 
 
 def test_experiment_trains_evaluates_and_exports(tmp_path):

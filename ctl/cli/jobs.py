@@ -19,6 +19,7 @@ when a subcommand runs, not to build the parser.
 """
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -82,6 +83,10 @@ def add_parser(subparsers: Any) -> None:
     if name == "export":
       parser.add_argument("--out", metavar="DIR",
                           help="where to export (default: <workdir>/export)")
+    if name in ("eval", "export"):
+      parser.add_argument("--checkpoint", default="newest", metavar="WHICH",
+                          help="newest (the default), or best: the best that "
+                          "ctl.BestCheckpoints kept (gan.Schedule.keep_best)")
     parser.set_defaults(run=run)
 
 
@@ -134,7 +139,8 @@ def run_eval(args: argparse.Namespace) -> int:
   def report(metrics, workdir):
     del workdir
     print(json.dumps(metrics, default=float))
-  return _run(args, "evaluate", report)
+  kwargs = {"checkpoint": args.checkpoint} if args.checkpoint != "newest" else {}
+  return _run(args, "evaluate", report, **kwargs)  # (an experiment may lack the option)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -143,7 +149,8 @@ def run_export(args: argparse.Namespace) -> int:
     del workdir
     for path in ([paths] if isinstance(paths, str) else paths):
       print(path)
-  return _run(args, "export", report, directory=args.out)
+  kwargs = {"checkpoint": args.checkpoint} if args.checkpoint != "newest" else {}
+  return _run(args, "export", report, directory=args.out, **kwargs)
 
 
 def _run(args, method, report, **kwargs):
@@ -159,6 +166,11 @@ def _run(args, method, report, **kwargs):
   workdir = args.workdir or default_workdir(args.config)
   try:
     experiment = experiments.make_experiment(make, name, needs=(method,))
+    if "checkpoint" in kwargs and "checkpoint" not in inspect.signature(
+        getattr(experiment, method)).parameters:
+      raise experiments.ConfigError(
+          f"--checkpoint {kwargs['checkpoint']}: {type(experiment).__name__}.{method} takes "
+          "no checkpoint argument, so it evaluates only the newest; drop --checkpoint.")
     result = getattr(experiment, method)(workdir, strategy=args.strategy or "default",
                                          **kwargs)
   except experiments.ConfigError as e:

@@ -46,12 +46,14 @@ class CheckpointError(ValueError):
   message names the checkpoint and the fix."""
 
 
-def newest(workdir: str) -> str | None:
+def newest(workdir: str, kept: str | None = None) -> str | None:
   """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
 
   The one the `checkpoint` file names, else the newest whose files are there.
+  `kept`: the folder of kept checkpoints to look in instead,
+  `<workdir>/checkpoints/<kept>` (`ctl.BestCheckpoints` names its best the newest).
   """
-  listing = _Listing(os.path.join(workdir, "checkpoints"))
+  listing = _Listing(os.path.join(workdir, "checkpoints", *([kept] if kept else [])))
   if listing.named:
     return listing.named
   return listing.on_disk[max(listing.on_disk)] if listing.on_disk else None

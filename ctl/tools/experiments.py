@@ -80,13 +80,15 @@ class Experiment(Protocol):
   def evaluate(self, workdir: str,
                strategy: str | tf.distribute.Strategy = "default") -> dict[str, Any]:
     """Restores the newest checkpoint and evaluates it; the metrics (`ctl eval` prints
-    them as JSON). Raises FileNotFoundError if there is no checkpoint."""
+    them as JSON). Raises FileNotFoundError if there is no checkpoint.
+    `ctl eval --checkpoint best` passes `checkpoint="best"` (optional to support)."""
 
   def export(self, workdir: str, directory: str | None = None,
              strategy: str | tf.distribute.Strategy = "default") -> list[str]:
     """Restores the newest checkpoint and exports its model to `directory`
     (default `<workdir>/export`); the paths written. Raises FileNotFoundError
-    if there is no checkpoint."""
+    if there is no checkpoint. `ctl export --checkpoint best` passes
+    `checkpoint="best"` (optional to support)."""
 
 
 class ConfigError(Exception):
