@@ -284,10 +284,15 @@ class Runner:
         raise FileNotFoundError(
             f"no checkpoint in {directory}: train first (`fit`, or "
             "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
+      folders = sorted(name for name in _listdir(os.path.join(workdir, "checkpoints"))
+                       if name != "damaged" and checkpoints.newest(workdir, name) is not None)
+      kept_there = (f"; the folders of kept checkpoints there are {folders}" if folders
+                    else "; none is kept there")
       raise FileNotFoundError(
           f"no kept checkpoint in {directory}: ctl.BestCheckpoints keeps them there "
           f"(fit(actions=[..., ctl.BestCheckpoints(metric, ...)]); with the GAN kit, "
-          "gan.Schedule.keep_best). Pass checkpoint='newest' for the newest.")
+          f"gan.Schedule.keep_best){kept_there}. Pass checkpoint='newest' (`ctl eval "
+          "--checkpoint newest`) for the newest.")
     checkpointer = checkpoints.Checkpointer(self.placement, self.state, self.feed, directory)
     return checkpointer.restore()
 
@@ -311,6 +316,14 @@ class Runner:
         ran.append(first, results)
         self.history.append(first, results)
     return ran
+
+
+def _listdir(directory):
+  """The names of the folders in `directory` ([] if it is not there)."""
+  try:
+    return [e.name for e in os.scandir(directory) if e.is_dir()]
+  except OSError:
+    return []
 
 
 def _check_supported(kind, eager):

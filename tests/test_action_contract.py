@@ -213,7 +213,8 @@ def test_restore_picks_the_best_kept_checkpoint_or_the_newest(tmp_path):
   reference.train(8)
   for a, b in zip(best.models["generator"].variables, reference.models["generator"].variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
-  with pytest.raises(FileNotFoundError, match="no kept checkpoint in .*ctl.BestCheckpoints"):
+  with pytest.raises(FileNotFoundError, match=r"no kept checkpoint in .*ctl.BestCheckpoints.*"
+                     r"the folders of kept checkpoints there are \['best'\]"):
     runner().restore(str(tmp_path), "bset")
   with pytest.raises(ValueError, match="give 'newest', or 'best'"):
     runner().restore(str(tmp_path), os.path.join("..", "best"))
