@@ -15,24 +15,20 @@ import importlib as _importlib
 import logging as _logging
 import typing as _typing
 
-# The public names and the module of each. They load on first use, so that
-# `import ctl` (and the `ctl` command's --help) does not import TensorFlow.
+# The public names and the module of each, by its short name (`_MODULES`). They
+# load on first use, so that `import ctl` (and the `ctl` command's --help) does
+# not import TensorFlow.
 _EXPORTS = {
-    "Runner": "ctl.runner", "StepContext": "ctl.step.context",
-    "make_strategy": "ctl.distribute.strategies",
-    "choose_strategy": "ctl.distribute.strategies",
-    "configure_logical_cpus": "ctl.distribute.strategies",
-    "STRATEGY_NAMES": "ctl.distribute.strategies", "worker": "ctl.distribute.strategies",
-    "Worker": "ctl.distribute.strategies", "Action": "ctl.loop.actions",
-    "FitContext": "ctl.loop.actions", "Every": "ctl.loop.schedule",
-    "Checkpoint": "ctl.loop.checkpoints", "Summaries": "ctl.loop.actions",
-    "Samples": "ctl.loop.actions", "Evaluate": "ctl.loop.actions", "Export": "ctl.loop.actions",
-    "Profile": "ctl.loop.actions", "BestCheckpoints": "ctl.loop.actions",
-    "PREEMPTED_EXIT_CODE": "ctl.base.constants", "INTERRUPTED_EXIT_CODE": "ctl.base.constants",
-    "Preempted": "ctl.loop.stopping", "Interrupted": "ctl.loop.stopping",
-    "WorkdirInUse": "ctl.loop.workdir", "SharedVariableWarning": "ctl.parts.state",
-    "History": "ctl.loop.history", "EachStep": "ctl.loop.history",
-    "read_history": "ctl.loop.history",
+    "Runner": "runner", "StepContext": "context", "make_strategy": "strategies",
+    "choose_strategy": "strategies", "configure_logical_cpus": "strategies",
+    "STRATEGY_NAMES": "strategies", "worker": "strategies", "Worker": "strategies",
+    "Action": "actions", "FitContext": "actions", "Every": "schedule",
+    "Checkpoint": "checkpoints", "Summaries": "actions", "Samples": "actions",
+    "Evaluate": "actions", "Export": "actions", "Profile": "actions",
+    "BestCheckpoints": "actions", "PREEMPTED_EXIT_CODE": "constants",
+    "INTERRUPTED_EXIT_CODE": "constants", "Preempted": "stopping", "Interrupted": "stopping",
+    "WorkdirInUse": "workdir", "SharedVariableWarning": "state", "History": "history",
+    "EachStep": "history", "read_history": "history",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
@@ -62,7 +58,8 @@ _MODULES = {
 
 def __getattr__(name: str) -> _typing.Any:
   if name in _EXPORTS:
-    value = getattr(_importlib.import_module(_EXPORTS[name]), _RENAMED.get(name, name))
+    module = _importlib.import_module(_MODULES.get(_EXPORTS[name], f"ctl.{_EXPORTS[name]}"))
+    value = getattr(module, _RENAMED.get(name, name))
   else:  # a submodule, e.g. ctl.checkpoints (ctl.loop.checkpoints)
     module = _MODULES.get(name, f"ctl.{name}")
     try:

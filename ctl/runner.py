@@ -274,7 +274,7 @@ class Runner:
     one). Raises FileNotFoundError if there is none. `fit` restores by itself;
     this is for evaluating or exporting a trained run.
     """
-    if not isinstance(checkpoint, str) or checkpoint in ("", ".", "..") or os.sep in checkpoint:
+    if checkpoint != "newest" and not checkpoints.is_kept_name(checkpoint):
       raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', or 'best' (the "
                        "folder of ctl.BestCheckpoints' kept checkpoints).")
     kept = None if checkpoint == "newest" else checkpoint
@@ -284,8 +284,7 @@ class Runner:
         raise FileNotFoundError(
             f"no checkpoint in {directory}: train first (`fit`, or "
             "`ctl train CONFIG.gin --workdir ...`), or point workdir at a trained run.")
-      folders = sorted(name for name in _listdir(os.path.join(workdir, "checkpoints"))
-                       if name != "damaged" and checkpoints.newest(workdir, name) is not None)
+      folders = checkpoints.kept_folders(workdir)
       kept_there = (f"; the folders of kept checkpoints there are {folders}" if folders
                     else "; none is kept there")
       raise FileNotFoundError(
@@ -316,14 +315,6 @@ class Runner:
         ran.append(first, results)
         self.history.append(first, results)
     return ran
-
-
-def _listdir(directory):
-  """The names of the folders in `directory` ([] if it is not there)."""
-  try:
-    return [e.name for e in os.scandir(directory) if e.is_dir()]
-  except OSError:
-    return []
 
 
 def _check_supported(kind, eager):

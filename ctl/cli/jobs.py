@@ -139,8 +139,7 @@ def run_eval(args: argparse.Namespace) -> int:
   def report(metrics, workdir):
     del workdir
     print(json.dumps(metrics, default=float))
-  kwargs = {"checkpoint": args.checkpoint} if args.checkpoint != "newest" else {}
-  return _run(args, "evaluate", report, **kwargs)  # (an experiment may lack the option)
+  return _run(args, "evaluate", report, **_checkpoint(args))
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -149,8 +148,13 @@ def run_export(args: argparse.Namespace) -> int:
     del workdir
     for path in ([paths] if isinstance(paths, str) else paths):
       print(path)
-  kwargs = {"checkpoint": args.checkpoint} if args.checkpoint != "newest" else {}
-  return _run(args, "export", report, directory=args.out, **kwargs)
+  return _run(args, "export", report, directory=args.out, **_checkpoint(args))
+
+
+def _checkpoint(args):
+  """`--checkpoint` as the method's keyword, passed only when not the default
+  (an experiment may take no `checkpoint`)."""
+  return {"checkpoint": args.checkpoint} if args.checkpoint != "newest" else {}
 
 
 def _run(args, method, report, **kwargs):

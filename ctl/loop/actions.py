@@ -43,6 +43,7 @@ import tensorflow as tf
 from ctl.base import arguments
 from ctl.loop import notebook
 from ctl.loop import stopping
+from ctl.loop.checkpoints import is_kept_name
 from ctl.loop.checkpoints import write_pointer
 from ctl.loop.checkpoints import write_text_atomically
 from ctl.loop.schedule import Every
@@ -422,8 +423,7 @@ class BestCheckpoints(Action):
     if mode not in ("min", "max"):
       raise ValueError(f"ctl.BestCheckpoints(mode={mode!r}): use 'min' (lower is "
                        "better, e.g. FID) or 'max' (higher is better, e.g. accuracy).")
-    if not isinstance(directory, str) or not directory or os.sep in directory or (
-        directory in (".", "..", "damaged")):
+    if not is_kept_name(directory):
       raise ValueError(f"ctl.BestCheckpoints(directory={directory!r}): give a folder "
                        "name for under <workdir>/checkpoints, e.g. 'best'.")
     self.metric, self.every, self.keep, self.mode = metric, every, keep, mode

@@ -46,6 +46,22 @@ class CheckpointError(ValueError):
   message names the checkpoint and the fix."""
 
 
+def is_kept_name(name: object) -> bool:
+  """Whether `name` can be a folder of kept checkpoints under `<workdir>/checkpoints`
+  (`ctl.BestCheckpoints(directory=...)`): one folder, not `damaged/`."""
+  return (isinstance(name, str) and bool(name) and os.sep not in name and "/" not in name
+          and name not in (".", "..", "damaged"))
+
+
+def kept_folders(workdir: str) -> list[str]:
+  """The folders under `<workdir>/checkpoints` that hold kept checkpoints, sorted."""
+  try:
+    names = [e.name for e in os.scandir(os.path.join(workdir, "checkpoints")) if e.is_dir()]
+  except OSError:
+    return []
+  return sorted(n for n in names if is_kept_name(n) and newest(workdir, n) is not None)
+
+
 def newest(workdir: str, kept: str | None = None) -> str | None:
   """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
 
