@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -254,6 +255,20 @@ class Runner:
     """
     return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
+
+  def over_samples(self, fn: Callable[[dict, tf.Tensor], dict[str, tf.Tensor]],
+                   num_samples: int, *, batch_size: int = 500,
+                   moments: Sequence[str] = ()) -> dict[str, Any]:
+    """Runs `fn(models, indices)` on every replica over samples 0 .. N - 1:
+    each output gathered in sample order, or its `ctl.evaluation.Moments`.
+
+    For metrics of what a model generates (FID and its kin): with noise drawn
+    by `ctl.context.normal_by_index`, sample i is the same on any number of
+    replicas and workers, and so is the result. See
+    `ctl.evaluation.Evaluator.over_samples`.
+    """
+    return self._evaluator.over_samples(fn, num_samples, batch_size=batch_size,
+                                        moments=moments)
 
   def export(self, name: str, directory: str) -> tuple[str, str]:
     """Writes model `name` to `<directory>/<name>.keras` and a SavedModel in

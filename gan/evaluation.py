@@ -21,18 +21,28 @@ Images: float in [-1, 1] of shape [N, 28, 28] or [N, 28, 28, 1], or uint8 in
 take and return NumPy values.
 """
 
+from __future__ import annotations
+
 import os
+import zipfile
+from typing import TYPE_CHECKING
 
 import gin
 import numpy as np
 
 from ctl.base import arguments
+from ctl.parts.evaluation import Moments
 from gan import classifier as classifier_lib
+
+if TYPE_CHECKING:
+  import tensorflow as tf
 
 VERSION = classifier_lib.VERSION
 _INCEPTION_FILE = "inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5"
 _INCEPTION_URL = ("https://storage.googleapis.com/tensorflow/keras-applications/"
                   f"inception_v3/{_INCEPTION_FILE}")
+# Covariance eigenvalues below this fraction of the largest are taken as zero.
+_ZERO_VARIANCE = 1e-10
 _cache = {}  # the loaded models, so that repeated evaluations load them once
 
 
@@ -72,20 +82,33 @@ def _as_unit_images(images, name="images", *, size=(28, 28), channels=(1,)):
   return array
 
 
-def _classifier():
-  """(logits, features) functions of the shipped classifier, loaded once."""
-  if "classifier" not in _cache:
+def _classifier_model():
+  """The shipped classifier as a Keras model of two outputs, (logits, features), loaded once."""
+  if "model" not in _cache:
     import keras
-    import tensorflow as tf
     model = classifier_lib.load_classifier()
-    both = keras.Model(model.inputs[0],
-                       [model.get_layer("logits").output,
-                        model.get_layer(classifier_lib.FEATURES).output])
+    _cache["model"] = keras.Model(model.inputs[0],
+                                  [model.get_layer("logits").output,
+                                   model.get_layer(classifier_lib.FEATURES).output])
+  return _cache["model"]
+
+
+def _classifier():
+  """(logits, features) function of the shipped classifier, compiled once."""
+  if "classifier" not in _cache:
+    import tensorflow as tf
+    both = _classifier_model()
     # One trace for every batch size: about 1.6x faster than eager calls here.
     _cache["classifier"] = tf.function(
         lambda x: both(x, training=False),
         input_signature=[tf.TensorSpec([None, 28, 28, 1], tf.float32)])
   return _cache["classifier"]
+
+
+def classifier_outputs(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(logits [B, 10], features [B, 64]) of float32 images [B, 28, 28, 1] in [-1, 1],
+  as tensors: for a function run on every replica (`ctl.Runner.over_samples`)."""
+  return _classifier_model()(images, training=False)
 
 
 def _check_batch_size(batch_size):
@@ -190,6 +213,44 @@ def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
                - 2.0 * _trace_sqrt_product(centered_a, centered_b))
 
 
+def _factor(covariance):
+  """F with F F^T = `covariance` (PSD), dropping directions of zero variance.
+
+  Eigenvalues below `_ZERO_VARIANCE` of the largest are rounding (features
+  that never fire have exactly zero rows, whose eigenvalues come out as
+  +-1e-15): kept, each would add its square root, ~3e-8, to the trace below.
+  """
+  values, vectors = np.linalg.eigh(covariance)
+  keep = values > values.max() * _ZERO_VARIANCE
+  return vectors[:, keep] * np.sqrt(values[keep])
+
+
+def frechet_distance_from_moments(moments_a: Moments, moments_b: Moments) -> float:
+  """`frechet_distance` of two feature sets given by their `Moments` alone.
+
+  What the distributed evaluation computes: moments summed over replicas and
+  workers are all it needs, whatever the sample count. Tr((S_a S_b)^(1/2)) is
+  the sum of singular values of F_a^T F_b for symmetric factors F of the
+  covariances (`_factor`); on the shipped classifier's features it agrees with
+  `frechet_distance` of the features themselves to ~1e-13.
+
+  Raises:
+    ValueError: fewer than 2 rows in a set, or different widths.
+  """
+  for name, moments in (("moments_a", moments_a), ("moments_b", moments_b)):
+    if not isinstance(moments, Moments) or moments.count < 2:
+      raise ValueError(f"{name} must be the Moments of >= 2 feature rows "
+                       f"(ctl.evaluation.Moments.of(features)), got {moments!r:.80}.")
+  if moments_a.total.shape != moments_b.total.shape:
+    raise ValueError(f"moments_a has {moments_a.total.shape[0]} dims but moments_b has "
+                     f"{moments_b.total.shape[0]}; compute both with the same feature "
+                     "extractor.")
+  cov_a, cov_b = moments_a.covariance, moments_b.covariance
+  trace_sqrt = np.linalg.svd(_factor(cov_a).T @ _factor(cov_b), compute_uv=False).sum()
+  return float(np.sum((moments_a.mean - moments_b.mean) ** 2) + np.trace(cov_a)
+               + np.trace(cov_b) - 2.0 * trace_sqrt)
+
+
 @gin.register(module="gan.evaluation")
 def kernel_distance(features_a: np.ndarray, features_b: np.ndarray, *, num_subsets: int = 10,
                     subset_size: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -256,12 +317,36 @@ def classifier_score(images: np.ndarray, batch_size: int = 500) -> float:
   Returns:
     A float in [1, 10].
   """
-  logits = _outputs(images, batch_size)[0]
-  logits -= logits.max(1, keepdims=True)
+  return score_of_logits(_outputs(images, batch_size)[0])
+
+
+def score_of_logits(logits: np.ndarray) -> float:
+  """`classifier_score` of samples given by their classifier logits [N, classes]."""
+  logits = np.asarray(logits, np.float64)
+  logits = logits - logits.max(1, keepdims=True)
   log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))  # log-softmax, stable
   p = np.exp(log_p)
   log_marginal = np.log(p.mean(0) + 1e-30)
   return float(np.exp(np.mean(np.sum(p * (log_p - log_marginal), axis=1))))
+
+
+def score_in_batches(logits: np.ndarray, batch_size: int = 32) -> float:
+  """The classifier score of each batch of `batch_size` consecutive samples,
+  averaged over the batches (a last, smaller batch is dropped).
+
+  How TF-GAN's MNIST tutorial reports its score: a streaming mean over its
+  evaluation batches of 32. The class marginal p(y) of 32 images is noisy, so
+  this is below `score_of_logits` of the same samples (real held-out digits:
+  see `reference_outputs`); compare a generated/real ratio, not the values.
+  """
+  arguments.integer("batch_size", batch_size, minimum=2)
+  logits = np.asarray(logits, np.float64)
+  batches = len(logits) // batch_size
+  if not batches:
+    raise ValueError(f"score_in_batches: {len(logits)} samples make no batch of "
+                     f"{batch_size}; pass at least {batch_size}.")
+  return float(np.mean([score_of_logits(logits[i * batch_size:(i + 1) * batch_size])
+                        for i in range(batches)]))
 
 
 @gin.register(module="gan.evaluation")
@@ -301,6 +386,107 @@ def classifier_kid(images_a: np.ndarray, images_b: np.ndarray, *, num_subsets: i
   return kernel_distance(_outputs(images_a, batch_size, "images_a")[1],
                          _outputs(images_b, batch_size, "images_b")[1],
                          num_subsets=num_subsets, subset_size=subset_size, seed=seed)
+
+
+def _cache_name(split, num_samples):
+  """The reference's cache file: what it depends on, in its name."""
+  return (f"mnist_{split}_{num_samples}_classifier_v{VERSION}_"
+          f"{classifier_lib.SHA256[:12]}.npz")
+
+
+def reference_outputs(split: str = "test", num_samples: int | None = None, *,
+                      cache_dir: str | None = None, write: bool = True) -> dict:
+  """The classifier's outputs for the real digits generated ones are compared with.
+
+  Computed once per (dataset, split, sample count, classifier version and
+  digest) and kept in `cache_dir` (a run's `<workdir>/eval_cache`) under a
+  name that says all four, so a change of any of them computes them anew; a
+  cache file that does not hold what its name says is ignored and rewritten.
+
+  Args:
+    split: the `gan.data.load_mnist` split ("test": the held-out digits).
+    num_samples: its first N digits (None: all 5,000).
+    cache_dir: where to keep them (None: not kept).
+    write: write the cache file (False off the chief of a multi-worker run).
+
+  Returns:
+    {"features": float64 [N, 64], "logits": float64 [N, 10],
+     "moments": their features' `Moments`, "num_samples": N, "split": split}.
+  """
+  from gan import data as data_lib
+  images = data_lib.load_mnist(split)[0]
+  if num_samples is not None:
+    arguments.integer("num_samples", num_samples, minimum=2)
+    if num_samples > len(images):
+      raise ValueError(f"num_samples={num_samples}, but the {split!r} split has "
+                       f"{len(images)} digits; pass at most {len(images)} (None: all).")
+    images = images[:num_samples]
+  count = len(images)
+  path = os.path.join(cache_dir, _cache_name(split, count)) if cache_dir else None
+  outputs = _read_reference(path, count) if path else None
+  if outputs is None:
+    logits, features = _outputs(images, 500)
+    outputs = {"features": features, "logits": logits}
+    if path and write:
+      os.makedirs(cache_dir, exist_ok=True)
+      partial = f"{path}.partial-{os.getpid()}"
+      with open(partial, "wb") as f:
+        np.savez(f, name=os.path.basename(path), **outputs)
+      os.replace(partial, path)  # whole or absent, whatever stops this
+  return {**outputs, "moments": Moments.of(outputs["features"]), "num_samples": count,
+          "split": split}
+
+
+def _read_reference(path, count):
+  """The cached outputs at `path`, or None if absent or not what the name says."""
+  try:
+    with np.load(path) as archive:
+      outputs = {k: archive[k].astype(np.float64) for k in ("features", "logits")}
+      name = str(archive["name"])
+  except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+    return None
+  if (name != os.path.basename(path) or outputs["features"].shape != (count, 64)
+      or outputs["logits"].shape != (count, 10)):
+    return None
+  return outputs
+
+
+def classifier_metrics(generated: dict, reference: dict, *, kid_subsets: int = 10,
+                       seed: int = 0) -> dict[str, float]:
+  """Every classifier metric of generated samples against the reference.
+
+  Args:
+    generated: {"features": [N, 64], "feature_moments": `Moments`, "logits":
+      [N, 10]}, as `gan.experiment.ClassifierFID.outputs` gives them.
+    reference: `reference_outputs(...)`.
+    kid_subsets, seed: KID's subsets (`kernel_distance`).
+
+  Returns:
+    classifier_fid (from the merged moments), classifier_kid and its std over
+    subsets, classifier_score (all samples at once), classifier_score_32 (TF-GAN's
+    way, `score_in_batches`; from 32 samples) and the real digits' same two scores, and
+    num_samples and reference_samples: the N of each side, without which FID
+    values cannot be compared (FID is biased upwards for small sets).
+  """
+  kid, kid_std = kernel_distance(generated["features"], reference["features"],
+                                 num_subsets=kid_subsets, seed=seed)
+  batches_of_32 = len(generated["logits"]) >= 32
+  return {
+      "classifier_fid": frechet_distance_from_moments(generated["feature_moments"],
+                                                      reference["moments"]),
+      "classifier_kid": kid,
+      "classifier_kid_std": kid_std,
+      "classifier_score": score_of_logits(generated["logits"]),
+      **({"classifier_score_32": score_in_batches(generated["logits"])} if batches_of_32
+         else {}),
+      "real_score": score_of_logits(reference["logits"]),
+      # The split is stored class by class: batches of 32 real digits drawn in
+      # a fixed random order, as an evaluation reads them shuffled.
+      "real_score_32": score_in_batches(
+          reference["logits"][np.random.default_rng(0).permutation(reference["num_samples"])]),
+      "num_samples": int(generated["feature_moments"].count),
+      "reference_samples": int(reference["num_samples"]),
+  }
 
 
 def _inception(weights):

@@ -173,53 +173,99 @@ def fixed_samples(noise_dim: int, *, num_classes: int | None = None, rows: int =
 
 
 class ClassifierFID(ctl.Action):
-  """Action: classifier FID of generated digits against the held-out MNIST digits.
+  """Action: classifier FID, KID and score of generated digits, on every replica.
 
-  Computed in the feature space of the small MNIST classifier shipped with
+  In the feature space of the small MNIST classifier shipped with
   `gan.evaluation` (not Inception), against `gan.data.load_mnist("test")`,
-  which no model trains on. Written as `classifier_fid` to `events/eval` and
-  reported to `context.metrics` (so `ctl.BestCheckpoints("classifier_fid", ...)`
-  listed after it keeps the best checkpoints); the latest value is
-  `self.history[-1]`.
+  which no model trains on. Every replica and worker generates and scores its
+  share of the `num_samples` samples (`ctl.Runner.over_samples`); sample i's
+  noise is keyed by (seed, i), so the values are the same on any number of
+  replicas and workers, and the features' moments are summed exactly over
+  them. The real digits' outputs are kept in `<workdir>/eval_cache`.
+
+  Written to `events/eval` and reported to `context.metrics` (so
+  `ctl.BestCheckpoints("classifier_fid", ...)` listed after it keeps the best
+  checkpoints): `gan.evaluation.classifier_metrics`' keys. `self.history`
+  holds (step, classifier FID) and `self.results` the last metrics.
   """
 
-  collective = False  # generated and scored on the chief alone
+  collective = True  # every replica and worker generates and scores its share
 
   def __init__(self, noise_dim: int, every: ctl.Every | None = None, *,
                num_samples: int = 5000, num_classes: int | None = None,
-               model: str = "generator", seed: int = 1):
+               model: str = "generator", seed: int = 1, batch_size: int = 500):
+    arguments.integer("num_samples", num_samples, minimum=2)
+    arguments.integer("batch_size", batch_size, minimum=1)
     self.every = every
+    self.num_samples = num_samples
+    self.batch_size = batch_size
     self.history: list[tuple[int, float]] = []
+    self.results: dict[str, float] = {}
     self._model = model
-    rng = np.random.default_rng(seed)
-    self._z = rng.normal(size=(num_samples, noise_dim)).astype("float32")
-    self._labels = (np.arange(num_samples) % num_classes).astype("int32") if num_classes else None
-    self._reference = None
+    self._noise_dim = noise_dim
+    self._num_classes = num_classes
+    self._seed = seed
+    self._sample_fn = self._make_sample_fn()  # one function: compiled once per runner
+
+  def _make_sample_fn(self):
+    from ctl.step.context import normal_by_index
+    from gan import evaluation
+
+    def samples(models, indices):
+      images = self._images(models, indices, normal_by_index(self._seed, indices,
+                                                             self._noise_dim))
+      logits, features = evaluation.classifier_outputs(images)
+      return {"features": features, "feature_moments": features, "logits": logits}
+
+    return samples
+
+  def _images(self, models, indices, z):
+    """Float32 images of sample `indices` from noise `z` (and labels i % classes)."""
+    inputs = z
+    if self._num_classes:
+      inputs = [z, tf.cast(indices % self._num_classes, tf.int32)]
+    return tf.cast(models[self._model](inputs, training=False), tf.float32)
 
   def generate(self, models: dict[str, keras.Model], batch_size: int = 500) -> np.ndarray:
-    """The images `models[model]` makes from the action's fixed noise (and labels)."""
+    """The `num_samples` images `models[model]` makes, sample i from its noise
+    (and label i % num_classes), here in this process."""
+    from ctl.step.context import normal_by_index
     out = []
-    for start in range(0, len(self._z), batch_size):
-      z = self._z[start:start + batch_size]
-      inputs = [z, self._labels[start:start + batch_size]] if self._labels is not None else z
-      out.append(np.asarray(models[self._model](inputs, training=False)))
+    for start in range(0, self.num_samples, batch_size):
+      indices = tf.range(start, min(start + batch_size, self.num_samples), dtype=tf.int64)
+      z = normal_by_index(self._seed, indices, self._noise_dim)
+      out.append(np.asarray(self._images(models, indices, z)))
     return np.concatenate(out)
 
-  def compute(self, models: dict[str, keras.Model]) -> float:
-    """The classifier FID of `models[model]`'s samples against the held-out digits."""
-    from gan import evaluation  # loads the classifier only when FID is asked for
-    if self._reference is None:
-      self._reference = evaluation.classifier_features(data_lib.load_mnist("test")[0])
-    fake = evaluation.classifier_features(self.generate(models))
-    return float(evaluation.frechet_distance(fake, self._reference))
+  def outputs(self, over_samples: Callable) -> dict:
+    """The classifier's outputs for the samples, from `over_samples` (a runner's
+    or a `ctl.FitContext`'s): features, their moments, and logits."""
+    return over_samples(self._sample_fn, self.num_samples, batch_size=self.batch_size,
+                        moments=("feature_moments",))
+
+  def measure(self, over_samples: Callable, workdir: str | None = None, *,
+              is_chief: bool = True) -> dict[str, float]:
+    """Every metric of `gan.evaluation.classifier_metrics`, the samples run by
+    `over_samples`; the real digits' outputs cached in `<workdir>/eval_cache`."""
+    from gan import evaluation  # loads the classifier only when it is asked for
+    reference = evaluation.reference_outputs(
+        "test", cache_dir=os.path.join(workdir, "eval_cache") if workdir else None,
+        write=is_chief)
+    return evaluation.classifier_metrics(self.outputs(over_samples), reference)
 
   def __call__(self, context: ctl.FitContext) -> None:
-    value = self.compute(context.models)
+    self.results = self.measure(context.over_samples, context.workdir,
+                                is_chief=context.is_chief)
+    value = self.results["classifier_fid"]
     self.history.append((context.step, value))
-    context.report({"classifier_fid": value})
+    context.report({k: v for k, v in self.results.items() if k.startswith("classifier_")})
     with context.writer("eval").as_default(step=context.step):
-      tf.summary.scalar("classifier_fid", value)
-    _log.info("classifier FID at step %d: %.3f", context.step, value)
+      for key, number in self.results.items():
+        if key.startswith("classifier_"):
+          tf.summary.scalar(key, number)
+    _log.info("classifier FID at step %d: %.3f (KID %.4f, score %.3f; %d samples)",
+              context.step, value, self.results["classifier_kid"],
+              self.results["classifier_score"], self.num_samples)
 
 
 @gin.configurable(module="gan")
@@ -379,7 +425,10 @@ class Experiment:
     runner, image_shape = self._runner(strategy)
     step = runner.restore(workdir, checkpoint)
     fid = self._fid(image_shape)
-    return {"step": step, **({"classifier_fid": fid.compute(runner.models)} if fid else {})}
+    if fid is None:
+      return {"step": step}
+    return {"step": step, **fid.measure(runner.over_samples, workdir,
+                                        is_chief=runner.placement.is_chief)}
 
   def export(self, workdir: str, directory: str | None = None,
              strategy: Strategy = "default", *, checkpoint: str = "newest") -> list[str]:

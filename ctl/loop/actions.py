@@ -33,6 +33,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
@@ -140,6 +141,17 @@ class FitContext:
                        "evaluator=...; Runner.fit passes its own.")
     return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
+
+  def over_samples(self, fn: Callable[[dict, tf.Tensor], dict[str, tf.Tensor]],
+                   num_samples: int, *, batch_size: int = 500,
+                   moments: Sequence[str] = ()) -> dict[str, Any]:
+    """Runs `fn(models, indices)` over numbered samples on every replica; see
+    `Runner.over_samples`. An action calling it is `collective`."""
+    if self._evaluator is None:
+      raise ValueError("this fit has no evaluator: ctl.loop.fit.fit was called without "
+                       "evaluator=...; Runner.fit passes its own.")
+    return self._evaluator.over_samples(fn, num_samples, batch_size=batch_size,
+                                        moments=moments)
 
   def export(self, name: str, directory: str) -> tuple[str, str]:
     """Exports model `name` to `directory`; see `Runner.export`."""

@@ -1,27 +1,38 @@
-"""Evaluation: an evaluation step over a finite dataset, reduced like a training step.
+"""Evaluation: an evaluation step over a finite dataset, reduced like a training
+step; and a pass over numbered samples, for what a generative model is judged by.
 
     evaluator = Evaluator(state, placement)
     metrics = evaluator.evaluate(eval_step, eval_data)   # {"accuracy": 0.93}
+    out = evaluator.over_samples(features_of_samples, 10_000, moments=("features",))
+    out["features"].mean, out["features"].covariance     # a `Moments`, merged exactly
+    out["logits"]                                        # [10000, 10], in sample order
 
-What `Runner.evaluate` does. Each (step, data) pair is compiled once and kept
-(a few of them), so that periodic evaluation on the same data does not retrace.
+What `Runner.evaluate` and `Runner.over_samples` do. Each is compiled once
+per function (and data) and kept (a few of them), so that periodic evaluation
+does not retrace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
 import tensorflow as tf
 
+from ctl.base import arguments
 from ctl.parts import data as data_lib
 from ctl.parts import steps as steps_lib
 from ctl.step import reduction
 
 if TYPE_CHECKING:
+  from collections.abc import Callable
+  from collections.abc import Sequence
+
   from ctl.distribute.strategies import Placement
   from ctl.parts.state import State
   from ctl.step.context import StepFn
@@ -36,6 +47,46 @@ UNKNOWN_LENGTH_BATCHES = 1000
 # (data that never yields one, a filter that matches nothing, blocks silently).
 QUIET_SECONDS = 60.0
 _log = logging.getLogger("ctl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Moments:
+  """The count, sum and sum of outer products of feature rows, in float64.
+
+  Statistics that merge exactly: the moments of two sets of rows are the sum
+  of their moments (`a + b`), in any order, so a pass split over replicas,
+  workers and batches gives those of the whole set to float64 rounding.
+
+  Attributes:
+    count: rows.
+    total: [d], their sum.
+    outer: [d, d], the sum of x x^T over rows x.
+  """
+
+  count: int
+  total: np.ndarray
+  outer: np.ndarray
+
+  @classmethod
+  def of(cls, features: np.ndarray) -> Moments:
+    """The moments of `features` [N, d] (computed in float64)."""
+    x = np.asarray(features, np.float64)
+    return cls(len(x), x.sum(0), x.T @ x)
+
+  def __add__(self, other: Moments) -> Moments:
+    return Moments(self.count + other.count, self.total + other.total,
+                   self.outer + other.outer)
+
+  @property
+  def mean(self) -> np.ndarray:
+    return self.total / self.count
+
+  @property
+  def covariance(self) -> np.ndarray:
+    """The unbiased (count - 1) covariance, symmetric."""
+    mean = self.mean
+    covariance = (self.outer - self.count * np.outer(mean, mean)) / (self.count - 1)
+    return (covariance + covariance.T) / 2
 
 
 class Evaluator:
@@ -110,6 +161,86 @@ class Evaluator:
           "the data finite (data.take(N); no .repeat() before a filter).", bound)
     return {k: v / examples for k, v in totals.items()}
 
+  def over_samples(self, fn: Callable[[dict, tf.Tensor], dict[str, tf.Tensor]],
+                   num_samples: int, *, batch_size: int = 500,
+                   moments: Sequence[str] = ()) -> dict[str, np.ndarray | Moments]:
+    """Runs `fn(models, indices)` on every replica and worker over samples
+    `0 .. num_samples - 1`; returns its outputs for exactly those samples.
+
+    `fn` gets a replica's consecutive sample indices (int64 `[rows]`) and
+    returns a dict of per-sample tensors `[rows, ...]`; its result for a
+    sample must depend on the index only (draw noise with
+    `ctl.context.normal_by_index`), so that it is the same on any number of
+    replicas, workers and any batch size. The last batch is padded; padded
+    rows are computed and dropped (masked from `moments`). Each output named in
+    `moments` (`[rows, d]`) is returned as its `Moments`, summed on each replica
+    and across replicas and workers in float64; every other output is gathered
+    and returned as one NumPy array `[num_samples, ...]` in sample order. Every
+    worker gets the same result.
+
+    Args:
+      fn: `(models, indices) -> {name: [rows, ...] tensor}`.
+      num_samples: samples to run, N >= 1.
+      batch_size: samples per pass over all replicas (rounded up to a multiple
+        of the replica count); memory only, the result is the same.
+      moments: names of `fn`'s outputs to return as `Moments`.
+    """
+    arguments.integer("num_samples", num_samples, minimum=1)
+    arguments.integer("batch_size", batch_size, minimum=1)
+    # Under a parameter server the coordinator runs the samples itself: its
+    # workers only take scheduled training steps.
+    here = self._placement.kind.asynchronous
+    replicas = 1 if here else self._placement.replicas
+    rows = -(-batch_size // replicas)
+    key = ("samples", fn, rows, tuple(moments))
+    if key not in self._compiled:
+      self._compiled[key] = self._samples_fn(fn, rows, tuple(moments), here=here)
+      while len(self._compiled) > _EVALUATIONS_KEPT:
+        del self._compiled[next(iter(self._compiled))]
+    one_batch = self._compiled[key]
+    summed, pieces = {}, {}
+    limit = tf.constant(num_samples, tf.int64)
+    with _said_if_quiet() as beat:
+      for batch, first in enumerate(range(0, num_samples, rows * replicas)):
+        sums, rows_out = one_batch(tf.constant(first, tf.int64), limit)
+        beat(batch + 1)
+        for name in moments:
+          count, total, outer = (np.asarray(v) for v in sums[name])
+          part = Moments(int(count), total, outer)
+          summed[name] = summed[name] + part if name in summed else part
+        for name, value in rows_out.items():
+          pieces.setdefault(name, []).append(np.asarray(value))
+    out = {name: np.concatenate(values)[:num_samples] for name, values in pieces.items()}
+    return {**out, **summed}
+
+  def _samples_fn(self, fn, rows, moments, *, here=False):
+    """One batch of `over_samples` on every replica (`here`: in this process
+    only): (moments, gathered rows)."""
+
+    def on_replica(first, limit):
+      replica = (0 if here else tf.distribute.get_replica_context().replica_id_in_sync_group)
+      indices = first + tf.cast(replica, tf.int64) * rows + tf.range(rows, dtype=tf.int64)
+      outputs = fn(self._state.models, indices)
+      _check_sample_outputs(outputs, rows, moments)
+      mask = tf.cast(indices < limit, tf.float64)
+      sums = {}
+      for name in moments:
+        x = tf.cast(outputs[name], tf.float64) * mask[:, None]
+        sums[name] = (tf.reduce_sum(mask), tf.reduce_sum(x, 0),
+                      tf.matmul(x, x, transpose_a=True))
+      return sums, {k: v for k, v in outputs.items() if k not in moments}
+
+    def one_batch(first, limit):
+      if here:
+        return on_replica(first, limit)
+      sums, rows_out = self._strategy.run(on_replica, args=(first, limit))
+      flat = {f"{name}/{i}": part for name in moments for i, part in enumerate(sums[name])}
+      reduced = reduction.across_replicas(self._strategy, dict.fromkeys(flat, "SUM"), flat)
+      return ({name: tuple(reduced[f"{name}/{i}"] for i in range(3)) for name in moments},
+              reduction.gathered(self._strategy, rows_out))
+
+    return one_batch if self._eager else tf.function(one_batch, autograph=False)
+
   def _one_batch_fn(self, step_fn, feed):
     """One batch on every replica: (reduced results, rows over all replicas)."""
     reductions = {}
@@ -131,6 +262,27 @@ class Evaluator:
 
     return one_batch if self._eager else steps_lib.OneTrace(
         tf.function(one_batch, autograph=False))
+
+
+def _check_sample_outputs(outputs, rows, moments):
+  """Raises, naming the output, unless `outputs` is a dict of `[rows, ...]`
+  tensors with each of `moments` `[rows, d]`."""
+  if not isinstance(outputs, dict) or not outputs:
+    raise TypeError("over_samples: fn must return a dict of per-sample tensors "
+                    f"[rows, ...], got {type(outputs).__name__}; e.g. "
+                    "return {'features': features}.")
+  missing = [name for name in moments if name not in outputs]
+  if missing:
+    raise ValueError(f"over_samples: moments names {missing}, which fn does not return "
+                     f"(it returns {sorted(outputs)}).")
+  for name, value in outputs.items():
+    shape = value.shape
+    if shape.rank is None or shape.rank < 1 or shape[0] not in (None, rows):
+      raise ValueError(f"over_samples: fn's output {name!r} has shape {shape}; each "
+                       f"output must have one row per sample index ({rows} here).")
+    if name in moments and shape.rank != 2:
+      raise ValueError(f"over_samples: moments of {name!r} need rows of features "
+                       f"[rows, d], got shape {shape}.")
 
 
 def _length_unknown(data):

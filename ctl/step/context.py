@@ -69,6 +69,32 @@ def draw_key(seed: int) -> tf.Tensor:
   return tf.bitcast(_philox_key(tf.constant([seed, 0], tf.int64)), tf.int64)
 
 
+# The second word of an evaluation draw's Philox counter: no training step reaches it.
+_SAMPLE_TAG = 1 << 63
+
+
+def normal_by_index(seed: int, indices: tf.Tensor, shape: int | Sequence[int]) -> tf.Tensor:
+  """Standard normals `[len(indices), *shape]` in which row i is a function of
+  `(seed, indices[i])` alone: sample i's noise, whatever the batch it is in.
+
+  What makes an evaluation's samples independent of the replica count and the
+  batch size (`Evaluator.over_samples`): Philox keyed by `seed`, counting from
+  the sample's index. `indices` must be consecutive (`first, first + 1, ...`),
+  as `over_samples` gives them; float32, TF's normal kernel (not for XLA).
+  """
+  shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
+  numbers = math.prod(shape)
+  blocks = -(-numbers // 4)  # the kernel makes 4 float32 normals per Philox block
+  indices = tf.convert_to_tensor(indices, tf.int64)
+  counter = tf.stack([tf.cast(indices[0] * blocks, tf.uint64),
+                      tf.constant(_SAMPLE_TAG, tf.uint64)])
+  draws = tf.raw_ops.StatelessRandomNormalV2(
+      shape=tf.stack([tf.size(indices), 4 * blocks]),
+      key=_philox_key(tf.constant([seed, 0], tf.int64)), counter=counter, alg=_PHILOX,
+      dtype=tf.float32)
+  return tf.reshape(draws[:, :numbers], [-1] + shape)
+
+
 def _uniform(bits):
   """Philox bits as floats in [0, 1): 24 random bits, exact in float32."""
   return tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) * (2.0 ** -24)

@@ -197,6 +197,12 @@ def across_replicas(strategy: tf.distribute.Strategy, ops: Mapping[str, Any],
   return {k: strategy.reduce(ops[k], v, axis=None) for k, v in values.items()}
 
 
+def gathered(strategy: tf.distribute.Strategy, values: Mapping[str, Any]) -> dict[str, tf.Tensor]:
+  """Each of `values` (per-replica tensors `[rows, ...]`) joined along the rows,
+  replica 0's first, over all workers: every worker gets the whole."""
+  return {k: strategy.gather(v, axis=0) for k, v in values.items()}
+
+
 def _scalar(key, value):
   try:
     value = tf.convert_to_tensor(value)

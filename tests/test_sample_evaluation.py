@@ -1,0 +1,181 @@
+"""Evaluation over numbered samples gives the same numbers on any layout.
+
+`Runner.over_samples` runs exactly N samples whatever the replica count and
+batch size (the last batch padded, the padding masked), sample i's noise is a
+function of (seed, i) alone, the moments it sums match those of the gathered
+rows, and the GAN kit's classifier metrics computed that way equal the
+host-side ones. The same checkpoint across processes and strategies
+(mirrored:4, multi_worker:2 through `ctl launch`) is `test_eval_parity`'s.
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctl
+import gan
+from ctl.parts.evaluation import Moments
+from ctl.step.context import normal_by_index
+from gan import evaluation
+
+NOISE = 8
+
+
+def _build():
+  generator = keras.Sequential([keras.Input((NOISE,)), keras.layers.Dense(6)])
+  return {"generator": generator}, {"generator": keras.optimizers.Adam()}
+
+
+def _runner(strategy):
+  data = tf.data.Dataset.from_tensor_slices(np.zeros((16, NOISE), "float32"))
+  return ctl.Runner(lambda ctx, batch: {}, _build,
+                    data.batch(4, drop_remainder=True).repeat(), strategy=strategy)
+
+
+def _samples(models, indices):
+  z = normal_by_index(7, indices, NOISE)
+  outputs = models["generator"](z)
+  return {"index": indices, "z": z, "outputs": outputs, "outputs_moments": outputs}
+
+
+@pytest.mark.parametrize("num_samples", [1, 5, 23])
+def test_exactly_n_samples_in_order_on_any_layout(num_samples):
+  results = []
+  for strategy in ("default", "mirrored"):
+    runner = _runner(strategy)
+    for batch_size in (1, 3, 8, 500):
+      out = runner.over_samples(_samples, num_samples, batch_size=batch_size,
+                                moments=("outputs_moments",))
+      np.testing.assert_array_equal(out["index"], np.arange(num_samples))
+      assert out["outputs_moments"].count == num_samples
+      results.append(out)
+  first = results[0]
+  for out in results[1:]:
+    np.testing.assert_array_equal(out["z"], first["z"])  # noise keyed by sample index
+    np.testing.assert_allclose(out["outputs"], first["outputs"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out["outputs_moments"].outer, first["outputs_moments"].outer,
+                               rtol=1e-12, atol=1e-12)
+  # The moments summed on the replicas are those of the gathered rows.
+  expected = Moments.of(first["outputs"])
+  np.testing.assert_allclose(first["outputs_moments"].total, expected.total, rtol=1e-12,
+                             atol=1e-12)
+  np.testing.assert_allclose(first["outputs_moments"].outer, expected.outer, rtol=1e-12,
+                             atol=1e-12)
+
+
+def test_noise_of_a_sample_depends_on_its_index_and_seed_only():
+  whole = normal_by_index(3, tf.range(10, dtype=tf.int64), [2, 3]).numpy()
+  assert whole.shape == (10, 2, 3)
+  part = normal_by_index(3, tf.range(4, 7, dtype=tf.int64), [2, 3]).numpy()
+  np.testing.assert_array_equal(part, whole[4:7])
+  other_seed = normal_by_index(4, tf.range(10, dtype=tf.int64), [2, 3]).numpy()
+  assert not np.allclose(other_seed, whole)
+  assert abs(whole.mean()) < 0.5 and 0.5 < whole.std() < 1.5
+
+
+def test_over_samples_names_a_bad_function_or_argument():
+  runner = _runner("default")
+  with pytest.raises(TypeError, match="dict of per-sample tensors"):
+    runner.over_samples(lambda models, indices: indices, 4)
+  with pytest.raises(ValueError, match="'total' has shape"):
+    runner.over_samples(lambda models, indices: {"total": tf.reduce_sum(indices)}, 4)
+  with pytest.raises(ValueError, match="moments names \\['features'\\]"):
+    runner.over_samples(_samples, 4, moments=("features",))
+  with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
+    runner.over_samples(_samples, 0)
+
+
+def test_moments_merge_exactly_and_give_the_features_fid():
+  rng = np.random.default_rng(0)
+  a = rng.normal(size=(300, 5)) @ rng.normal(size=(5, 5))
+  b = rng.normal(size=(200, 5)) + 1.0
+  merged = Moments.of(a[:120]) + Moments.of(a[120:])
+  np.testing.assert_allclose(merged.covariance, np.cov(a, rowvar=False), rtol=1e-10)
+  assert evaluation.frechet_distance_from_moments(merged, Moments.of(b)) == pytest.approx(
+      evaluation.frechet_distance(a, b), rel=1e-10)
+  # Singular covariances (features that never fire) as the classifier's.
+  a_singular = np.concatenate([a, np.zeros((300, 3))], axis=1)
+  b_singular = np.concatenate([b, np.zeros((200, 3))], axis=1)
+  assert evaluation.frechet_distance_from_moments(
+      Moments.of(a_singular), Moments.of(b_singular)) == pytest.approx(
+          evaluation.frechet_distance(a_singular, b_singular), rel=1e-10)
+  assert abs(evaluation.frechet_distance_from_moments(Moments.of(a_singular),
+                                                      Moments.of(a_singular))) < 1e-10
+  with pytest.raises(ValueError, match="moments_b must be the Moments of >= 2"):
+    evaluation.frechet_distance_from_moments(merged, Moments.of(b[:1]))
+
+
+def test_reference_outputs_are_cached_by_split_count_and_classifier(tmp_path, monkeypatch):
+  cache = str(tmp_path / "eval_cache")
+  first = evaluation.reference_outputs("test", 300, cache_dir=cache)
+  name = f"mnist_test_300_classifier_v{evaluation.VERSION}_"
+  assert [f.startswith(name) for f in os.listdir(cache)] == [True]
+  assert first["num_samples"] == 300 and first["moments"].count == 300
+
+  def no_classifier(*args, **kwargs):
+    raise AssertionError("recomputed although cached")
+
+  with monkeypatch.context() as patch:
+    patch.setattr(evaluation, "_outputs", no_classifier)
+    again = evaluation.reference_outputs("test", 300, cache_dir=cache)
+  np.testing.assert_array_equal(again["features"], first["features"])
+  # Another count or split is another file; a file that is not what its name
+  # says (here: cut short) is computed anew and rewritten.
+  evaluation.reference_outputs("test", 200, cache_dir=cache)
+  evaluation.reference_outputs("train", 200, cache_dir=cache)
+  assert len(os.listdir(cache)) == 3
+  path = os.path.join(cache, sorted(f for f in os.listdir(cache) if "_300_" in f)[0])
+  with open(path, "r+b") as f:
+    f.truncate(100)
+  np.testing.assert_array_equal(
+      evaluation.reference_outputs("test", 300, cache_dir=cache)["features"],
+      first["features"])
+  assert os.path.getsize(path) > 100
+  # Off the chief nothing is written.
+  evaluation.reference_outputs("test", 100, cache_dir=cache, write=False)
+  assert len(os.listdir(cache)) == 3
+  with pytest.raises(ValueError, match="num_samples=6000, but the 'test' split has 5000"):
+    evaluation.reference_outputs("test", 6000)
+
+
+def test_classifier_metrics_match_the_host_side_ones_on_any_layout(tmp_path):
+  keras.utils.set_random_seed(0)
+  action = gan.experiment.ClassifierFID(16, num_samples=70, batch_size=32)
+  measured = []
+  for strategy in ("default", "mirrored"):
+    def build():
+      keras.utils.set_random_seed(0)
+      generator = gan.dcgan_generator(16, 4)
+      return {"generator": generator}, {"generator": keras.optimizers.Adam()}
+
+    data = tf.data.Dataset.from_tensor_slices(np.zeros((8, 1), "float32")).batch(
+        4, drop_remainder=True).repeat()
+    runner = ctl.Runner(lambda ctx, batch: {}, build, data, strategy=strategy)
+    measured.append(action.measure(runner.over_samples, str(tmp_path)))
+  default, mirrored = measured
+  assert default["num_samples"] == 70 and default["reference_samples"] == 5000
+  for key in default:
+    assert mirrored[key] == pytest.approx(default[key], rel=1e-5), key
+  # The same samples scored on the host, the old way, give the same numbers.
+  images = action.generate(runner.models)
+  assert images.shape == (70, 28, 28, 1)
+  reference = evaluation.reference_outputs("test", cache_dir=str(tmp_path / "eval_cache"))
+  host = evaluation.frechet_distance(evaluation.classifier_features(images),
+                                     reference["features"])
+  assert default["classifier_fid"] == pytest.approx(host, rel=1e-5)
+  assert default["classifier_score"] == pytest.approx(
+      evaluation.classifier_score(images), rel=1e-5)
+
+
+def test_score_in_batches_of_32():
+  logits = evaluation.reference_outputs("test")["logits"]
+  order = np.random.default_rng(0).permutation(len(logits))
+  whole = evaluation.score_of_logits(logits)
+  in_batches = evaluation.score_in_batches(logits[order])
+  assert 7 < in_batches < whole < 10  # p(y) of 32 digits is noisy
+  assert evaluation.score_in_batches(logits[np.argsort(np.argmax(logits, 1))]) < 1.5
+  with pytest.raises(ValueError, match="16 samples make no batch of 32"):
+    evaluation.score_in_batches(logits[:16])
