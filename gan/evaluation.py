@@ -82,8 +82,11 @@ def _as_unit_images(images, name="images", *, size=(28, 28), channels=(1,)):
   return array
 
 
-def _classifier_model():
-  """The shipped classifier as a Keras model of two outputs, (logits, features), loaded once."""
+def classifier_model():
+  """The shipped classifier as a Keras model of two outputs, (logits, features),
+  loaded once. Load it eagerly, outside a strategy's scope, before a function
+  run on every replica calls it (`classifier_outputs`): its variables are the
+  classifier's, not a model's being trained."""
   if "model" not in _cache:
     import keras
     model = classifier_lib.load_classifier()
@@ -97,7 +100,7 @@ def _classifier():
   """(logits, features) function of the shipped classifier, compiled once."""
   if "classifier" not in _cache:
     import tensorflow as tf
-    both = _classifier_model()
+    both = classifier_model()
     # One trace for every batch size: about 1.6x faster than eager calls here.
     _cache["classifier"] = tf.function(
         lambda x: both(x, training=False),
@@ -107,8 +110,16 @@ def _classifier():
 
 def classifier_outputs(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """(logits [B, 10], features [B, 64]) of float32 images [B, 28, 28, 1] in [-1, 1],
-  as tensors: for a function run on every replica (`ctl.Runner.over_samples`)."""
-  return _classifier_model()(images, training=False)
+  as tensors: for a function run on every replica (`ctl.Runner.over_samples`).
+
+  Raises:
+    RuntimeError: the classifier is not loaded (`classifier_model()` first).
+  """
+  if "model" not in _cache:
+    raise RuntimeError("classifier_outputs: call gan.evaluation.classifier_model() first, "
+                       "eagerly: loading it inside a function run on every replica "
+                       "would make its variables the strategy's.")
+  return _cache["model"](images, training=False)
 
 
 def _check_batch_size(batch_size):

@@ -240,6 +240,8 @@ class ClassifierFID(ctl.Action):
   def outputs(self, over_samples: Callable) -> dict:
     """The classifier's outputs for the samples, from `over_samples` (a runner's
     or a `ctl.FitContext`'s): features, their moments, and logits."""
+    from gan import evaluation
+    evaluation.classifier_model()  # here, eagerly: not inside the replicas' function
     return over_samples(self._sample_fn, self.num_samples, batch_size=self.batch_size,
                         moments=("feature_moments",))
 

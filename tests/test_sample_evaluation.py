@@ -19,7 +19,10 @@ import ctl
 import gan
 from ctl.parts.evaluation import Moments
 from ctl.step.context import normal_by_index
+from ctl.tools import eval_parity
 from gan import evaluation
+
+import helpers
 
 NOISE = 8
 
@@ -179,3 +182,65 @@ def test_score_in_batches_of_32():
   assert evaluation.score_in_batches(logits[np.argsort(np.argmax(logits, 1))]) < 1.5
   with pytest.raises(ValueError, match="16 samples make no batch of 32"):
     evaluation.score_in_batches(logits[:16])
+
+
+def test_a_layout_dependent_evaluation_is_caught():
+  """A planted bug, noise drawn per batch rather than per sample, changes the
+  metrics with the layout, and the comparison `ctl eval --across` makes says so."""
+  def per_batch_noise(models, indices):
+    z = tf.random.stateless_normal([tf.size(indices), NOISE], seed=[7, indices[0]])
+    return {"outputs": models["generator"](z)}
+
+  results = {}
+  for strategy in ("default", "mirrored"):
+    out = _runner(strategy).over_samples(per_batch_noise, 40, batch_size=8)
+    results[strategy] = {"mean": float(out["outputs"].mean()), "count": len(out["outputs"])}
+  rows, agree = eval_parity.compare(results)
+  assert not agree
+  assert "mean" in eval_parity.table(rows, list(results))
+  # The same values, or a value missing from one layout, as the tool judges them.
+  same = {"default": {"fid": 1.5, "n": 10}, "mirrored:2": {"fid": 1.5 * (1 + 1e-9), "n": 10}}
+  assert eval_parity.compare(same)[1]
+  assert not eval_parity.compare({"default": {"fid": 1.5}, "mirrored:2": {}})[1]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("default", "at least two layouts"),
+    ("default,mirrored", "'mirrored' is not a layout"),
+    ("default,gpu:2", "'gpu:2' is not a layout"),
+    ("default:2,mirrored:2", "'default:2' is not a layout"),
+    ("default,mirrored:0", "'mirrored:0' is not a layout"),
+])
+def test_across_names_a_bad_layout(text, message):
+  with pytest.raises(ValueError, match=message):
+    eval_parity.parse_layouts(text)
+
+
+def test_across_reads_the_first_workers_metrics_from_ctl_launch():
+  layouts = eval_parity.parse_layouts("default, mirrored:4,multi_worker:2")
+  assert layouts == [("default", 1), ("mirrored", 4), ("multi_worker", 2)]
+  printed = ('[worker 1] {"fid": 2.0}\n[worker 0] {"fid": 1.0}\n'
+             "ctl launch: exit codes: worker 0 0, worker 1 0\n")
+  assert eval_parity.result_of(("multi_worker", 2), printed) == {"fid": 1.0}
+  assert eval_parity.result_of(("default", 1), 'log line\n{"fid": 3.0}\n') == {"fid": 3.0}
+  with pytest.raises(ValueError, match="mirrored:2: printed no metrics"):
+    eval_parity.result_of(("mirrored", 2), "Traceback ...")
+  assert eval_parity.command(("multi_worker", 2), ["dcgan"])[2:6] == [
+      "ctl.cli", "launch", "--workers", "2"]
+
+
+@pytest.mark.slow
+def test_ctl_eval_across_layouts_agrees_on_a_trained_checkpoint(shared_runs, tmp_path):
+  """Evaluation parity end to end: one checkpoint, four layouts, four processes."""
+  run = helpers.tiny_gan_training(shared_runs)
+  workdir = helpers.SharedRuns.copy(run.workdir, str(tmp_path / "work"))
+  proc = helpers.ctl("eval", os.path.join("examples", "configs", "dcgan.gin"), "--workdir",
+                     workdir, *helpers.TINY_GAN, "--across",
+                     "default,mirrored:2,mirrored:4,multi_worker:2", check=False)
+  assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+  assert "SAME: every value within" in proc.stdout
+  for metric in ("classifier_fid", "classifier_kid", "classifier_score", "num_samples"):
+    assert metric in proc.stdout
+  assert os.listdir(os.path.join(workdir, "eval_cache"))  # the real digits' outputs kept
+  bad = helpers.ctl("eval", "dcgan", "--across", "default,gpu:2", check=False)
+  assert bad.returncode == 2 and "'gpu:2' is not a layout" in bad.stderr

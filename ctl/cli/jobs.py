@@ -83,6 +83,12 @@ def add_parser(subparsers: Any) -> None:
     if name == "export":
       parser.add_argument("--out", metavar="DIR",
                           help="where to export (default: <workdir>/export)")
+    if name == "eval":
+      parser.add_argument("--across", metavar="LAYOUTS",
+                          help="evaluate under each of these layouts in a process of its "
+                          "own and compare every number (evaluation parity), e.g. "
+                          "default,mirrored:2,mirrored:4,multi_worker:2; exit 1 if one "
+                          "differs by more than rounding")
     if name in ("eval", "export"):
       parser.add_argument("--checkpoint", default="newest", metavar="WHICH",
                           help="newest (the default), or best: the best that "
@@ -136,6 +142,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
   """`ctl eval`: returns the exit code."""
+  if args.across:
+    return _eval_across(args)
   def report(metrics, workdir):
     del workdir
     print(json.dumps(metrics, default=float))
@@ -149,6 +157,25 @@ def run_export(args: argparse.Namespace) -> int:
     for path in ([paths] if isinstance(paths, str) else paths):
       print(path)
   return _run(args, "export", report, directory=args.out, **_checkpoint(args))
+
+
+def _eval_across(args):
+  """`ctl eval --across LAYOUTS`: the same evaluation per layout, compared."""
+  from ctl.tools import eval_parity  # pylint: disable=import-outside-toplevel
+  if args.strategy or args.logical_cpus:
+    return fail(args.command, "--across chooses each layout's strategy and devices; "
+                "drop --strategy and --logical-cpus.", USAGE_ERROR)
+  try:
+    layouts = eval_parity.parse_layouts(args.across)
+  except ValueError as e:
+    return fail(args.command, e, USAGE_ERROR)
+  eval_args = [args.config, "--workdir", args.workdir or default_workdir(args.config),
+               "--checkpoint", args.checkpoint]
+  for binding in args.gin:
+    eval_args += ["--gin", binding]
+  if args.experiment:
+    eval_args += ["--experiment", args.experiment]
+  return eval_parity.run(layouts, eval_args)
 
 
 def _checkpoint(args):
