@@ -35,6 +35,7 @@ from ctl.parts.evaluation import Moments
 from gan import classifier as classifier_lib
 
 if TYPE_CHECKING:
+  import keras
   import tensorflow as tf
 
 VERSION = classifier_lib.VERSION
@@ -82,7 +83,7 @@ def _as_unit_images(images, name="images", *, size=(28, 28), channels=(1,)):
   return array
 
 
-def classifier_model():
+def classifier_model() -> keras.Model:
   """The shipped classifier as a Keras model of two outputs, (logits, features),
   loaded once. Load it eagerly, outside a strategy's scope, before a function
   run on every replica calls it (`classifier_outputs`): its variables are the
@@ -311,6 +312,101 @@ def kernel_distance(features_a: np.ndarray, features_b: np.ndarray, *, num_subse
   return float(np.mean(values)), float(np.std(values))
 
 
+def _distances(a, b, chunk=1000):
+  """Euclidean distances [len(a), len(b)], float64, computed `chunk` rows at a time."""
+  b_norms = np.sum(b ** 2, 1)
+  out = np.empty((len(a), len(b)))
+  for start in range(0, len(a), chunk):
+    rows = a[start:start + chunk]
+    squared = np.sum(rows ** 2, 1)[:, None] + b_norms[None] - 2 * rows @ b.T
+    out[start:start + chunk] = np.sqrt(np.maximum(squared, 0))
+  return out
+
+
+def _kth_neighbour_radii(features, k):
+  """Each row's distance to its k-th nearest other row."""
+  distances = _distances(features, features)
+  np.fill_diagonal(distances, np.inf)
+  return np.partition(distances, k - 1, axis=1)[:, k - 1]
+
+
+@gin.register(module="gan.evaluation")
+def precision_recall_density_coverage(real_features: np.ndarray, fake_features: np.ndarray,
+                                      *, k: int = 5) -> dict[str, float]:
+  """Precision, recall (Kynkaanniemi et al. 2019), density and coverage (Naeem
+  et al. 2020) of generated features against real ones, by k-nearest-neighbour balls.
+
+  Each real row's ball reaches its k-th nearest real neighbour (each fake
+  row's, for recall, its k-th nearest fake one). Precision: the share of fake
+  rows inside some real ball (fidelity); recall: the share of real rows inside
+  some fake ball (diversity); density: real balls containing each fake row,
+  over k, averaged (about 1 when the sets match; above 1 where fakes crowd
+  dense real regions); coverage: the share of real balls holding at least one
+  fake row. k = 5 as both papers recommend; all four depend on N and k, so
+  compare values of equal N and k only.
+
+  Args:
+    real_features: [N_r, d].
+    fake_features: [N_f, d].
+    k: the neighbour that sets each ball's radius.
+
+  Returns:
+    {"precision", "recall", "density", "coverage"}: floats, each in [0, 1]
+    except density (>= 0).
+  """
+  real, fake = _check_pair(real_features, fake_features)
+  arguments.integer("k", k, minimum=1)
+  if k >= min(len(real), len(fake)):
+    raise ValueError(f"k={k} needs more than k rows on each side, got {len(real)} real "
+                     f"and {len(fake)} generated.")
+  real_radii = _kth_neighbour_radii(real, k)
+  fake_radii = _kth_neighbour_radii(fake, k)
+  between = _distances(real, fake)  # [real, fake]
+  inside_real = between <= real_radii[:, None]
+  return {
+      "precision": float(inside_real.any(0).mean()),
+      "recall": float((between <= fake_radii[None, :]).any(1).mean()),
+      "density": float(inside_real.sum(0).mean() / k),
+      "coverage": float((between.min(1) <= real_radii).mean()),
+  }
+
+
+@gin.register(module="gan.evaluation")
+def nearest_neighbour_accuracy(reference_features: np.ndarray, reference_labels: np.ndarray,
+                               features: np.ndarray, labels: np.ndarray) -> float:
+  """The share of `features` whose nearest reference row has the same label.
+
+  How an encoder's features are judged (BiGAN, Donahue et al. 2017): the
+  held-out digits classified by their nearest training digit in feature space.
+  """
+  reference, queries = _check_pair(reference_features, features)
+  reference_labels, labels = np.asarray(reference_labels), np.asarray(labels)
+  if len(reference_labels) != len(reference) or len(labels) != len(queries):
+    raise ValueError(f"labels must match the features' rows: {len(reference_labels)} "
+                     f"labels for {len(reference)} reference rows, {len(labels)} for "
+                     f"{len(queries)}.")
+  nearest = np.concatenate([np.argmin(_distances(queries[i:i + 1000], reference), 1)
+                            for i in range(0, len(queries), 1000)])
+  return float(np.mean(reference_labels[nearest] == labels))
+
+
+@gin.register(module="gan.evaluation")
+def intra_class_fid(features: np.ndarray, labels: np.ndarray, reference_features: np.ndarray,
+                    reference_labels: np.ndarray) -> float:
+  """The Frechet distance within each class, averaged over the classes
+  (Miyato & Koyama 2018): what a class-conditional generator is judged by,
+  since an overall FID cannot see a class drawn as another."""
+  labels, reference_labels = np.asarray(labels), np.asarray(reference_labels)
+  classes = np.unique(reference_labels)
+  missing = [int(c) for c in classes if np.sum(labels == c) < 2]
+  if missing:
+    raise ValueError(f"intra_class_fid: classes {missing} have fewer than 2 generated "
+                     "samples; generate more (labels i % num_classes).")
+  return float(np.mean([frechet_distance(features[labels == c],
+                                         reference_features[reference_labels == c])
+                        for c in classes]))
+
+
 @gin.register(module="gan.evaluation")
 def classifier_score(images: np.ndarray, batch_size: int = 500) -> float:
   """exp(E_x KL(p(y|x) || p(y))) with the shipped classifier's softmax: 1 to 10.
@@ -421,11 +517,11 @@ def reference_outputs(split: str = "test", num_samples: int | None = None, *,
     write: write the cache file (False off the chief of a multi-worker run).
 
   Returns:
-    {"features": float64 [N, 64], "logits": float64 [N, 10],
+    {"features": float64 [N, 64], "logits": float64 [N, 10], "labels": [N],
      "moments": their features' `Moments`, "num_samples": N, "split": split}.
   """
   from gan import data as data_lib
-  images = data_lib.load_mnist(split)[0]
+  images, labels = data_lib.load_mnist(split)
   if num_samples is not None:
     arguments.integer("num_samples", num_samples, minimum=2)
     if num_samples > len(images):
@@ -445,7 +541,7 @@ def reference_outputs(split: str = "test", num_samples: int | None = None, *,
         np.savez(f, name=os.path.basename(path), **outputs)
       os.replace(partial, path)  # whole or absent, whatever stops this
   return {**outputs, "moments": Moments.of(outputs["features"]), "num_samples": count,
-          "split": split}
+          "labels": labels[:count], "split": split}
 
 
 def _read_reference(path, count):
@@ -462,42 +558,60 @@ def _read_reference(path, count):
   return outputs
 
 
-def classifier_metrics(generated: dict, reference: dict, *, kid_subsets: int = 10,
-                       seed: int = 0) -> dict[str, float]:
+def classifier_metrics(generated: dict, reference: dict, *, k: int = 5,
+                       kid_subsets: int = 10, seed: int = 0) -> dict[str, float]:
   """Every classifier metric of generated samples against the reference.
 
   Args:
     generated: {"features": [N, 64], "feature_moments": `Moments`, "logits":
-      [N, 10]}, as `gan.experiment.ClassifierFID.outputs` gives them.
+      [N, 10]}, and "labels" [N] for a class-conditional generator (the
+      classes it was asked for), as `gan.experiment.ClassifierFID.outputs`
+      gives them.
     reference: `reference_outputs(...)`.
+    k: the neighbour of precision, recall, density and coverage.
     kid_subsets, seed: KID's subsets (`kernel_distance`).
 
   Returns:
-    classifier_fid (from the merged moments), classifier_kid and its std over
-    subsets, classifier_score (all samples at once), classifier_score_32 (TF-GAN's
-    way, `score_in_batches`; from 32 samples) and the real digits' same two scores, and
-    num_samples and reference_samples: the N of each side, without which FID
-    values cannot be compared (FID is biased upwards for small sets).
+    classifier_fid (from the merged moments); classifier_kid and its std over
+    subsets; classifier_score (all samples at once), classifier_score_32
+    (TF-GAN's way, `score_in_batches`; from 32 samples) and the real digits'
+    same two scores; precision, recall, density and coverage with their k
+    (`precision_recall_density_coverage`); with labels, label_accuracy (the
+    classifier's accuracy on the generated digits against the classes asked
+    for; 0.981 on real held-out digits) and intra_class_fid; and num_samples and
+    reference_samples: the N of each side, without which the values cannot be
+    compared (FID is biased upwards for small sets, PRDC depends on N and k).
   """
   kid, kid_std = kernel_distance(generated["features"], reference["features"],
                                  num_subsets=kid_subsets, seed=seed)
-  batches_of_32 = len(generated["logits"]) >= 32
-  return {
+  count = len(generated["logits"])
+  metrics = {
       "classifier_fid": frechet_distance_from_moments(generated["feature_moments"],
                                                       reference["moments"]),
       "classifier_kid": kid,
       "classifier_kid_std": kid_std,
       "classifier_score": score_of_logits(generated["logits"]),
-      **({"classifier_score_32": score_in_batches(generated["logits"])} if batches_of_32
-         else {}),
-      "real_score": score_of_logits(reference["logits"]),
-      # The split is stored class by class: batches of 32 real digits drawn in
-      # a fixed random order, as an evaluation reads them shuffled.
-      "real_score_32": score_in_batches(
-          reference["logits"][np.random.default_rng(0).permutation(reference["num_samples"])]),
-      "num_samples": int(generated["feature_moments"].count),
-      "reference_samples": int(reference["num_samples"]),
   }
+  if count >= 32:
+    metrics["classifier_score_32"] = score_in_batches(generated["logits"])
+  metrics["real_score"] = score_of_logits(reference["logits"])
+  # The split is stored class by class: batches of 32 real digits drawn in a
+  # fixed random order, as an evaluation reads them shuffled.
+  metrics["real_score_32"] = score_in_batches(
+      reference["logits"][np.random.default_rng(0).permutation(reference["num_samples"])])
+  if count > k:
+    metrics.update(precision_recall_density_coverage(reference["features"],
+                                                     generated["features"], k=k))
+    metrics["prdc_k"] = k
+  if "labels" in generated:
+    labels = np.asarray(generated["labels"])
+    metrics["label_accuracy"] = float(np.mean(np.argmax(generated["logits"], 1) == labels))
+    if all(np.sum(labels == c) >= 2 for c in np.unique(reference["labels"])):
+      metrics["intra_class_fid"] = intra_class_fid(generated["features"], labels,
+                                                   reference["features"], reference["labels"])
+  metrics["num_samples"] = int(generated["feature_moments"].count)
+  metrics["reference_samples"] = int(reference["num_samples"])
+  return metrics
 
 
 def _inception(weights):

@@ -156,6 +156,69 @@ def test_classifier_score(digits):
   assert gan.evaluation.classifier_score(test[labels == 3]) < 2.0
 
 
+def prdc(features, digits):
+  return gan.evaluation.precision_recall_density_coverage(digits["reference"], features)
+
+
+def strictly_decreasing(values):
+  """Each value below the one before, or both 0 (a share of none cannot fall)."""
+  return all(b < a or a == b == 0 for a, b in zip(values, values[1:]))
+
+
+@pytest.mark.slow  # seconds of features and of 5,000 x 5,000 distances
+def test_precision_recall_density_coverage(digits, noisy):
+  """Real vs real near 1 each; diversity (recall, coverage) falls strictly
+  under every corruption; fidelity (precision, density) falls under more blur
+  and strong noise, and stays where it was when classes are dropped (what splits
+  the two); shuffling changes nothing."""
+  real = prdc(digits["real"], digits)
+  assert min(real.values()) > 0.9 and real["density"] < 1.1, real
+  noise = [real] + [prdc(f, digits) for f in noisy["levels"]]
+  blurred = [real] + [prdc(gan.evaluation.classifier_features(blur(digits["train"], s)), digits)
+                      for s in BLUR_SIGMAS]
+  dropped = [prdc(gan.evaluation.classifier_features(
+      keep_classes(digits["train"], digits["train_labels"], kept, seed=kept)), digits)
+             for kept in KEPT_CLASSES]
+  for name, series in (("noise", noise), ("blur", blurred), ("dropped classes", dropped)):
+    for metric in ("recall", "coverage"):
+      assert strictly_decreasing([m[metric] for m in series]), (name, metric, series)
+  for metric in ("precision", "density"):
+    # Slight blur or noise can raise them (digits drawn toward dense regions
+    # of the real set: 0.95 -> 0.97); more lowers them, step by step.
+    assert strictly_decreasing([m[metric] for m in blurred[1:]]), (metric, blurred)
+    assert noise[-1][metric] < real[metric] - 0.05, (metric, noise)
+    assert min(m[metric] for m in dropped) > real[metric] - 0.05, (metric, dropped)
+  uniform = prdc(noisy["uniform"], digits)
+  assert uniform["precision"] < 0.5 and uniform["recall"] < 0.01, uniform
+  shuffled = gan.evaluation.precision_recall_density_coverage(
+      digits["reference"][np.random.default_rng(1).permutation(5000)],
+      digits["real"][np.random.default_rng(2).permutation(5000)])
+  assert shuffled == real
+  with pytest.raises(ValueError, match="k=5 needs more than k rows"):
+    gan.evaluation.precision_recall_density_coverage(digits["reference"], digits["real"][:5])
+
+
+def test_nearest_neighbour_accuracy_and_intra_class_fid(digits):
+  real, reference = digits["real"], digits["reference"]
+  train_labels, test_labels = digits["train_labels"], digits["test_labels"]
+  in_features = gan.evaluation.nearest_neighbour_accuracy(real, train_labels, reference,
+                                                          test_labels)
+  pixels = gan.evaluation.nearest_neighbour_accuracy(
+      digits["train"].reshape(5000, -1), train_labels,
+      to_unit(digits["test"]).reshape(5000, -1), test_labels)
+  assert 0.9 < pixels < in_features < 1.0, (pixels, in_features)
+  shuffled = np.random.default_rng(0).permutation(train_labels)
+  assert gan.evaluation.nearest_neighbour_accuracy(real, shuffled, reference, test_labels) < 0.2
+  # Intra-class FID: the classes' own FIDs (500 digits each: more bias than
+  # 5,000's 0.61), and far larger when each class is drawn as another.
+  matched = gan.evaluation.intra_class_fid(real, train_labels, reference, test_labels)
+  swapped = gan.evaluation.intra_class_fid(real, (train_labels + 1) % 10, reference, test_labels)
+  assert matched < 5 < 100 < swapped, (matched, swapped)
+  with pytest.raises(ValueError, match=r"classes \[9\] have fewer than 2"):
+    gan.evaluation.intra_class_fid(real[train_labels < 9], train_labels[train_labels < 9],
+                                   reference, test_labels)
+
+
 def exact_samples(mean, covariance, n, seed):
   """n points whose sample mean and (n - 1) covariance are exactly these."""
   z = np.random.default_rng(seed).standard_normal((n, len(mean)))

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
   from ctl.distribute.strategies import Placement
   from ctl.loop.checkpoints import Checkpointer
   from ctl.loop.history import History
+  from ctl.loop.history import HistoryFile
   from ctl.loop.workdir import Lock
   from ctl.parts.data import Data
   from ctl.parts.evaluation import Evaluator
@@ -89,6 +90,9 @@ class FitContext:
     is_chief: whether this worker writes summaries, samples and kept files.
     lock: the work directory's `ctl.workdir.Lock` (None off the chief or
       without a workdir).
+    metrics_file: `<workdir>/metrics.jsonl` (a `ctl.history.HistoryFile`; None
+      off the chief or without a workdir): a line per step at which actions
+      reported metrics, `ctl.read_history` reads it.
   """
 
   def __init__(self, state: State, placement: Placement, history: History,
@@ -107,6 +111,7 @@ class FitContext:
     self.examples_per_step = examples_per_step
     self.is_chief: bool = placement.is_chief
     self.lock: Lock | None = None
+    self.metrics_file: HistoryFile | None = None
     self._evaluator = evaluator
     self._writers = {}
 
@@ -163,6 +168,12 @@ class FitContext:
     if self._metrics_step != self.step:
       self._metrics, self._metrics_step = {}, self.step
     self._metrics.update({k: float(v) for k, v in metrics.items()})
+
+  def write_metrics(self) -> None:
+    """Appends the metrics reported at this step, if any, to `metrics_file`
+    (the loop calls it once the step's actions have run)."""
+    if self.metrics_file is not None and self.metrics:
+      self.metrics_file.write(self.step, {k: [v] for k, v in self.metrics.items()})
 
   @property
   def metrics(self) -> dict[str, float]:

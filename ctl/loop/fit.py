@@ -97,6 +97,7 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
       context.step = context.start_step = checkpointer.restore(repair=True)
     context.checkpointer = checkpointer
     history_file = _open_history(context, write=not earlier_run)
+    context.metrics_file = _open_metrics(context, write=not earlier_run)
     begun = []
     try:
       for action in actions:
@@ -107,8 +108,9 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
                     progress, history_file)
     finally:
       _end(begun, context)
-      if history_file is not None:
-        history_file.close()
+      for file in (history_file, context.metrics_file):
+        if file is not None:
+          file.close()
   finally:
     if context.lock is not None:
       context.lock.release()
@@ -207,6 +209,17 @@ def _open_history(context, write):
   return history_file
 
 
+def _open_metrics(context, *, write):
+  """`<workdir>/metrics.jsonl` on the chief, without the lines of steps after
+  the one the run starts from (a resumed run reports them again); None if not
+  `write`."""
+  if context.workdir is None or not context.is_chief or not write:
+    return None
+  metrics_file = history_lib.HistoryFile(context.workdir, history_lib.METRICS_FILE_NAME)
+  metrics_file.open(context.step + 1)
+  return metrics_file
+
+
 def _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions, progress,
            history_file):
   if context.step >= total_steps:
@@ -273,6 +286,7 @@ def _finish(context, checkpointer, actions, stopper):
     _save(checkpointer)
   for i, action in enumerate(actions):
     _run(action, context, stopper, after=actions[i + 1:])
+  context.write_metrics()
   if context.workdir and context.is_chief:
     write_text_atomically(_finished_path(context), f"{context.step}\n")
 
@@ -307,6 +321,7 @@ def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
   for i, action in enumerate(due_now):
     _run(action, context, stopper, after=due_now[i + 1:])
     action.every.fired(context.step)
+  context.write_metrics()
   if any(flags):
     stopper.check(context.step)  # a signal that came during the work
 
@@ -365,8 +380,9 @@ def _check_workdir(context, checkpointer, history_file):
   context.lock.release()
   context.lock = workdir_lib.Lock(context.workdir)
   context.close()  # TensorBoard writers would go on writing into deleted files
-  if history_file is not None:
-    history_file.reopen()
+  for file in (history_file, context.metrics_file):
+    if file is not None:
+      file.reopen()
   saved = ""
   if checkpointer and context.placement.workers == 1:
     saved = f"; saved {checkpointer.save()}"

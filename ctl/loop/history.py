@@ -30,6 +30,8 @@ import numpy as np
 from ctl.loop.schedule import Every
 
 FILE_NAME = "history.jsonl"
+# The metrics actions report (`FitContext.report`): a line per step that had any.
+METRICS_FILE_NAME = "metrics.jsonl"
 
 _log = logging.getLogger("ctl")
 
@@ -222,8 +224,8 @@ class HistoryFile:
   gap of the file only.
   """
 
-  def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, FILE_NAME)
+  def __init__(self, workdir: str, file_name: str = FILE_NAME):
+    self.path = os.path.join(workdir, file_name)
     self._file = None
 
   def open(self, start_step: int) -> History:

@@ -18,10 +18,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
-# Largest relative difference called rounding. Measured on the shipped
-# configs: ~1e-12 between layouts for FID, 0 for KID and scores (the same
-# features to float32 rounding, summed in float64).
+# Largest relative difference called rounding. Measured: 0 for every metric of
+# a BiGAN after 300 steps under default, mirrored:2 and multi_worker:2, and at
+# most 1e-15 (FID, mirrored:4) for the tests' 4-step DCGAN: each sample's
+# features are computed alike whatever its batch, and moments sum in float64.
 TOLERANCE = 1e-6
 _KINDS = ("default", "mirrored", "multi_worker")
 # The first worker's (or the chief's) line of `ctl launch`'s output: its JSON.
@@ -112,7 +114,7 @@ def table(rows: Sequence[tuple[str, str, float, float]], layouts: Sequence[str])
 
 
 def run(layouts: Sequence[tuple[str, int]], eval_args: Sequence[str], *, cwd: str | None = None,
-        timeout: float = 1800, out=None) -> int:
+        timeout: float = 1800, out: TextIO | None = None) -> int:
   """Evaluates under each layout in turn, prints the table; 0 if all agree, else 1."""
   out = out or sys.stdout
   results = {}
