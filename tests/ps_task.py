@@ -90,6 +90,19 @@ def main():
   results["global_step"] = np.array(int(runner.global_step.numpy()))
   results["iterations"] = np.array(
       [int(o.iterations.numpy()) for o in runner.optimizers.values()])
+  # Evaluation over numbered samples runs on the coordinator here.
+  from ctl.step.context import normal_by_index
+
+  def generated(models, indices):
+    points = models["generator"](normal_by_index(5, indices, NOISE))
+    return {"index": indices, "points": points, "points_moments": points}
+
+  evaluated = runner.over_samples(generated, 10, batch_size=4, moments=("points_moments",))
+  direct = np.asarray(runner.models["generator"](
+      normal_by_index(5, np.arange(10), NOISE)))
+  results["over_samples_index"] = evaluated["index"]
+  results["over_samples_difference"] = np.array(np.abs(evaluated["points"] - direct).max())
+  results["over_samples_count"] = np.array(evaluated["points_moments"].count)
   np.savez(args.out, **results)
 
 

@@ -76,6 +76,23 @@ def test_a_metric_is_read_only_at_the_step_it_was_reported(tmp_path):
       ("call", 2, None), ("call", 4, 3.0), ("call", 6, None), ("call", 8, 1.0)]
 
 
+def test_reported_metrics_go_to_metrics_jsonl_and_a_resume_reports_later_steps_again(
+    tmp_path):
+  runner().fit(8, tmp_path, actions=[Reports(ctl.Every(steps=2))],
+               checkpoint=ctl.Checkpoint(ctl.Every(steps=4)), progress=False)
+  metrics = ctl.read_history(os.path.join(tmp_path, "metrics.jsonl"))
+  assert metrics.steps.tolist() == [2, 4, 6, 8]
+  assert metrics["score"].tolist() == [VALUES[s] for s in (2, 4, 6, 8)]
+  # A run killed after reporting at step 10 but before its checkpoint there:
+  # the resume from step 8 reports step 10 again, once.
+  with open(os.path.join(tmp_path, "metrics.jsonl"), "a") as f:
+    f.write('{"step": 10, "score": 99.0}\n{"step": 12, "sco')  # the last line cut short
+  runner().fit(12, tmp_path, actions=[Reports(ctl.Every(steps=2))], progress=False)
+  metrics = ctl.read_history(os.path.join(tmp_path, "metrics.jsonl"))
+  assert metrics.steps.tolist() == [2, 4, 6, 8, 10, 12]
+  assert metrics["score"].tolist() == [VALUES[s] for s in (2, 4, 6, 8, 10, 12)]
+
+
 def kept(workdir):
   with open(os.path.join(workdir, "checkpoints", "best", "best.json")) as f:
     record = json.load(f)

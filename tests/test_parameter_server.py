@@ -73,6 +73,10 @@ def test_every_step_runs_once_and_the_discriminator_learns(first_run):
   assert "ckpt-20.index" in names and "ckpt-40.index" in names
   assert os.path.exists(os.path.join(workdir, "export", "generator.keras"))
   assert os.path.exists(os.path.join(workdir, "samples", "samples_00000040.png"))
+  # Runner.over_samples on the coordinator: exactly the samples asked for.
+  assert results["over_samples_index"].tolist() == list(range(10))
+  assert int(results["over_samples_count"]) == 10
+  assert float(results["over_samples_difference"]) < 1e-6
 
 
 def test_rerun_resumes_from_the_last_checkpoint(first_run):

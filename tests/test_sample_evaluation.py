@@ -8,6 +8,7 @@ host-side ones. The same checkpoint across processes and strategies
 (mirrored:4, multi_worker:2 through `ctl launch`) is `test_eval_parity`'s.
 """
 
+import functools
 import os
 
 import keras
@@ -244,3 +245,44 @@ def test_ctl_eval_across_layouts_agrees_on_a_trained_checkpoint(shared_runs, tmp
   assert os.listdir(os.path.join(workdir, "eval_cache"))  # the real digits' outputs kept
   bad = helpers.ctl("eval", "dcgan", "--across", "default,gpu:2", check=False)
   assert bad.returncode == 2 and "'gpu:2' is not a layout" in bad.stderr
+
+
+def _tiny(tmp_path, **kwargs):
+  """A 2-step run of a width-4 experiment in `tmp_path`, and the experiment."""
+  experiment = gan.Experiment(
+      generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+      discriminator=kwargs.pop("discriminator",
+                               lambda **kw: gan.dcgan_discriminator(4, **kw)),
+      batch_size=8, noise_dim=8, fid_samples=100,
+      schedule=gan.Schedule(total_steps=2, steps_per_loop=1, samples_every=2,
+                            checkpoint_every=2, fid_every=0), **kwargs)
+  experiment.train(str(tmp_path), progress=False)
+  return experiment
+
+
+def test_a_conditional_generator_is_scored_on_the_classes_it_was_asked_for(tmp_path):
+  experiment = _tiny(tmp_path, num_classes=10,
+                     dataset=functools.partial(gan.mnist_dataset, with_labels=True))
+  default = experiment.evaluate(str(tmp_path))
+  mirrored = experiment.evaluate(str(tmp_path), "mirrored")
+  assert 0 <= default["label_accuracy"] <= 1 and default["intra_class_fid"] > 0
+  assert default["num_samples"] == 100  # 10 of each class: enough for its FID
+  for key in default:
+    assert mirrored[key] == pytest.approx(default[key], rel=1e-6), key
+
+
+@pytest.mark.slow  # 10,000 digits encoded twice
+def test_an_encoder_is_judged_against_pixels_and_a_random_encoder(tmp_path):
+  experiment = _tiny(tmp_path, encoder=lambda **kw: gan.models.dcgan_encoder(width=4, **kw),
+                     discriminator=lambda **kw: gan.models.bigan_discriminator(width=4, **kw))
+  default = experiment.evaluate(str(tmp_path))
+  mirrored = experiment.evaluate(str(tmp_path), "mirrored")
+  assert default["pixels_1nn_accuracy"] == pytest.approx(0.933)
+  for key in ("encoder_1nn_accuracy", "random_encoder_1nn_accuracy"):
+    assert 0.1 < default[key] <= 1, default  # codes of digits: better than chance
+  assert 0 < default["reconstruction_ratio"] < 3 and default["encoder_samples"] == 5000
+  for key in default:
+    assert mirrored[key] == pytest.approx(default[key], rel=1e-6), key
+  # The random encoder is seeded: the same copy every time.
+  assert experiment.evaluate(str(tmp_path))["random_encoder_1nn_accuracy"] == default[
+      "random_encoder_1nn_accuracy"]
