@@ -51,6 +51,7 @@ _MODULES = {
     "launch": "ctl.distribute.launch", "check": "ctl.tools.check", "parity": "ctl.tools.parity",
     "parity_runs": "ctl.tools.parity_runs", "records": "ctl.tools.records",
     "experiments": "ctl.tools.experiments", "configs": "ctl.tools.configs",
+    "eval_parity": "ctl.tools.eval_parity",
     "arguments": "ctl.base.arguments", "constants": "ctl.base.constants",
     "sources": "ctl.base.sources",
 }

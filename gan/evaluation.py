@@ -323,8 +323,8 @@ def _distances(a, b, chunk=1000):
   return out
 
 
-def _kth_neighbour_radii(features, k):
-  """Each row's distance to its k-th nearest other row."""
+def kth_neighbour_radii(features: np.ndarray, k: int) -> np.ndarray:
+  """Each row's distance to its k-th nearest other row: [N]."""
   distances = _distances(features, features)
   np.fill_diagonal(distances, np.inf)
   return np.partition(distances, k - 1, axis=1)[:, k - 1]
@@ -332,7 +332,8 @@ def _kth_neighbour_radii(features, k):
 
 @gin.register(module="gan.evaluation")
 def precision_recall_density_coverage(real_features: np.ndarray, fake_features: np.ndarray,
-                                      *, k: int = 5) -> dict[str, float]:
+                                      *, k: int = 5,
+                                      real_radii: np.ndarray | None = None) -> dict[str, float]:
   """Precision, recall (Kynkaanniemi et al. 2019), density and coverage (Naeem
   et al. 2020) of generated features against real ones, by k-nearest-neighbour balls.
 
@@ -349,6 +350,8 @@ def precision_recall_density_coverage(real_features: np.ndarray, fake_features: 
     real_features: [N_r, d].
     fake_features: [N_f, d].
     k: the neighbour that sets each ball's radius.
+    real_radii: the real rows' radii for this k, if known (`kth_neighbour_radii`;
+      `classifier_metrics` keeps the reference's).
 
   Returns:
     {"precision", "recall", "density", "coverage"}: floats, each in [0, 1]
@@ -359,8 +362,9 @@ def precision_recall_density_coverage(real_features: np.ndarray, fake_features: 
   if k >= min(len(real), len(fake)):
     raise ValueError(f"k={k} needs more than k rows on each side, got {len(real)} real "
                      f"and {len(fake)} generated.")
-  real_radii = _kth_neighbour_radii(real, k)
-  fake_radii = _kth_neighbour_radii(fake, k)
+  if real_radii is None:
+    real_radii = kth_neighbour_radii(real, k)
+  fake_radii = kth_neighbour_radii(fake, k)
   between = _distances(real, fake)  # [real, fake]
   inside_real = between <= real_radii[:, None]
   return {
@@ -600,8 +604,11 @@ def classifier_metrics(generated: dict, reference: dict, *, k: int = 5,
   metrics["real_score_32"] = score_in_batches(
       reference["logits"][np.random.default_rng(0).permutation(reference["num_samples"])])
   if count > k:
-    metrics.update(precision_recall_density_coverage(reference["features"],
-                                                     generated["features"], k=k))
+    radii = reference.setdefault("radii", {})  # the reference's: once per k
+    if k not in radii:
+      radii[k] = kth_neighbour_radii(reference["features"], k)
+    metrics.update(precision_recall_density_coverage(
+        reference["features"], generated["features"], k=k, real_radii=radii[k]))
     metrics["prdc_k"] = k
   if "labels" in generated:
     labels = np.asarray(generated["labels"])

@@ -205,6 +205,7 @@ class ClassifierFID(ctl.Action):
     self._noise_dim = noise_dim
     self._num_classes = num_classes
     self._seed = seed
+    self._reference = None  # (cache directory, the real digits' outputs), once loaded
     self._sample_fn = self._make_sample_fn()  # one function: compiled once per runner
 
   def _make_sample_fn(self):
@@ -253,10 +254,11 @@ class ClassifierFID(ctl.Action):
     """Every metric of `gan.evaluation.classifier_metrics`, the samples run by
     `over_samples`; the real digits' outputs cached in `<workdir>/eval_cache`."""
     from gan import evaluation  # loads the classifier only when it is asked for
-    reference = evaluation.reference_outputs(
-        "test", cache_dir=os.path.join(workdir, "eval_cache") if workdir else None,
-        write=is_chief)
-    return evaluation.classifier_metrics(self.outputs(over_samples), reference)
+    cache_dir = os.path.join(workdir, "eval_cache") if workdir else None
+    if self._reference is None or self._reference[0] != cache_dir:  # once per workdir
+      self._reference = (cache_dir, evaluation.reference_outputs("test", cache_dir=cache_dir,
+                                                                  write=is_chief))
+    return evaluation.classifier_metrics(self.outputs(over_samples), self._reference[1])
 
   def __call__(self, context: ctl.FitContext) -> None:
     self.results = self.measure(context.over_samples, context.workdir,

@@ -531,6 +531,23 @@ def evaluate_zero_batches(s):
   _runner().evaluate(lambda ctx, x: {"loss": ctx.average(x[:, 0])}, _data(), num_batches=0)
 
 
+def over_samples_returns_a_tensor(s):
+  _runner().over_samples(lambda models, indices: tf.cast(indices, tf.float32), 10)
+
+
+def over_samples_returns_a_scalar(s):
+  _runner().over_samples(lambda models, indices: {"mean": tf.reduce_mean(
+      tf.cast(indices, tf.float32))}, 10)
+
+
+def over_samples_zero_samples(s):
+  _runner().over_samples(lambda models, indices: {"index": indices}, 0)
+
+
+def eval_across_a_bad_layout(s):
+  _cli("eval", CONFIG, "--workdir", str(s.path), "--across", "default,mirrored")
+
+
 # Step counts.
 
 def train_zero_steps(s):
@@ -1273,6 +1290,25 @@ CASES = [
          "got 0",
          evaluate_zero_batches, ValueError,
          ("num_batches must be an int >= 1 (batches to evaluate), got 0",)),
+    Case("over-samples-returns-a-tensor",
+         "TypeError from over_samples: fn must return a dict of per-sample tensors "
+         "[rows, ...], got SymbolicTensor; e.g. return {'features': features}",
+         over_samples_returns_a_tensor, TypeError,
+         ("fn must return a dict of per-sample tensors", "return {'features': features}")),
+    Case("over-samples-returns-a-scalar",
+         "ValueError from over_samples: fn's output 'mean' has shape (); each output must "
+         "have one row per sample index",
+         over_samples_returns_a_scalar, ValueError,
+         ("fn's output 'mean' has shape ()", "one row per sample index")),
+    Case("over-samples-zero-samples",
+         "ValueError from over_samples: num_samples must be an int >= 1, got 0",
+         over_samples_zero_samples, ValueError, ("num_samples must be an int >= 1, got 0",)),
+    Case("eval-across-a-bad-layout",
+         "ctl eval exits 2: --across: 'mirrored' is not a layout; use default, mirrored:N "
+         "... or multi_worker:N",
+         eval_across_a_bad_layout, CommandFailed,
+         ("exit code 2", "--across: 'mirrored' is not a layout", "mirrored:N (N logical CPUs)",
+          "multi_worker:N")),
     Case("fit-negative-steps",
          "ValueError from fit: total_steps must be an int >= 0 (the global step to train "
          "up to), got -1",

@@ -2,7 +2,8 @@
 
     ctl train dcgan --gin "gan.Schedule.total_steps = 100"   # a shipped config, by name
     ctl train my.gin --strategy mirrored --logical-cpus 2  # any .gin file, by path
-    ctl eval dcgan                       # runs/dcgan: {"step": 100, "classifier_fid": 9.1}
+    ctl eval dcgan                       # runs/dcgan: {"step": 100, "classifier_fid": 9.1, ...}
+    ctl eval dcgan --across default,mirrored:2,multi_worker:2   # the same numbers?
     ctl export dcgan --out exported/
 
 The configuration is a .gin file's path or the name of one an installed
@@ -39,10 +40,14 @@ does nothing if the run is complete)."""
 
 _EVAL = """\
 Makes the experiment and calls its evaluate method: it restores the newest
-checkpoint in <workdir>/checkpoints and evaluates it once (the GAN kit's: the
-classifier FID of the generator, or of its EMA copy). Prints the metrics as one
-JSON object on stdout, e.g. {"step": 25000, "classifier_fid": 5.19}. Logs go to
-stderr."""
+checkpoint in <workdir>/checkpoints and evaluates it once under --strategy,
+every replica and worker taking part (the GAN kit's: classifier FID, KID,
+scores, precision/recall/density/coverage of the generator or its EMA copy,
+each with its N; label accuracy for a conditional GAN, encoder metrics for a
+BiGAN). Prints the metrics as one JSON object on stdout, e.g. {"step": 25000,
+"classifier_fid": 5.19, ...}. Logs go to stderr. With --across, evaluates under
+each layout in a process of its own and prints how far each number is from the
+first layout's (evaluation parity)."""
 
 _EXPORT = """\
 Makes the experiment and calls its export method: it restores the newest
