@@ -90,7 +90,12 @@ def classifier_model() -> keras.Model:
   classifier's, not a model's being trained."""
   if "model" not in _cache:
     import keras
-    model = classifier_lib.load_classifier()
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")  # not a mixed-precision run's policy
+    try:
+      model = classifier_lib.load_classifier()
+    finally:
+      keras.config.set_dtype_policy(policy)
     _cache["model"] = keras.Model(model.inputs[0],
                                   [model.get_layer("logits").output,
                                    model.get_layer(classifier_lib.FEATURES).output])

@@ -96,18 +96,28 @@ def test_increases_with_additive_noise(digits, noisy):
   assert strictly_increasing(values), values
 
 
+@pytest.fixture(scope="module")
+def blurred(digits):
+  """Features of the training digits under each blur."""
+  return [gan.evaluation.classifier_features(blur(digits["train"], s)) for s in BLUR_SIGMAS]
+
+
+@pytest.fixture(scope="module")
+def dropped(digits):
+  """Features of digits drawn from fewer and fewer classes."""
+  return [gan.evaluation.classifier_features(
+      keep_classes(digits["train"], digits["train_labels"], kept, seed=kept))
+          for kept in KEPT_CLASSES]
+
+
 @pytest.mark.slow  # seconds of feature extraction
-def test_increases_with_blur(digits):
-  values = [fid(digits["real"], digits)]
-  values += [fid(gan.evaluation.classifier_features(blur(digits["train"], s)), digits)
-             for s in BLUR_SIGMAS]
+def test_increases_with_blur(digits, blurred):
+  values = [fid(digits["real"], digits)] + [fid(f, digits) for f in blurred]
   assert strictly_increasing(values), values
 
 
-def test_increases_as_classes_are_dropped(digits):
-  values = [fid(gan.evaluation.classifier_features(
-      keep_classes(digits["train"], digits["train_labels"], kept, seed=kept)), digits)
-            for kept in KEPT_CLASSES]
+def test_increases_as_classes_are_dropped(digits, dropped):
+  values = [fid(f, digits) for f in dropped]
   assert strictly_increasing(values), values
 
 
@@ -157,7 +167,10 @@ def test_classifier_score(digits):
 
 
 def prdc(features, digits):
-  return gan.evaluation.precision_recall_density_coverage(digits["reference"], features)
+  if "radii" not in digits:  # the reference's, once
+    digits["radii"] = gan.evaluation.kth_neighbour_radii(digits["reference"], 5)
+  return gan.evaluation.precision_recall_density_coverage(
+      digits["reference"], features, real_radii=digits["radii"])
 
 
 def strictly_decreasing(values):
@@ -166,7 +179,7 @@ def strictly_decreasing(values):
 
 
 @pytest.mark.slow  # seconds of features and of 5,000 x 5,000 distances
-def test_precision_recall_density_coverage(digits, noisy):
+def test_precision_recall_density_coverage(digits, noisy, blurred, dropped):
   """Real vs real near 1 each; diversity (recall, coverage) falls strictly
   under every corruption; fidelity (precision, density) falls under more blur
   and strong noise, and stays where it was when classes are dropped (what splits
@@ -174,11 +187,8 @@ def test_precision_recall_density_coverage(digits, noisy):
   real = prdc(digits["real"], digits)
   assert min(real.values()) > 0.9 and real["density"] < 1.1, real
   noise = [real] + [prdc(f, digits) for f in noisy["levels"]]
-  blurred = [real] + [prdc(gan.evaluation.classifier_features(blur(digits["train"], s)), digits)
-                      for s in BLUR_SIGMAS]
-  dropped = [prdc(gan.evaluation.classifier_features(
-      keep_classes(digits["train"], digits["train_labels"], kept, seed=kept)), digits)
-             for kept in KEPT_CLASSES]
+  blurred = [real] + [prdc(f, digits) for f in blurred]
+  dropped = [prdc(f, digits) for f in dropped]
   for name, series in (("noise", noise), ("blur", blurred), ("dropped classes", dropped)):
     for metric in ("recall", "coverage"):
       assert strictly_decreasing([m[metric] for m in series]), (name, metric, series)

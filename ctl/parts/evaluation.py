@@ -200,16 +200,14 @@ class Evaluator:
     one_batch = self._compiled[key]
     summed, pieces = {}, {}
     limit = tf.constant(num_samples, tf.int64)
-    with _said_if_quiet() as beat:
-      for batch, first in enumerate(range(0, num_samples, rows * replicas)):
-        sums, rows_out = one_batch(tf.constant(first, tf.int64), limit)
-        beat(batch + 1)
-        for name in moments:
-          count, total, outer = (np.asarray(v) for v in sums[name])
-          part = Moments(int(count), total, outer)
-          summed[name] = summed[name] + part if name in summed else part
-        for name, value in rows_out.items():
-          pieces.setdefault(name, []).append(np.asarray(value))
+    for first in range(0, num_samples, rows * replicas):  # no data to wait for
+      sums, rows_out = one_batch(tf.constant(first, tf.int64), limit)
+      for name in moments:
+        count, total, outer = (np.asarray(v) for v in sums[name])
+        part = Moments(int(count), total, outer)
+        summed[name] = summed[name] + part if name in summed else part
+      for name, value in rows_out.items():
+        pieces.setdefault(name, []).append(np.asarray(value))
     out = {name: np.concatenate(values)[:num_samples] for name, values in pieces.items()}
     return {**out, **summed}
 
