@@ -17,14 +17,16 @@ The everyday names are here; the rest is grouped by kind:
   gan.models       DCGAN models, the BiGAN encoder and pair discriminator
   gan.data         MNIST (embedded), TFDS, image folders, TFRecords
   gan.ema          an EMA copy of the generator
-  gan.evaluation   classifier FID/KID/score, Inception FID
-  gan.experiment   the experiment's step, build, sample grids and FID action
+  gan.augment      differentiable augmentation (DiffAugment) for little data
+  gan.evaluation   classifier FID/KID/score, precision/recall, Inception FID
+  gan.experiment   the experiment's step, build, sample grids and metric actions
 
 Gin knows each name by its shortest spelling: the everyday names at the top
 (`@gan.dcgan_generator`), the others by their module (`@gan.models.dcgan_encoder`),
 and a loss family as a value (`%gan.losses.hinge`).
 """
 
+from gan import augment
 from gan import data
 from gan import ema
 from gan import evaluation
@@ -40,5 +42,5 @@ from gan.models import dcgan_generator
 
 __all__ = [
     "Experiment", "Schedule", "mnist_dataset", "dcgan_generator", "dcgan_discriminator",
-    "losses", "penalties", "models", "data", "ema", "evaluation", "experiment",
+    "losses", "penalties", "models", "data", "ema", "evaluation", "experiment", "augment",
 ]

@@ -24,6 +24,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
+from collections.abc import Sequence
 
 import gin
 import keras
@@ -32,6 +33,7 @@ import tensorflow as tf
 
 import ctl
 from ctl.base import arguments
+from gan import augment as augment_lib
 from gan import data as data_lib
 from gan import ema as ema_lib
 from gan import losses
@@ -57,7 +59,8 @@ def _is(fn: Callable, target: Callable) -> bool:
 def make_step(*, loss: losses.LossFamily = losses.non_saturating,
               penalty: Callable = penalties.no_penalty, noise_dim: int = 64,
               discriminator_steps: int = 1, conditional: bool = False, encoder: bool = False,
-              ema_decay: float | None = None, ema_start_step: int = 0) -> Callable:
+              ema_decay: float | None = None, ema_start_step: int = 0,
+              augment: Sequence[str] = ()) -> Callable:
   """A ctl step: `discriminator_steps` discriminator updates, then one generator update.
 
   Each discriminator update takes its own batch (the runner's
@@ -65,17 +68,24 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   `conditional`; fakes are then drawn for the real batch's labels. With
   `encoder`, the discriminator scores pairs `(x, E(x))` against `(G(z), z)`,
   and the generator and encoder both minimise the discriminator loss with the
-  labels swapped (Donahue et al. 2017, section 3).
+  labels swapped (Donahue et al. 2017, section 3). With `augment` (names of
+  `gan.augment.POLICIES`), every image the discriminator sees, real or
+  generated, in both updates, goes through `gan.augment.diff_augment` first.
   """
   penalized = not _is(penalty, penalties.no_penalty)
   _check_penalty(penalty, encoder)
+  policy = augment_lib.check_policy(augment)
+
+  def seen(ctx, images):
+    """What the discriminator sees of `images`: augmented, with a policy."""
+    return augment_lib.diff_augment(ctx, images, policy) if policy else images
 
   def pair_logits(ctx, real, fake, z):
     """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z)."""
     codes = ctx.models["encoder"](real, training=True)
     discriminator = ctx.models["discriminator"]
-    return (discriminator([real, codes], training=True),
-            discriminator([fake, z], training=True))
+    return (discriminator([seen(ctx, real), codes], training=True),
+            discriminator([seen(ctx, fake), z], training=True))
 
   def critic_update(ctx, real, labels):
     generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
@@ -86,8 +96,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
         extra = tf.zeros([tf.shape(real)[0]])
       else:
-        critic = (lambda x: discriminator([x, labels], training=True)) if conditional else (
-            lambda x: discriminator(x, training=True))
+        critic = (lambda x: discriminator([seen(ctx, x), labels], training=True)
+                  ) if conditional else (lambda x: discriminator(seen(ctx, x), training=True))
         real_logits, fake_logits = critic(real), critic(fake)
         extra = penalty(ctx, critic, real, fake)
       d_loss = ctx.average(loss.discriminator(real_logits, fake_logits))
@@ -106,7 +116,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         # Swapped labels: fakes should look real, real pairs fake.
         g_loss = ctx.average(loss.discriminator(fake_logits, real_logits))
       else:
-        fake_logits = discriminator([fake, labels] if conditional else fake, training=True)
+        fake_logits = discriminator([seen(ctx, fake), labels] if conditional
+                                    else seen(ctx, fake), training=True)
         g_loss = ctx.average(loss.generator(fake_logits))
     ctx.minimize(g_loss, "generator", tape=tape)
     if encoder:
@@ -469,6 +480,9 @@ class Experiment:
     schedule: when to stop, save, draw samples and measure FID.
     fid_samples: generated images per FID.
     seed: the runner's seed (initial weights, noise).
+    augment: differentiable augmentations of every image the discriminator
+      sees (`gan.augment`, DiffAugment), e.g. ("color", "translation",
+      "cutout"); () for none.
   """
 
   dataset: Callable[[int], tf.data.Dataset] = data_lib.mnist_dataset
@@ -489,6 +503,7 @@ class Experiment:
   schedule: Schedule = dataclasses.field(default_factory=Schedule)
   fid_samples: int = 5000
   seed: int = 0
+  augment: tuple[str, ...] = ()
 
   def __post_init__(self) -> None:
     _check(self)
@@ -586,7 +601,8 @@ class Experiment:
     step = make_step(loss=self.loss, penalty=self.penalty, noise_dim=self.noise_dim,
                      discriminator_steps=self.discriminator_steps,
                      conditional=bool(self.num_classes), encoder=self.encoder is not None,
-                     ema_decay=self.ema_decay, ema_start_step=self.ema_start_step)
+                     ema_decay=self.ema_decay, ema_start_step=self.ema_start_step,
+                     augment=self.augment)
     build = make_build(generator=self.generator, discriminator=self.discriminator,
                        encoder=self.encoder, image_shape=image_shape, noise_dim=self.noise_dim,
                        num_classes=self.num_classes,
@@ -632,6 +648,7 @@ def _check(experiment: Experiment) -> None:
                        "0.999 is usual.")
   arguments.integer("ema_start_step", experiment.ema_start_step, minimum=0)
   arguments.integer("fid_samples", experiment.fid_samples, minimum=2)
+  augment_lib.check_policy(experiment.augment)
   _check_penalty(experiment.penalty, experiment.encoder is not None)
 
 

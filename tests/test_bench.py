@@ -11,6 +11,7 @@ on the machine.
 """
 
 import json
+import os
 
 import pytest
 
@@ -138,3 +139,31 @@ def test_eval_speed_prints_every_path_under_both_strategies():
     assert row["samples"] == 100 and row["min_s"] <= row["median_s"] <= row["max_s"], row
     assert row["ratio_to_chief_only"] > 0
   assert "| 100 | mirrored:2 | distributed, FID |" in proc.stdout
+
+
+def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
+  """bench/gan_quality.py --quick on the three kinds of config (unconditional,
+  conditional, BiGAN): every record complete (no quality asserts)."""
+  proc = helpers.python(["bench/gan_quality.py", "--quick", "--configs",
+                         "dcgan,conditional_dcgan,bigan", "--workdir", str(tmp_path)],
+                        timeout=900)
+  lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+  floor = [line["floor"] for line in lines if "floor" in line]
+  assert len(floor) == 1 and 0.3 < floor[0] < 1.0, floor  # the real-vs-real FID
+  runs = {line["run"]["config"]: line["run"] for line in lines if "run" in line}
+  assert sorted(runs) == ["bigan", "conditional_dcgan", "dcgan"]
+  for run in runs.values():
+    assert [point["step"] for point in run["curve"]] == [5, 10], run
+    for point in run["curve"]:
+      assert point["classifier_fid"] > 0 and point["num_samples"] == 500, point
+      assert 0 < point["seconds"] <= run["seconds"], point
+    assert run["grid"].endswith(".png") and os.path.exists(run["grid"])
+  assert "label_accuracy" in runs["conditional_dcgan"]["curve"][-1]
+  assert "encoder_1nn_accuracy" in runs["bigan"]["curve"][-1]
+  summaries = [line["summary"] for line in lines if "summary" in line]
+  assert [s["config"] for s in summaries] == ["dcgan", "conditional_dcgan", "bigan"]
+  for summary in summaries:
+    assert summary["seeds"] == 1 and summary["best_fid"][0] > 0
+    assert {"reached_10x", "minutes_to_10x", "step_to_3x"} <= set(summary)
+  assert "| conditional_dcgan | 10 |" in proc.stdout
+  assert "final_label_accuracy" in summaries[1] and "final_encoder_1nn_accuracy" in summaries[2]

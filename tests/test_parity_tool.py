@@ -95,9 +95,12 @@ def test_a_module_with_the_old_step_name_is_told_the_new_one(tmp_path):
 def test_the_command_on_a_gin_experiment():
   """A .gin file: its experiment's runner, with each configuration's options, in
   float64 too (the GAN kit computes in the run's float type), on another seed
-  than the experiment's."""
+  than the experiment's; with differentiable augmentation on (`gan.augment`:
+  its draws are per example, so it keeps parity)."""
   proc = helpers.ctl("parity", os.path.join(helpers.ROOT, "examples", "configs", "dcgan.gin"),
-                     *helpers.TINY_GAN, "--against", "mirrored:2", "--steps", "2",
+                     *helpers.TINY_GAN, "--gin",
+                     "gan.Experiment.augment = ('color', 'translation', 'cutout')",
+                     "--against", "mirrored:2", "--steps", "2",
                      "--seeds", "3", "--verbose", check=False)
   print(proc.stdout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
