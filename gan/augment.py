@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import gin
 import tensorflow as tf
 
+import ctl
 from ctl.base import arguments
 
 POLICIES = ("color", "translation", "cutout")
@@ -44,7 +45,7 @@ def _per_image(ctx, minval, maxval):
   return tf.reshape(ctx.uniform([1], minval, maxval), [-1, 1, 1, 1])
 
 
-def color(ctx, images: tf.Tensor) -> tf.Tensor:
+def color(ctx: ctl.StepContext, images: tf.Tensor) -> tf.Tensor:
   """Brightness and contrast (and saturation for RGB), per image."""
   dtype = images.dtype
   images = images + tf.cast(_per_image(ctx, -0.5, 0.5), dtype)
@@ -55,7 +56,7 @@ def color(ctx, images: tf.Tensor) -> tf.Tensor:
   return (images - mean) * tf.cast(_per_image(ctx, 0.5, 1.5), dtype) + mean
 
 
-def translation(ctx, images: tf.Tensor, ratio: float = 0.125) -> tf.Tensor:
+def translation(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.125) -> tf.Tensor:
   """A shift by up to `ratio` of the side, per image, filled with -1."""
   height, width = images.shape[1], images.shape[2]
   pad_h, pad_w = int(height * ratio + 0.5), int(width * ratio + 0.5)
@@ -70,7 +71,7 @@ def translation(ctx, images: tf.Tensor, ratio: float = 0.125) -> tf.Tensor:
   return tf.gather(out, cols, axis=2, batch_dims=1)
 
 
-def cutout(ctx, images: tf.Tensor, ratio: float = 0.5) -> tf.Tensor:
+def cutout(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.5) -> tf.Tensor:
   """A square of `ratio` of the side set to 0, centred anywhere, per image."""
   height, width = images.shape[1], images.shape[2]
   size_h, size_w = int(height * ratio + 0.5), int(width * ratio + 0.5)
@@ -90,7 +91,7 @@ _OPS = {"color": color, "translation": translation, "cutout": cutout}
 
 
 @gin.register(module="gan.augment")
-def diff_augment(ctx, images: tf.Tensor, policy: Sequence[str] = DEFAULT_POLICY, *,
+def diff_augment(ctx: ctl.StepContext, images: tf.Tensor, policy: Sequence[str] = DEFAULT_POLICY, *,
                  translation_ratio: float = 0.125, cutout_ratio: float = 0.5) -> tf.Tensor:
   """`images` [rows, H, W, C] in [-1, 1], augmented by `policy`, per image.
 

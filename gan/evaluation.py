@@ -23,8 +23,10 @@ take and return NumPy values.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import logging
 import os
-import zipfile
 from typing import TYPE_CHECKING
 
 import gin
@@ -317,22 +319,28 @@ def kernel_distance(features_a: np.ndarray, features_b: np.ndarray, *, num_subse
   return float(np.mean(values)), float(np.std(values))
 
 
-def _distances(a, b, chunk=1000):
-  """Euclidean distances [len(a), len(b)], float64, computed `chunk` rows at a time."""
-  b_norms = np.sum(b ** 2, 1)
-  out = np.empty((len(a), len(b)))
-  for start in range(0, len(a), chunk):
-    rows = a[start:start + chunk]
-    squared = np.sum(rows ** 2, 1)[:, None] + b_norms[None] - 2 * rows @ b.T
-    out[start:start + chunk] = np.sqrt(np.maximum(squared, 0))
-  return out
+_CHUNK = 1000  # rows of a distance matrix at a time: memory O(_CHUNK x N), not O(N^2)
+
+
+def _distances(a, b):
+  """Euclidean distances [len(a), len(b)], float64 (for a chunk of rows `a`)."""
+  squared = np.sum(a ** 2, 1)[:, None] + np.sum(b ** 2, 1)[None] - 2 * a @ b.T
+  return np.sqrt(np.maximum(squared, 0))
+
+
+def _chunks(rows):
+  return range(0, rows, _CHUNK)
 
 
 def kth_neighbour_radii(features: np.ndarray, k: int) -> np.ndarray:
   """Each row's distance to its k-th nearest other row: [N]."""
-  distances = _distances(features, features)
-  np.fill_diagonal(distances, np.inf)
-  return np.partition(distances, k - 1, axis=1)[:, k - 1]
+  radii = np.empty(len(features))
+  for start in _chunks(len(features)):
+    distances = _distances(features[start:start + _CHUNK], features)
+    rows = np.arange(len(distances))
+    distances[rows, start + rows] = np.inf  # not its own neighbour
+    radii[start:start + _CHUNK] = np.partition(distances, k - 1, axis=1)[:, k - 1]
+  return radii
 
 
 @gin.register(module="gan.evaluation")
@@ -370,13 +378,21 @@ def precision_recall_density_coverage(real_features: np.ndarray, fake_features: 
   if real_radii is None:
     real_radii = kth_neighbour_radii(real, k)
   fake_radii = kth_neighbour_radii(fake, k)
-  between = _distances(real, fake)  # [real, fake]
-  inside_real = between <= real_radii[:, None]
+  in_a_real_ball = np.zeros(len(fake), bool)
+  real_balls_holding = np.zeros(len(fake))  # how many real balls hold each fake row
+  recalled, covered = 0, 0
+  for start in _chunks(len(real)):  # [real chunk, fake] at a time
+    between = _distances(real[start:start + _CHUNK], fake)
+    inside = between <= real_radii[start:start + _CHUNK, None]
+    in_a_real_ball |= inside.any(0)
+    real_balls_holding += inside.sum(0)
+    recalled += int((between <= fake_radii[None, :]).any(1).sum())
+    covered += int(inside.any(1).sum())
   return {
-      "precision": float(inside_real.any(0).mean()),
-      "recall": float((between <= fake_radii[None, :]).any(1).mean()),
-      "density": float(inside_real.sum(0).mean() / k),
-      "coverage": float((between.min(1) <= real_radii).mean()),
+      "precision": float(in_a_real_ball.mean()),
+      "recall": recalled / len(real),
+      "density": float(real_balls_holding.mean() / k),
+      "coverage": covered / len(real),
   }
 
 
@@ -394,8 +410,8 @@ def nearest_neighbour_accuracy(reference_features: np.ndarray, reference_labels:
     raise ValueError(f"labels must match the features' rows: {len(reference_labels)} "
                      f"labels for {len(reference)} reference rows, {len(labels)} for "
                      f"{len(queries)}.")
-  nearest = np.concatenate([np.argmin(_distances(queries[i:i + 1000], reference), 1)
-                            for i in range(0, len(queries), 1000)])
+  nearest = np.concatenate([np.argmin(_distances(queries[i:i + _CHUNK], reference), 1)
+                            for i in _chunks(len(queries))])
   return float(np.mean(reference_labels[nearest] == labels))
 
 
@@ -544,27 +560,50 @@ def reference_outputs(split: str = "test", num_samples: int | None = None, *,
     logits, features = _outputs(images, 500)
     outputs = {"features": features, "logits": logits}
     if path and write:
-      os.makedirs(cache_dir, exist_ok=True)
-      partial = f"{path}.partial-{os.getpid()}"
-      with open(partial, "wb") as f:
-        np.savez(f, name=os.path.basename(path), **outputs)
-      os.replace(partial, path)  # whole or absent, whatever stops this
+      _write_reference(path, outputs)
   return {**outputs, "moments": Moments.of(outputs["features"]), "num_samples": count,
           "labels": labels[:count], "split": split}
 
 
+def _digest(outputs):
+  """What the cached arrays must hash to: a file changed after it was written
+  (or half-copied) is computed again."""
+  digest = hashlib.sha256()
+  for key in ("features", "logits"):
+    digest.update(np.ascontiguousarray(outputs[key], np.float64).tobytes())
+  return digest.hexdigest()
+
+
 def _read_reference(path, count):
-  """The cached outputs at `path`, or None if absent or not what the name says."""
+  """The cached outputs at `path`, or None if absent, unreadable or not what
+  its name and digest say (it is then computed again, and rewritten)."""
   try:
     with np.load(path) as archive:
       outputs = {k: archive[k].astype(np.float64) for k in ("features", "logits")}
-      name = str(archive["name"])
-  except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+      name, digest = str(archive["name"]), str(archive["digest"])
+  except Exception:  # noqa: BLE001  (empty, cut short, not an archive, a directory...)
     return None
   if (name != os.path.basename(path) or outputs["features"].shape != (count, 64)
-      or outputs["logits"].shape != (count, 10)):
+      or outputs["logits"].shape != (count, 10) or digest != _digest(outputs)):
     return None
   return outputs
+
+
+def _write_reference(path, outputs):
+  """Writes the cache file whole or not at all; a cache that cannot be
+  written (a full disk, a directory in the way) is skipped with a warning."""
+  partial = f"{path}.partial-{os.getpid()}"
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(partial, "wb") as f:
+      np.savez(f, name=os.path.basename(path), digest=_digest(outputs), **outputs)
+    os.replace(partial, path)
+  except OSError as e:
+    logging.getLogger("ctl").warning(
+        "gan.evaluation: could not cache the real digits' outputs at %s (%s); they "
+        "are computed again next time.", path, e)
+    with contextlib.suppress(OSError):
+      os.remove(partial)
 
 
 def classifier_metrics(generated: dict, reference: dict, *, k: int = 5,

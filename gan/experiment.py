@@ -44,8 +44,9 @@ _log = logging.getLogger("ctl.gan")  # shown wherever the "ctl" logger is
 
 # Adam(2e-4, beta_1=0.5): the DCGAN paper's settings (Radford et al. 2016, section 4).
 default_optimizer = functools.partial(keras.optimizers.Adam, 2e-4, beta_1=0.5)
-gin.external_configurable(keras.optimizers.Adam, module="keras.optimizers")
-gin.external_configurable(keras.optimizers.RMSprop, module="keras.optimizers")
+for _optimizer in (keras.optimizers.Adam, keras.optimizers.AdamW, keras.optimizers.RMSprop,
+                   keras.optimizers.SGD, keras.optimizers.Lion):
+  gin.external_configurable(_optimizer, module="keras.optimizers")
 
 Strategy = str | tf.distribute.Strategy  # a ctl.make_strategy name, or a strategy
 Optimizer = Callable[[], keras.optimizers.Optimizer]  # called in the strategy's scope
@@ -386,13 +387,17 @@ def _random_copy(model: keras.Model, seed: int) -> keras.Model:
   def clone(layer):
     config = layer.get_config()
     for key, value in config.items():
-      if key.endswith("_initializer") and isinstance(value, dict):
-        value.setdefault("config", {})["seed"] = next(seeds)
+      if (key.endswith("_initializer") and isinstance(value, dict)
+          and "seed" in value.get("config", {})):  # random ones (Zeros takes no seed)
+        value["config"]["seed"] = next(seeds)
     return layer.__class__.from_config(config)
 
   try:
     return keras.models.clone_model(model, clone_function=clone)
-  except (TypeError, ValueError):  # a layer whose config does not rebuild it
+  except (TypeError, ValueError) as e:  # a layer whose config does not rebuild it
+    _log.warning("EncoderQuality: could not seed a copy of %s (%s); its random copy is "
+                 "unseeded, so random_encoder_1nn_accuracy varies between runs.",
+                 model.name, e)
     return keras.models.clone_model(model)
 
 

@@ -83,11 +83,16 @@ def test_reported_metrics_go_to_metrics_jsonl_and_a_resume_reports_later_steps_a
   metrics = ctl.read_history(os.path.join(tmp_path, "metrics.jsonl"))
   assert metrics.steps.tolist() == [2, 4, 6, 8]
   assert metrics["score"].tolist() == [VALUES[s] for s in (2, 4, 6, 8)]
+  with open(os.path.join(tmp_path, "metrics.jsonl")) as f:
+    written = f.read()
   # A run killed after reporting at step 10 but before its checkpoint there:
-  # the resume from step 8 reports step 10 again, once.
+  # the resume from step 8 reports step 10 again, once, and keeps the lines
+  # before as they were written.
   with open(os.path.join(tmp_path, "metrics.jsonl"), "a") as f:
     f.write('{"step": 10, "score": 99.0}\n{"step": 12, "sco')  # the last line cut short
   runner().fit(12, tmp_path, actions=[Reports(ctl.Every(steps=2))], progress=False)
+  with open(os.path.join(tmp_path, "metrics.jsonl")) as f:
+    assert f.read().startswith(written)
   metrics = ctl.read_history(os.path.join(tmp_path, "metrics.jsonl"))
   assert metrics.steps.tolist() == [2, 4, 6, 8, 10, 12]
   assert metrics["score"].tolist() == [VALUES[s] for s in (2, 4, 6, 8, 10, 12)]

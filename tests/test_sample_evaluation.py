@@ -10,6 +10,8 @@ host-side ones. The same checkpoint across processes and strategies
 
 import functools
 import os
+import signal
+import time
 
 import keras
 import numpy as np
@@ -90,6 +92,12 @@ def test_over_samples_names_a_bad_function_or_argument():
     runner.over_samples(_samples, 4, moments=("features",))
   with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
     runner.over_samples(_samples, 0)
+  with pytest.raises(TypeError, match="got the string 'outputs_moments'"):
+    runner.over_samples(_samples, 4, moments="outputs_moments")
+  # A batch far larger than the samples is cut to them, not padded in full.
+  assert runner.over_samples(_samples, 3, batch_size=10**9)["index"].tolist() == [0, 1, 2]
+  with pytest.raises(tf.errors.InvalidArgumentError, match="indices must be consecutive"):
+    normal_by_index(3, tf.constant([0, 2, 1], tf.int32), 4)
 
 
 def test_moments_merge_exactly_and_give_the_features_fid():
@@ -138,6 +146,24 @@ def test_reference_outputs_are_cached_by_split_count_and_classifier(tmp_path, mo
       evaluation.reference_outputs("test", 300, cache_dir=cache)["features"],
       first["features"])
   assert os.path.getsize(path) > 100
+  # Empty, changed after it was written (same shapes, other values), or a
+  # directory in the way: computed again, and the run goes on.
+  for damage in ("empty", "changed", "directory"):
+    os.remove(path)
+    if damage == "empty":
+      open(path, "w").close()
+    elif damage == "changed":
+      with open(path, "wb") as f:
+        np.savez(f, name=os.path.basename(path), digest="0" * 64,
+                 features=first["features"] * 1.5, logits=first["logits"])
+    else:
+      os.makedirs(path)
+    again = evaluation.reference_outputs("test", 300, cache_dir=cache)
+    np.testing.assert_array_equal(again["features"], first["features"])
+    if damage == "directory":
+      os.rmdir(path)
+      evaluation.reference_outputs("test", 300, cache_dir=cache)
+  assert not [f for f in os.listdir(cache) if ".partial" in f]
   # Off the chief nothing is written.
   evaluation.reference_outputs("test", 100, cache_dir=cache, write=False)
   assert len(os.listdir(cache)) == 3
@@ -210,7 +236,7 @@ def test_a_layout_dependent_evaluation_is_caught():
     ("default,mirrored", "'mirrored' is not a layout"),
     ("default,gpu:2", "'gpu:2' is not a layout"),
     ("default:2,mirrored:2", "'default:2' is not a layout"),
-    ("default,mirrored:0", "'mirrored:0' is not a layout"),
+    ("default,mirrored:0", "'mirrored:0': N must be at least 1"),
 ])
 def test_across_names_a_bad_layout(text, message):
   with pytest.raises(ValueError, match=message):
@@ -286,3 +312,35 @@ def test_an_encoder_is_judged_against_pixels_and_a_random_encoder(tmp_path):
   # The random encoder is seeded: the same copy every time.
   assert experiment.evaluate(str(tmp_path))["random_encoder_1nn_accuracy"] == default[
       "random_encoder_1nn_accuracy"]
+
+
+def _processes_naming(text):
+  """PIDs whose command line contains `text` (from /proc)."""
+  found = []
+  for entry in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        if text in f.read().decode(errors="replace"):
+          found.append(int(entry))
+    except (OSError, ValueError):
+      pass
+  return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctl_eval_across_stopped_leaves_no_process_behind(shared_runs, tmp_path, signum, code):
+  run = helpers.tiny_gan_training(shared_runs)
+  workdir = helpers.SharedRuns.copy(run.workdir, str(tmp_path / "work"))
+  proc = helpers.start_python(["-m", "ctl.cli", "eval", "dcgan", "--workdir", workdir,
+                               *helpers.TINY_GAN, "--across", "multi_worker:2,default"])
+  deadline = time.monotonic() + 120
+  while len(_processes_naming(workdir)) < 3 and time.monotonic() < deadline:
+    time.sleep(0.2)  # the launcher and its workers have started
+  proc.send_signal(signum)
+  _, stderr = proc.communicate(timeout=120)
+  assert proc.returncode == code, stderr[-3000:]
+  assert "the evaluation in progress was stopped" in stderr
+  assert "Traceback" not in stderr
+  time.sleep(1)
+  assert _processes_naming(workdir) == []

@@ -23,6 +23,7 @@ import argparse
 import inspect
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -147,7 +148,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
   """`ctl eval`: returns the exit code."""
-  if args.across:
+  if args.across is not None:
     return _eval_across(args)
   def report(metrics, workdir):
     del workdir
@@ -180,7 +181,25 @@ def _eval_across(args):
     eval_args += ["--gin", binding]
   if args.experiment:
     eval_args += ["--experiment", args.experiment]
-  return eval_parity.run(layouts, eval_args)
+  from ctl.base.constants import INTERRUPTED_EXIT_CODE  # pylint: disable=import-outside-toplevel
+
+  def terminated(signum, frame):
+    raise _Terminated()
+
+  signal.signal(signal.SIGTERM, terminated)  # stops the layout's processes, as Ctrl-C does
+  try:
+    return eval_parity.run(layouts, eval_args)
+  except (KeyboardInterrupt, _Terminated) as e:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    what = "SIGTERM" if isinstance(e, _Terminated) else "interrupted"
+    print(f"ctl eval --across: {what}; the evaluation in progress was stopped.",
+          file=sys.stderr)
+    return 128 + signal.SIGTERM if isinstance(e, _Terminated) else INTERRUPTED_EXIT_CODE
+
+
+class _Terminated(Exception):
+  """A SIGTERM, raised where `ctl eval --across` waits for a layout."""
 
 
 def _checkpoint(args):
@@ -218,6 +237,9 @@ def _run(args, method, report, **kwargs):
     return fail(args.command, e, FAILURE)
   except stopping.Interrupted as e:
     print(f"ctl {args.command}: {e}", file=sys.stderr)
+    return stopping.INTERRUPTED_EXIT_CODE
+  except KeyboardInterrupt:  # Ctrl-C outside a fit: eval and export write nothing partial
+    print(f"ctl {args.command}: interrupted; nothing was written.", file=sys.stderr)
     return stopping.INTERRUPTED_EXIT_CODE
   except (TypeError, ValueError) as e:
     return fail_on_binding(args.command, e, args)

@@ -230,8 +230,8 @@ class HistoryFile:
 
   def open(self, start_step: int) -> History:
     kept, dropped = _read(self.path, before=start_step)
-    if dropped:
-      _write_rows(self.path, kept.rows())
+    if dropped:  # the kept lines as they were written, not read back and rounded
+      _write_text(self.path, "".join(_lines_before(self.path, start_step)))
       _log.info("%s: dropped %d line(s) of steps from %d on (this run trains them again) "
                 "or cut short", self.path, dropped, start_step)
     self._reopen()
@@ -339,10 +339,23 @@ def _columns(rows):
   return {k: np.array([r[k] for r in rows], np.float32) for k in rows[0]}
 
 
-def _write_rows(path, rows):
+def _lines_before(path, before):
+  """The lines of `path` that `_read(path, before)` keeps, as written."""
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        row = json.loads(line)
+        step = int(row["step"])
+      except (ValueError, KeyError, TypeError):
+        continue
+      if step < before:
+        yield line if line.endswith("\n") else line + "\n"
+
+
+def _write_text(path, text):
   temporary = path + ".tmp"
   with open(temporary, "w", encoding="utf-8") as f:
-    f.write(_lines(rows))
+    f.write(text)
     f.flush()
     os.fsync(f.fileno())
   os.replace(temporary, path)

@@ -187,6 +187,10 @@ class Evaluator:
     """
     arguments.integer("num_samples", num_samples, minimum=1)
     arguments.integer("batch_size", batch_size, minimum=1)
+    if isinstance(moments, str):
+      raise TypeError(f"over_samples: moments must be a sequence of output names, got the "
+                      f"string {moments!r}; write moments=({moments!r},).")
+    batch_size = min(batch_size, num_samples)  # no pass larger than the samples
     # Under a parameter server the coordinator runs the samples itself: its
     # workers only take scheduled training steps.
     here = self._placement.kind.asynchronous

@@ -85,7 +85,13 @@ def normal_by_index(seed: int, indices: tf.Tensor, shape: int | Sequence[int]) -
   shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
   numbers = math.prod(shape)
   blocks = -(-numbers // 4)  # the kernel makes 4 float32 normals per Philox block
-  indices = tf.convert_to_tensor(indices, tf.int64)
+  indices = tf.cast(indices, tf.int64)
+  consecutive = tf.debugging.assert_equal(
+      indices, indices[0] + tf.range(tf.size(indices, out_type=tf.int64)),
+      message="normal_by_index: indices must be consecutive (first, first + 1, ...), as "
+              "over_samples gives them; draw each run of consecutive indices apart")
+  with tf.control_dependencies([consecutive]):
+    indices = tf.identity(indices)
   counter = tf.stack([tf.cast(indices[0] * blocks, tf.uint64),
                       tf.constant(_SAMPLE_TAG, tf.uint64)])
   draws = tf.raw_ops.StatelessRandomNormalV2(

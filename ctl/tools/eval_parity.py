@@ -17,8 +17,11 @@ import math
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import TextIO
+
+from ctl.tools import parity
 
 # Largest relative difference called rounding. Measured: 0 for every metric of
 # a BiGAN after 300 steps under default, mirrored:2 and multi_worker:2, and at
@@ -35,8 +38,10 @@ def parse_layouts(text: str) -> list[tuple[str, int]]:
   layouts = []
   for item in text.split(","):
     kind, _, count = item.strip().partition(":")
+    if kind in _KINDS and count.isdigit() and int(count) < 1:
+      raise ValueError(f"--across: {item.strip()!r}: N must be at least 1.")
     if kind not in _KINDS or (kind == "default") != (count == "") or (
-        count and (not count.isdigit() or int(count) < 1)):
+        count and not count.isdigit()):
       raise ValueError(f"--across: {item.strip()!r} is not a layout; use default, "
                        "mirrored:N (N logical CPUs) or multi_worker:N (N local workers "
                        "through ctl launch), joined with commas.")
@@ -101,6 +106,30 @@ def compare(results: dict[str, dict[str, float]]) -> tuple[list[tuple[str, str, 
   return rows, agree
 
 
+def _evaluate(evaluate, cwd, timeout):
+  """Runs one layout's evaluation in a process group of its own: (exit code,
+  stdout, stderr). Interrupted (Ctrl-C, SIGTERM as an exception, a timeout),
+  it stops the group first: no evaluation, launcher or worker is left behind."""
+  with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+    proc = subprocess.Popen(evaluate, cwd=cwd, stdout=stdout, stderr=stderr, text=True,
+                            start_new_session=True)
+    try:
+      proc.wait(timeout=timeout)
+    except BaseException:
+      parity.stop_groups([proc])
+      raise
+    stdout.seek(0)
+    stderr.seek(0)
+    return proc.returncode, stdout.read(), stderr.read()
+
+
+def _last_lines(text, count=6):
+  """The end of a failed evaluation's stderr, without TensorFlow's log lines."""
+  lines = [line for line in text.splitlines()
+           if line.strip() and not line.startswith(("I0000", "W0000", "E0000", "WARNING:"))]
+  return "\n".join(lines[-count:])
+
+
 def table(rows: Sequence[tuple[str, str, float, float]], layouts: Sequence[str]) -> str:
   """One line per metric: the first layout's value, the largest relative
   difference of another layout, and which."""
@@ -117,18 +146,25 @@ def run(layouts: Sequence[tuple[str, int]], eval_args: Sequence[str], *, cwd: st
         timeout: float = 1800, out: TextIO | None = None) -> int:
   """Evaluates under each layout in turn, prints the table; 0 if all agree, else 1."""
   out = out or sys.stdout
-  results = {}
+  results, failed = {}, []
   for layout in layouts:
     print(f"ctl eval --across: {name(layout)} ...", file=sys.stderr, flush=True)
-    proc = subprocess.run(command(layout, eval_args), cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    if proc.returncode != 0:
-      print(f"ctl eval --across: {name(layout)} exited {proc.returncode}:\n"
-            f"{proc.stderr[-3000:]}", file=sys.stderr)
-      return 1
-    results[name(layout)] = result_of(layout, proc.stdout)
+    code, stdout, stderr = _evaluate(command(layout, eval_args), cwd, timeout)
+    if code != 0:  # said, and the other layouts still run
+      print(f"ctl eval --across: {name(layout)} exited {code}:\n{_last_lines(stderr)}",
+            file=sys.stderr)
+      failed.append(name(layout))
+      continue
+    results[name(layout)] = result_of(layout, stdout)
+  if len(results) < 2:
+    print(f"ctl eval --across: fewer than two layouts evaluated ({', '.join(failed)} "
+          "failed): nothing to compare.", file=out)
+    return 1
   rows, agree = compare(results)
   print(table(rows, list(results)), file=out)
+  if failed:
+    print(f"FAILED: {', '.join(failed)} (their errors are above)", file=out)
+    agree = False
   first = next(iter(results))
   print(f"SAME: every value within {TOLERANCE:g} (relative) of {first}'s" if agree else
         f"DIFFERS: a value is more than {TOLERANCE:g} (relative) from {first}'s, or missing",

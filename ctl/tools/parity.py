@@ -860,7 +860,7 @@ def _run_processes(processes, directory, options):
         running.remove(entry)
         done[process.name] = _finish(proc, out, options["timeout"])
   finally:
-    _stop_groups([proc for _, _, proc, _ in running])
+    stop_groups([proc for _, _, proc, _ in running])
   return done
 
 
@@ -897,7 +897,7 @@ def _finish(proc, out, timeout):
   """What a finished (or timed-out) process left: (runs by seed and label, about),
   or the error it ended with."""
   timed_out = proc.poll() is None
-  _stop_groups([proc])
+  stop_groups([proc])
   with open(out + ".log") as f:
     output = f.read()
   if timed_out:
@@ -914,7 +914,7 @@ def _finish(proc, out, timeout):
   return runs, about
 
 
-def _stop_groups(procs):
+def stop_groups(procs: list[subprocess.Popen]) -> None:
   """SIGTERM to each of `procs`' process groups, SIGKILL to what is left after 10 s;
   reaps them. Ctrl-C and SIGTERM wait until it is done (a second Ctrl-C used to
   cut it short and leave a run behind): no run, launcher or worker outlives
