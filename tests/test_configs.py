@@ -116,6 +116,21 @@ def test_an_include_is_found_beside_the_including_file_from_any_directory(tmp_pa
     gin.clear_config()
 
 
+def test_a_relative_config_path_parses_without_gins_path_not_found(tmp_path, monkeypatch,
+                                                                  caplog):
+  import gin  # pylint: disable=import-outside-toplevel
+  (tmp_path / "cfg").mkdir()
+  (tmp_path / "cfg" / "my.gin").write_text("include 'parts.gin'\nSTEPS = 3\n")
+  (tmp_path / "cfg" / "parts.gin").write_text("BATCH = 8\n")
+  monkeypatch.chdir(tmp_path)
+  try:
+    experiments.parse_gin(["cfg/my.gin"], [])
+    assert gin.query_parameter("%STEPS") == 3 and gin.query_parameter("%BATCH") == 8
+  finally:
+    gin.clear_config()
+  assert "Path not found" not in caplog.text  # gin tried cfg/cfg/my.gin first
+
+
 def test_a_gin_configurable_failing_in_a_compiled_step_gets_no_autograph_warning(caplog):
   import gin  # pylint: disable=import-outside-toplevel
   import keras  # pylint: disable=import-outside-toplevel

@@ -268,7 +268,9 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
   tree, directories = _include_tree(files)
   try:
     with _tf_internal.gin_search_paths_first(directories):
-      gin.parse_config_files_and_bindings(files, bindings)
+      # Absolute: gin joins a relative name to each search path first, and logs
+      # "Path not found" for each miss (cfg/cfg/my.gin) before it finds the file.
+      gin.parse_config_files_and_bindings([os.path.abspath(f) for f in files], bindings)
   except tokenize.TokenError as e:  # an unclosed bracket or string
     raise ConfigError(_describe_unclosed(e, tree, bindings)) from None
   except SyntaxError as e:
