@@ -108,13 +108,9 @@ def diff_augment(ctx: ctl.StepContext, images: tf.Tensor, policy: Sequence[str] 
   check_policy(policy)
   check_ratio("translation_ratio", translation_ratio)
   check_ratio("cutout_ratio", cutout_ratio)
+  ratios = {"translation": (translation_ratio,), "cutout": (cutout_ratio,), "color": ()}
   for name in policy:
-    if name == "translation":
-      images = translation(ctx, images, translation_ratio)
-    elif name == "cutout":
-      images = cutout(ctx, images, cutout_ratio)
-    else:
-      images = _OPS[name](ctx, images)
+    images = _OPS[name](ctx, images, *ratios[name])
   return images
 
 

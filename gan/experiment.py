@@ -277,10 +277,7 @@ class ClassifierFID(ctl.Action):
                                 is_chief=context.is_chief)
     value = self.results["classifier_fid"]
     self.history.append((context.step, value))
-    context.report(self.results)
-    with context.writer("eval").as_default(step=context.step):
-      for key, number in self.results.items():
-        tf.summary.scalar(key, number)
+    context.publish(self.results)
     _log.info("classifier FID at step %d: %.3f (KID %.4f, score %.3f; %d samples)",
               context.step, value, self.results["classifier_kid"],
               self.results["classifier_score"], self.num_samples)
@@ -369,10 +366,7 @@ class EncoderQuality(ctl.Action):
 
   def __call__(self, context: ctl.FitContext) -> None:
     self.results = self.measure(context.over_samples, context.models)
-    context.report(self.results)
-    with context.writer("eval").as_default(step=context.step):
-      for key, number in self.results.items():
-        tf.summary.scalar(key, number)
+    context.publish(self.results)
     _log.info("encoder at step %d: 1-NN accuracy %.3f (pixels %.3f, random encoder %.3f), "
               "reconstruction ratio %.3f", context.step, self.results["encoder_1nn_accuracy"],
               self.results["pixels_1nn_accuracy"], self.results["random_encoder_1nn_accuracy"],

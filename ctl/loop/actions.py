@@ -169,6 +169,15 @@ class FitContext:
       self._metrics, self._metrics_step = {}, self.step
     self._metrics.update({k: float(v) for k, v in metrics.items()})
 
+  def publish(self, metrics: dict[str, float], writer: str = "eval") -> None:
+    """Reports `metrics` (`report`) and writes each as a scalar to
+    `<workdir>/events/<writer>` at this step: what an evaluating action does
+    with its results (`ctl.Evaluate`, the GAN kit's metric actions)."""
+    self.report(metrics)
+    with self.writer(writer).as_default(step=self.step):
+      for key, value in metrics.items():
+        tf.summary.scalar(key, value)
+
   def write_metrics(self) -> None:
     """Appends the metrics reported at this step, if any, to `metrics_file`
     (the loop calls it once the step's actions have run)."""
@@ -378,10 +387,7 @@ class Evaluate(Action):
     metrics = context.evaluate(self.step_fn, self.data,
                                global_batch_size=self.global_batch_size,
                                num_batches=self.num_batches)
-    context.report(metrics)
-    with context.writer("eval").as_default(step=context.step):
-      for key, value in metrics.items():
-        tf.summary.scalar(key, value)
+    context.publish(metrics)
     _log.info("eval at step %d: %s", context.step,
               "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
 
