@@ -34,7 +34,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = ("dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan")
+CONFIGS = ("dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan", "tfgan_mnist")
 MULTIPLES = (10, 5, 3)
 # --quick: a few narrow steps per config, evaluated once at the end on 500 samples.
 QUICK = ("gan.dcgan_generator.width = 8", "gan.dcgan_discriminator.width = 8",

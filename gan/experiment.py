@@ -47,6 +47,9 @@ default_optimizer = functools.partial(keras.optimizers.Adam, 2e-4, beta_1=0.5)
 for _optimizer in (keras.optimizers.Adam, keras.optimizers.AdamW, keras.optimizers.RMSprop,
                    keras.optimizers.SGD, keras.optimizers.Lion):
   gin.external_configurable(_optimizer, module="keras.optimizers")
+for _schedule in (keras.optimizers.schedules.PiecewiseConstantDecay,
+                  keras.optimizers.schedules.CosineDecay):
+  gin.external_configurable(_schedule, module="keras.optimizers.schedules")
 
 Strategy = str | tf.distribute.Strategy  # a ctl.make_strategy name, or a strategy
 Optimizer = Callable[[], keras.optimizers.Optimizer]  # called in the strategy's scope
@@ -482,6 +485,10 @@ class Experiment:
     augment: differentiable augmentations of every image the discriminator
       sees (`gan.augment`, DiffAugment), e.g. ("color", "translation",
       "cutout"); () for none.
+    mixed_precision: None (float32), "mixed_bfloat16" or "mixed_float16": the
+      runner's Keras policy (`ctl.Runner(mixed_precision=...)`); the models'
+      outputs stay float32. bfloat16 is faster only on a CPU with bfloat16
+      instructions (AVX512_BF16, AMX) or a TPU.
   """
 
   dataset: Callable[[int], tf.data.Dataset] = data_lib.mnist_dataset
@@ -503,6 +510,7 @@ class Experiment:
   fid_samples: int = 5000
   seed: int = 0
   augment: tuple[str, ...] = ()
+  mixed_precision: str | None = None
 
   def __post_init__(self) -> None:
     _check(self)
@@ -610,7 +618,8 @@ class Experiment:
                        encoder_optimizer=self.encoder_optimizer, ema_decay=self.ema_decay)
     runner = ctl.Runner(step, build, data, strategy=strategy, seed=self.seed,
                         steps_per_loop=self.schedule.steps_per_loop,
-                        batches_per_step=self.discriminator_steps)
+                        batches_per_step=self.discriminator_steps,
+                        mixed_precision=self.mixed_precision)
     return runner, image_shape
 
   def _fid(self, image_shape: tuple[int, ...]) -> ClassifierFID | None:
@@ -648,6 +657,9 @@ def _check(experiment: Experiment) -> None:
   arguments.integer("ema_start_step", experiment.ema_start_step, minimum=0)
   arguments.integer("fid_samples", experiment.fid_samples, minimum=2)
   augment_lib.check_policy(experiment.augment)
+  if experiment.mixed_precision not in (None, "mixed_bfloat16", "mixed_float16"):
+    raise ValueError(f"mixed_precision must be None, 'mixed_bfloat16' or 'mixed_float16', "
+                     f"got {experiment.mixed_precision!r}.")
   _check_penalty(experiment.penalty, experiment.encoder is not None)
 
 

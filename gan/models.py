@@ -237,3 +237,52 @@ def bigan_discriminator(latent_dim: int = 64, width: int = 64, *,
   joint = LeakyReLU(0.2)(joint)
   logits = _maybe_spectral(layers.Dense(1, dtype=_output_dtype()), spectral_norm)(joint)
   return keras.Model([images, codes], logits, name=name)
+
+
+@gin.register(module="gan.models")
+def tfgan_mnist_generator(noise_dim: int = 64, *, image_shape: Sequence[int] = (28, 28, 1),
+                          name: str = "generator") -> keras.Model:
+  """Noise `[B, noise_dim]` -> digits `[B, 28, 28, 1]`: the TF-GAN MNIST tutorial's generator.
+
+  Dense 1024 and dense 7x7x256 (batch norm, ReLU), two 4x4 stride-2 transposed
+  convolutions of 64 channels (ReLU), a 4x4 convolution to one channel, tanh;
+  Glorot-uniform weights. As in `tensorflow_gan/examples/mnist/networks.py`
+  (TF-GAN, 2019) but without its L2 weight decay of 2.5e-5, which this kit's
+  step does not add (`gan/configs/tfgan_mnist.gin` says so). Batch-norm
+  statistics are synchronized over replicas, as in `dcgan_generator`.
+  """
+  if tuple(image_shape) != (28, 28, 1):
+    raise ValueError(f"tfgan_mnist_generator makes 28x28x1 digits only, got image_shape "
+                     f"{tuple(image_shape)}; use gan.dcgan_generator for other shapes.")
+  norm = lambda: layers.BatchNormalization(momentum=0.999, epsilon=1e-3,  # noqa: E731
+                                           synchronized=True)
+  noise = keras.Input((noise_dim,), name="noise")
+  x = layers.ReLU()(norm()(layers.Dense(1024)(noise)))
+  x = layers.ReLU()(norm()(layers.Dense(7 * 7 * 256)(x)))
+  x = layers.Reshape((7, 7, 256))(x)
+  for _ in range(2):
+    x = layers.Conv2DTranspose(64, 4, strides=2, padding="same", activation="relu")(x)
+  images = layers.Conv2D(1, 4, padding="same", activation="tanh", dtype=_output_dtype())(x)
+  return keras.Model(noise, images, name=name)
+
+
+@gin.register(module="gan.models")
+def tfgan_mnist_discriminator(*, image_shape: Sequence[int] = (28, 28, 1),
+                              name: str = "discriminator") -> keras.Model:
+  """Digits `[B, 28, 28, 1]` -> logits `[B, 1]`: the TF-GAN MNIST tutorial's discriminator.
+
+  4x4 stride-2 convolutions of 64 and 128 channels, dense 1024 with batch
+  norm, LeakyReLU(0.01) after each, a linear output (see
+  `tfgan_mnist_generator` for the source and the one difference).
+  """
+  if tuple(image_shape) != (28, 28, 1):
+    raise ValueError(f"tfgan_mnist_discriminator scores 28x28x1 digits only, got "
+                     f"image_shape {tuple(image_shape)}; use gan.dcgan_discriminator.")
+  images = keras.Input((28, 28, 1), name="images")
+  x = LeakyReLU(0.01)(layers.Conv2D(64, 4, strides=2, padding="same")(images))
+  x = LeakyReLU(0.01)(layers.Conv2D(128, 4, strides=2, padding="same")(x))
+  x = layers.Dense(1024)(layers.Flatten()(x))
+  x = LeakyReLU(0.01)(layers.BatchNormalization(momentum=0.999, epsilon=1e-3,
+                                                synchronized=True)(x))
+  logits = layers.Dense(1, dtype=_output_dtype())(x)
+  return keras.Model(images, logits, name=name)

@@ -18,7 +18,7 @@ from ctl.tools import experiments
 
 from helpers import ROOT
 
-NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "wgan_gp"]
+NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "tfgan_mnist", "wgan_gp"]
 
 
 def test_the_kit_ships_every_example_config_by_name():

@@ -29,9 +29,9 @@ SMALL = [
 ]
 
 
-def test_all_five_examples_exist():
+def test_all_six_examples_exist():
   assert CONFIGS == ["bigan.gin", "conditional_dcgan.gin", "dcgan.gin", "hinge_sn.gin",
-                     "wgan_gp.gin"]
+                     "tfgan_mnist.gin", "wgan_gp.gin"]
 
 
 def _scalars(directory, tag):

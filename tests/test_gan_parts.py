@@ -41,6 +41,17 @@ def test_models_shapes(image_shape, num_classes):
   assert pair([images, z]).shape == (2, 1)
 
 
+def test_tfgan_mnist_models_shapes_and_shape_error():
+  g = gan.models.tfgan_mnist_generator(NOISE)
+  images = g(tf.zeros((2, NOISE)))
+  assert images.shape == (2,) + SHAPE
+  assert gan.models.tfgan_mnist_discriminator()(images).shape == (2, 1)
+  with pytest.raises(ValueError, match="28x28x1 digits only"):
+    gan.models.tfgan_mnist_generator(image_shape=(32, 32, 3))
+  with pytest.raises(ValueError, match="28x28x1 digits only"):
+    gan.models.tfgan_mnist_discriminator(image_shape=(32, 32, 3))
+
+
 def test_spectral_norm_bounds_the_layer():
   d = gan.dcgan_discriminator(4, spectral_norm=True)
   wrapped = [layer for layer in d.layers if isinstance(layer, keras.layers.SpectralNormalization)]
@@ -190,6 +201,9 @@ def test_experiment_argument_errors():
     gan.Experiment(encoder=gan.models.dcgan_encoder)
   with pytest.raises(ValueError, match="with_labels=True"):
     gan.Experiment(num_classes=10).build()
+  with pytest.raises(ValueError, match="mixed_precision must be None, 'mixed_bfloat16' or "
+                                       "'mixed_float16', got 'bfloat16'"):
+    gan.Experiment(mixed_precision="bfloat16")
 
 
 def test_schedule_names_a_bad_value():
@@ -220,6 +234,21 @@ def test_keep_best_keeps_the_best_fid_checkpoints_for_evaluate_and_export(tmp_pa
   assert best["classifier_fid"] == pytest.approx(kept[0]["value"], rel=1e-5)
   out = str(tmp_path / "best_export")
   assert os.path.join(out, "generator.keras") in tiny.export(workdir, out, checkpoint="best")
+
+
+def test_experiment_under_mixed_bfloat16_keeps_float32_weights_and_outputs(tmp_path):
+  tiny = gan.Experiment(
+      generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+      discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw), batch_size=BATCH,
+      noise_dim=NOISE, mixed_precision="mixed_bfloat16",
+      schedule=gan.Schedule(total_steps=2, steps_per_loop=1, samples_every=2,
+                            checkpoint_every=2, fid_every=0))
+  runner = tiny.train(str(tmp_path / "run"), progress=False)
+  generator = runner.models["generator"]
+  assert any(layer.compute_dtype == "bfloat16" for layer in generator.layers)
+  assert all(w.dtype == "float32" for w in generator.weights)
+  assert generator(tf.zeros((2, NOISE))).dtype == tf.float32
+  assert keras.mixed_precision.global_policy().name == "float32"  # restored after build
 
 
 def test_experiment_trains_evaluates_and_exports(tmp_path):

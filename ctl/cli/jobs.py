@@ -8,7 +8,7 @@
 
 The configuration is a .gin file's path or the name of one an installed
 package ships (ctl/tools/configs.py; the GAN kit ships bigan, conditional_dcgan,
-dcgan, hinge_sn and wgan_gp), and the work directory is runs/<name> unless
+dcgan, hinge_sn, tfgan_mnist and wgan_gp), and the work directory is runs/<name> unless
 --workdir says otherwise. Each subcommand makes the experiment once the .gin
 file is parsed and calls one of its methods: train, evaluate, export
 (ctl/tools/experiments.py defines the contract). `--experiment` names what makes it,
