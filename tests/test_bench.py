@@ -142,18 +142,19 @@ def test_eval_speed_prints_every_path_under_both_strategies():
 
 
 def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
-  """bench/gan_quality.py --quick on the three kinds of config (unconditional,
-  conditional, BiGAN): every record complete (no quality asserts)."""
+  """bench/gan_quality.py --quick on the main job and the three kinds of config
+  (unconditional, conditional, BiGAN): every record complete (no quality asserts)."""
   proc = helpers.python(["bench/gan_quality.py", "--quick", "--configs",
-                         "dcgan,conditional_dcgan,bigan", "--workdir", str(tmp_path)],
+                         "main_job,dcgan,conditional_dcgan,bigan", "--workdir", str(tmp_path)],
                         timeout=900)
   lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
   floor = [line["floor"] for line in lines if "floor" in line]
   assert len(floor) == 1 and 0.3 < floor[0] < 1.0, floor  # the real-vs-real FID
   runs = {line["run"]["config"]: line["run"] for line in lines if "run" in line}
-  assert sorted(runs) == ["bigan", "conditional_dcgan", "dcgan"]
-  for run in runs.values():
-    assert [point["step"] for point in run["curve"]] == [5, 10], run
+  assert sorted(runs) == ["bigan", "conditional_dcgan", "dcgan", "main_job"]
+  for config, run in runs.items():  # the main job is measured at its end only
+    assert [point["step"] for point in run["curve"]] == ([10] if config == "main_job"
+                                                         else [5, 10]), run
     for point in run["curve"]:
       assert point["classifier_fid"] > 0 and point["num_samples"] == 500, point
       assert 0 < point["seconds"] <= run["seconds"], point
@@ -161,9 +162,9 @@ def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
   assert "label_accuracy" in runs["conditional_dcgan"]["curve"][-1]
   assert "encoder_1nn_accuracy" in runs["bigan"]["curve"][-1]
   summaries = [line["summary"] for line in lines if "summary" in line]
-  assert [s["config"] for s in summaries] == ["dcgan", "conditional_dcgan", "bigan"]
+  assert [s["config"] for s in summaries] == ["main_job", "dcgan", "conditional_dcgan", "bigan"]
   for summary in summaries:
     assert summary["seeds"] == 1 and summary["best_fid"][0] > 0
     assert {"reached_10x", "minutes_to_10x", "step_to_3x"} <= set(summary)
   assert "| conditional_dcgan | 10 |" in proc.stdout
-  assert "final_label_accuracy" in summaries[1] and "final_encoder_1nn_accuracy" in summaries[2]
+  assert "final_label_accuracy" in summaries[2] and "final_encoder_1nn_accuracy" in summaries[3]
