@@ -1,5 +1,6 @@
 """The main job and README's example run, for a few steps, in fresh processes."""
 
+import json
 import os
 import re
 import signal
@@ -24,7 +25,8 @@ def png_size(path):
 @pytest.mark.parametrize("strategy", [[], ["--strategy", "mirrored", "--logical-cpus", "2"]])
 def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
   command = ["examples/mnist_dcgan.py", "--steps", "6", "--steps-per-loop", "3",
-             "--samples-every", "3", "--workdir", str(tmp_path)] + strategy
+             "--samples-every", "3", "--fid-samples", "200", "--workdir", str(tmp_path)]
+  command += strategy
   proc = helpers.python(command)
   # Not a terminal: progress is logged as lines, the last at the end.
   lines = [line for line in proc.stderr.splitlines() if line.startswith("ctl: step ")]
@@ -36,8 +38,13 @@ def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
   assert (tmp_path / "checkpoints" / "ckpt-6.index").exists()
   assert (tmp_path / "checkpoints" / "operative_config.gin").exists()
   assert os.listdir(tmp_path / "events" / "train")
-  assert (tmp_path / "export" / "generator.keras").exists()
-  assert (tmp_path / "export" / "generator" / "saved_model.pb").exists()
+  # The averaged generator is the one exported and measured at the end.
+  assert (tmp_path / "export" / "generator_ema.keras").exists()
+  assert (tmp_path / "export" / "generator_ema" / "saved_model.pb").exists()
+  metrics = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [m["step"] for m in metrics] == [6] and metrics[0]["num_samples"] == 200
+  assert metrics[0]["classifier_fid"] > 0
+  assert re.search(r"ctl: classifier FID at step 6: [0-9.]+", proc.stderr), proc.stderr[-2000:]
   # The same command again: already done, nothing trained.
   again = helpers.python(command)
   assert "already at step 6 of 6" in again.stderr
