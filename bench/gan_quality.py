@@ -196,7 +196,8 @@ def _pm(value, digits=2):
   return "–" if value is None else f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
 
 
-def _met(row):
+def met(row):
+  """'met' if the summary row passes every check of its config's target, else 'not met'."""
   checks = TARGETS[row["config"]][1]
   return "met" if all(check(row) for check in checks) else "not met"
 
@@ -230,7 +231,7 @@ def markdown(results):
       else:
         cells.append(f"not reached (0/{r['seeds']})")
     best = r["best_fid"]
-    lines.append(f"| {config} | {TARGETS[config][0]} | {_met(r)} | {r['steps']:,} | "
+    lines.append(f"| {config} | {TARGETS[config][0]} | {met(r)} | {r['steps']:,} | "
                  f"{_pm(r['minutes'], 1)} | " + " | ".join(cells)
                  + f" | {_pm(best)} ({best[0] / r['floor']:.1f}x) |")
   keys = [k for k in FINAL if any(f"final_{k}" in results[c]["row"] for c in configs)]

@@ -27,7 +27,8 @@ _EXPORTS = {
     "Evaluate": "actions", "Export": "actions", "Profile": "actions",
     "BestCheckpoints": "actions", "PREEMPTED_EXIT_CODE": "constants",
     "INTERRUPTED_EXIT_CODE": "constants", "Preempted": "stopping", "Interrupted": "stopping",
-    "WorkdirInUse": "workdir", "SharedVariableWarning": "state", "History": "history",
+    "WorkdirInUse": "workdir", "CheckpointError": "checkpoints",
+    "SharedVariableWarning": "state", "History": "history",
     "EachStep": "history", "read_history": "history",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
@@ -88,5 +89,5 @@ __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
            "Summaries", "Samples", "Evaluate", "Export", "Profile", "BestCheckpoints",
            "PREEMPTED_EXIT_CODE",
            "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse",
-           "SharedVariableWarning",
+           "CheckpointError", "SharedVariableWarning",
            "History", "EachStep", "read_history"]

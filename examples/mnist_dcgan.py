@@ -103,6 +103,8 @@ def main(argv=None):
   except ctl.Interrupted as e:  # Ctrl-C: saved; exit as a shell expects of it
     print(e, file=sys.stderr)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
+  except (ctl.CheckpointError, ctl.WorkdirInUse) as e:  # e.g. another run's checkpoints
+    sys.exit(f"{p.prog}: {e}")
   print(f"wrote {args.workdir}: checkpoints, events, samples, export")
 
 

@@ -48,6 +48,11 @@ def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
   # The same command again: already done, nothing trained.
   again = helpers.python(command)
   assert "already at step 6 of 6" in again.stderr
+  if not strategy:  # another run's checkpoints (here another batch size): a message, kept
+    other = helpers.python(command + ["--steps", "9", "--batch-size", "32"], check=False)
+    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert "mnist_dcgan.py: checkpoint" in other.stderr, other.stderr[-3000:]
+    assert (tmp_path / "checkpoints" / "ckpt-6.index").exists()
 
 
 def test_ctrl_c_saves_and_exits_with_130_without_a_traceback(tmp_path):

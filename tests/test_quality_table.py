@@ -53,15 +53,15 @@ def test_every_configs_target_can_be_judged(config):
            "random_encoder_1nn_accuracy": 0.5, "pixels_1nn_accuracy": 0.8,
            "reconstruction_ratio": 0.5, "classifier_score_32": 7.9, "real_score_32": 8.0}
   good = [_run(config, 0, [(100, 60.0, 1.1, final)])]  # under 2x 0.6 in a minute
-  assert gan_quality._met(gan_quality.summarize(config, good, FLOOR)) == "met"
+  assert gan_quality.met(gan_quality.summarize(config, good, FLOOR)) == "met"
   bad = [_run(config, 0, [(100, 60.0, 30.0, dict(final, label_accuracy=0.5,
                                                    reconstruction_ratio=0.9,
                                                    classifier_score_32=5.0))])]
-  assert gan_quality._met(gan_quality.summarize(config, bad, FLOOR)) == "not met"
+  assert gan_quality.met(gan_quality.summarize(config, bad, FLOOR)) == "not met"
 
 
 def test_the_main_job_misses_its_target_when_one_seed_misses_or_it_is_slow():
   slow = [_run("main_job", 0, [(2800, 200.0, 5.0, {})], seconds=200.0)]
-  assert gan_quality._met(gan_quality.summarize("main_job", slow, FLOOR)) == "not met"
+  assert gan_quality.met(gan_quality.summarize("main_job", slow, FLOOR)) == "not met"
   one_misses = [_run("main_job", s, [(2800, 100.0, fid, {})]) for s, fid in enumerate([5, 7])]
-  assert gan_quality._met(gan_quality.summarize("main_job", one_misses, FLOOR)) == "not met"
+  assert gan_quality.met(gan_quality.summarize("main_job", one_misses, FLOOR)) == "not met"
