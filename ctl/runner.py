@@ -44,6 +44,9 @@ from ctl.parts import export as export_lib
 from ctl.parts import state as state_lib
 from ctl.parts import steps
 
+# The Keras policies a runner takes (None: float32); "float64" is ctl parity's replay.
+MIXED_PRECISIONS = (None, "mixed_float16", "mixed_bfloat16", "float64")
+
 if TYPE_CHECKING:
   import keras
 
@@ -118,7 +121,7 @@ class Runner:
     if not callable(build):
       raise TypeError(f"build must be a function () -> (models, optimizers), got {build!r}.")
     _check_order(step_fn, build)
-    if mixed_precision not in (None, "mixed_float16", "mixed_bfloat16", "float64"):
+    if mixed_precision not in MIXED_PRECISIONS:
       raise ValueError(f"mixed_precision {mixed_precision!r} is not known; use None, "
                        "'mixed_float16', 'mixed_bfloat16' or 'float64'.")
     if eager and jit_compile:
