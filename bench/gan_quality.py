@@ -25,10 +25,13 @@ per config:
   - the final sample grid of the first seed, copied to `<docs>/quality/`;
   - whether the config met its target (TARGETS).
 Prints one JSON line per run and per config, then the Markdown table. Unless
-`--quick` or `--no-docs`, each config's row (with its command, CPU and date)
-replaces that config's in `<docs>/quality/results.json`, and `<docs>/quality.md`
-is rewritten from all the rows there: configs measured in separate invocations,
-or sessions, end up in one table.
+`--quick` or `--no-docs`, each config's runs (with the command, CPU and date)
+go into `<docs>/quality/results.json`, and `<docs>/quality.md` is rewritten
+from all the rows there: configs measured in separate invocations, or
+sessions, end up in one table. Runs of the recipe already stored (same
+`--steps` and `--gin`, same CPU) join its row, so a long measurement can be
+spread over sessions (`--seeds 2 --first-seed 1` after `--seeds 1`); another
+recipe replaces the config's row.
 """
 
 import argparse
@@ -203,11 +206,11 @@ def met(row):
 
 
 def markdown(results):
-  """docs/quality.md from `results` (config -> {"row", "command", "cpu", "date"})."""
+  """docs/quality.md from `results` (config -> {"row", "commands", "cpu", "date", ...})."""
   configs = [c for c in CONFIGS if c in results]
   lines = ["# Time to quality: the GAN kit's configs on this CPU", "",
-           "Made by `bench/gan_quality.py`; each config's row keeps the command, CPU and "
-           "date of the run that made it (`docs/quality/results.json`), so rows made in "
+           "Made by `bench/gan_quality.py`; each config's row keeps the commands, CPU and "
+           "date of the runs that made it (`docs/quality/results.json`), so rows made in "
            "separate invocations live side by side.", "",
            "Classifier FID against the 5,000 held-out digits (5,000 samples), as a multiple "
            "of the floor measured in the same run (the 5,000 training digits against the "
@@ -246,7 +249,9 @@ def markdown(results):
   for config in configs:
     made = results[config]
     cpu = made["cpu"]
-    lines.append(f"- {config}: `{made['command']}` on {made['date']}; floor "
+    commands = made.get("commands") or [made["command"]]  # "command": rows saved before
+    lines.append(f"- {config}: " + ", then ".join(f"`{c}`" for c in commands)
+                 + f" (last on {made['date']}); floor "
                  f"{made['row']['floor']:.3f}; CPU {cpu['cpu']}, {cpu['cores']} cores, "
                  f"bfloat16 instructions: {'yes' if cpu['bfloat16_instructions'] else 'no'}; "
                  f"samples of the first seed's final step: [quality/{config}.png]"
@@ -255,14 +260,29 @@ def markdown(results):
   return "\n".join(lines)
 
 
-def save_row(docs, config, row, command, cpu):
-  """Adds (or replaces) `config`'s row in `<docs>/quality/results.json`; all rows."""
+def save_runs(docs, config, runs, floor_fid, command, cpu, recipe):
+  """Stores `runs` of `config` in `<docs>/quality/results.json`, summarized; all entries.
+
+  Runs of the same recipe (the bindings and arguments that shape training, seeds
+  aside) on the same CPU join the stored ones, a seed run again replacing its
+  older record: `--seeds 1 --first-seed 2` adds seed 2 to a row of seeds 0 and 1,
+  in another invocation or session. Another recipe or CPU replaces the entry.
+  """
   path = os.path.join(docs, "quality", "results.json")
   results = {}
   if os.path.exists(path):
     with open(path) as f:
       results = json.load(f)
-  results[config] = {"row": row, "command": command, "cpu": cpu,
+  old = results.get(config, {})
+  commands, kept = [command], []
+  if old.get("recipe") == recipe and old.get("cpu") == cpu and "runs" in old:
+    seeds = {run["seed"] for run in runs}
+    kept = [run for run in old["runs"] if run["seed"] not in seeds]
+    commands = [c for c in old["commands"] if c != command] + [command]
+  runs = sorted(kept + [{k: v for k, v in run.items() if k != "grid"} for run in runs],
+                key=lambda run: run["seed"])
+  results[config] = {"row": summarize(config, runs, floor_fid), "runs": runs,
+                     "recipe": recipe, "commands": commands, "cpu": cpu,
                      "date": time.strftime("%Y-%m-%d")}
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path + ".partial", "w") as f:
@@ -275,7 +295,10 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--configs", default=",".join(CONFIGS),
                       help=f"comma-separated shipped configs (default: {','.join(CONFIGS)})")
-  parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per config")
+  parser.add_argument("--seeds", type=int, default=3, help="how many seeds per config")
+  parser.add_argument("--first-seed", type=int, default=0,
+                      help="seeds FIRST .. FIRST+N-1; they join the stored row of the same "
+                           "recipe (e.g. --seeds 1 --first-seed 2 adds a third seed)")
   parser.add_argument("--steps", type=int, help="train each to this step (default: the config's)")
   parser.add_argument("--gin", action="append", default=[],
                       help="an extra binding for every run (not main_job)")
@@ -295,7 +318,11 @@ def main(argv=None):
     bindings.append(f"gan.Schedule.total_steps = {args.steps}")
     main_args += ["--steps", str(args.steps)]
   bindings += args.gin
-  seeds = 1 if args.quick else args.seeds
+  if args.seeds < 1 or args.first_seed < 0:
+    parser.error(f"--seeds {args.seeds} --first-seed {args.first_seed}: give at least one "
+                 "seed, the first at least 0")
+  seeds = range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds))
+  recipe = {"bindings": bindings, "main_args": main_args}  # what shapes training, seeds aside
   sys.path.insert(0, os.path.join(ROOT, "bench"))
   from run import cpu_features  # pylint: disable=import-outside-toplevel
   cpu = cpu_features()
@@ -307,7 +334,7 @@ def main(argv=None):
   results = {}
   for config in configs:
     runs = []
-    for seed in range(seeds):
+    for seed in seeds:
       record = run_one(config, seed, os.path.join(args.workdir, config, f"seed{seed}"),
                        bindings, main_args)
       print(json.dumps({"run": record}), flush=True)
@@ -315,13 +342,15 @@ def main(argv=None):
     row = summarize(config, runs, floor_fid)
     print(json.dumps({"summary": row}), flush=True)
     if args.quick or args.no_docs:
-      results[config] = {"row": row, "command": command.strip(), "cpu": cpu,
+      results[config] = {"row": row, "commands": [command.strip()], "cpu": cpu,
                          "date": time.strftime("%Y-%m-%d")}
       continue
-    if runs[0]["grid"]:
-      os.makedirs(os.path.join(args.docs, "quality"), exist_ok=True)
+    results = save_runs(args.docs, config, runs, floor_fid, command.strip(), cpu, recipe)
+    if runs[0]["grid"] and runs[0]["seed"] == results[config]["runs"][0]["seed"]:
+      os.makedirs(os.path.join(args.docs, "quality"), exist_ok=True)  # the first seed's
       shutil.copyfile(runs[0]["grid"], os.path.join(args.docs, "quality", f"{config}.png"))
-    results = save_row(args.docs, config, row, command.strip(), cpu)  # after each config
+    if len(results[config]["runs"]) > len(runs):
+      print(json.dumps({"summary_with_stored_runs": results[config]["row"]}), flush=True)
     with open(os.path.join(args.docs, "quality.md"), "w") as f:
       f.write(markdown(results))
   print(markdown(results))

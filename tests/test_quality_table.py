@@ -14,6 +14,7 @@ import gan_quality  # noqa: E402  (bench/ is no package)
 
 FLOOR = 0.6
 CPU = {"cpu": "test CPU", "cores": 2, "bfloat16_instructions": False}
+RECIPE = {"bindings": [], "main_args": []}
 
 
 def _run(config, seed, curve, seconds=170.0):
@@ -26,16 +27,15 @@ def test_rows_of_two_invocations_share_one_table_and_are_judged(tmp_path):
   docs = str(tmp_path)
   main = [_run("main_job", seed, [(2800, 165.0, fid, {"precision": 0.7})])
           for seed, fid in enumerate([5.0, 5.5, 5.9])]  # all under 10 x 0.6 = 6
-  main_row = gan_quality.summarize("main_job", main, FLOOR)
+  results = gan_quality.save_runs(docs, "main_job", main, FLOOR,
+                                 "python bench/gan_quality.py --configs main_job", CPU, RECIPE)
+  main_row = results["main_job"]["row"]
   assert main_row["reached_10x"] == 3 and main_row["best_fid"][0] == pytest.approx(5.4667, 1e-4)
-  gan_quality.save_row(docs, "main_job", main_row, "python bench/gan_quality.py --configs main_job",
-                       CPU)
   scores = {"classifier_score_32": 7.0, "real_score_32": 8.0}  # ratio 0.875 < 0.95
   tfgan = [_run("tfgan_mnist", 0, [(500, 30.0, 40.0, {}), (5000, 300.0, 9.0, dict(scores))])]
-  tfgan_row = gan_quality.summarize("tfgan_mnist", tfgan, FLOOR)
-  assert tfgan_row["final_score_32_ratio"][0] == pytest.approx(0.875)
-  results = gan_quality.save_row(docs, "tfgan_mnist", tfgan_row,
-                                 "python bench/gan_quality.py --configs tfgan_mnist", CPU)
+  results = gan_quality.save_runs(docs, "tfgan_mnist", tfgan, FLOOR,
+                                  "python bench/gan_quality.py --configs tfgan_mnist", CPU, RECIPE)
+  assert results["tfgan_mnist"]["row"]["final_score_32_ratio"][0] == pytest.approx(0.875)
   assert sorted(results) == ["main_job", "tfgan_mnist"]  # the first invocation's row kept
   with open(os.path.join(docs, "quality", "results.json")) as f:
     assert sorted(json.load(f)) == ["main_job", "tfgan_mnist"]
@@ -45,6 +45,44 @@ def test_rows_of_two_invocations_share_one_table_and_are_judged(tmp_path):
   tfgan_line = next(line for line in text.splitlines() if line.startswith("| tfgan_mnist | s"))
   assert "| not met |" in tfgan_line
   assert "`python bench/gan_quality.py --configs tfgan_mnist`" in text
+
+
+def test_seeds_measured_apart_join_one_row_of_the_same_recipe_and_cpu(tmp_path):
+  docs, config = str(tmp_path), "tfgan_mnist"
+  first = "python bench/gan_quality.py --configs tfgan_mnist --seeds 1"
+  gan_quality.save_runs(docs, config, [_run(config, 0, [(5000, 300.0, 4.0, {})])], FLOOR,
+                        first, CPU, RECIPE)
+  later = "python bench/gan_quality.py --configs tfgan_mnist --seeds 2 --first-seed 1"
+  results = gan_quality.save_runs(docs, config, [_run(config, s, [(5000, 310.0, fid, {})])
+                                                 for s, fid in ((2, 2.0), (1, 3.0))],
+                                  FLOOR, later, CPU, RECIPE)
+  entry = results[config]
+  assert [run["seed"] for run in entry["runs"]] == [0, 1, 2]
+  assert entry["row"]["seeds"] == 3 and entry["row"]["best_fid"][0] == pytest.approx(3.0)
+  assert entry["commands"] == [first, later]
+  assert f"`{first}`, then `{later}`" in gan_quality.markdown(results)
+  # A seed run again replaces its record; the stored file is what the next call reads.
+  again = gan_quality.save_runs(docs, config, [_run(config, 1, [(5000, 300.0, 6.0, {})])],
+                                FLOOR, later, CPU, RECIPE)[config]
+  assert [run["seed"] for run in again["runs"]] == [0, 1, 2]
+  assert again["row"]["best_fid"][0] == pytest.approx(4.0) and again["commands"] == [first, later]
+  # Another recipe, or another CPU, starts the row again: their figures do not mix.
+  other = gan_quality.save_runs(docs, config, [_run(config, 1, [(2000, 100.0, 9.0, {})])],
+                                FLOOR, "... --steps 2000", CPU,
+                                {"bindings": ["gan.Schedule.total_steps = 2000"],
+                                 "main_args": ["--steps", "2000"]})[config]
+  assert [run["seed"] for run in other["runs"]] == [1] and other["row"]["seeds"] == 1
+  moved = gan_quality.save_runs(docs, config, [_run(config, 0, [(2000, 90.0, 8.0, {})])],
+                                FLOOR, "... --steps 2000", dict(CPU, cpu="another CPU"),
+                                other["recipe"])[config]
+  assert [run["seed"] for run in moved["runs"]] == [0] and moved["commands"] == ["... --steps 2000"]
+
+
+def test_rows_saved_before_runs_were_kept_still_render():
+  row = gan_quality.summarize("main_job", [_run("main_job", 0, [(2800, 165.0, 5.0, {})])], FLOOR)
+  text = gan_quality.markdown({"main_job": {"row": row, "command": "python old", "cpu": CPU,
+                                            "date": "2026-11-25"}})
+  assert "`python old` (last on 2026-11-25)" in text
 
 
 @pytest.mark.parametrize("config", gan_quality.CONFIGS)
