@@ -279,6 +279,10 @@ def save_runs(docs, config, runs, floor_fid, command, cpu, recipe):
     seeds = {run["seed"] for run in runs}
     kept = [run for run in old["runs"] if run["seed"] not in seeds]
     commands = [c for c in old["commands"] if c != command] + [command]
+  elif old:
+    print(f"gan_quality: {config}'s stored row ({len(old.get('runs', ())) or old['row']['seeds']} "
+          "seeds) was made with another recipe or on another CPU: replaced, not joined",
+          file=sys.stderr)
   runs = sorted(kept + [{k: v for k, v in run.items() if k != "grid"} for run in runs],
                 key=lambda run: run["seed"])
   results[config] = {"row": summarize(config, runs, floor_fid), "runs": runs,
