@@ -74,6 +74,25 @@ def test_model_argument_errors(kwargs, message):
     gan.dcgan_generator(**kwargs)
 
 
+@pytest.mark.parametrize("kernel_size", [4, 3])
+def test_kernel_size_keeps_the_shapes(kernel_size):
+  g = gan.dcgan_generator(NOISE, 4, kernel_size=kernel_size)
+  images = g(tf.zeros((2, NOISE)))
+  assert images.shape == (2,) + SHAPE
+  d = gan.dcgan_discriminator(4, kernel_size=kernel_size)
+  assert d(images).shape == (2, 1)
+  kernels = [layer.kernel.shape[:2] for model in (g, d) for layer in model.layers
+             if isinstance(layer, keras.layers.Conv2D)]  # Conv2DTranspose is one too
+  assert kernels and all(shape == (kernel_size, kernel_size) for shape in kernels)
+
+
+@pytest.mark.parametrize("bad", [0, 4.0, True, "4"])
+def test_kernel_size_errors_name_the_value(bad):
+  for make in (gan.dcgan_generator, gan.dcgan_discriminator):
+    with pytest.raises(ValueError, match=f"kernel_size must be a positive int.*got {bad!r}"):
+      make(kernel_size=bad)
+
+
 def test_discriminator_conditioning_error():
   with pytest.raises(ValueError, match="conditioning must be one of"):
     gan.dcgan_discriminator(num_classes=10, conditioning="sum")
