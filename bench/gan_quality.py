@@ -31,7 +31,10 @@ from all the rows there: configs measured in separate invocations, or
 sessions, end up in one table. Runs of the recipe already stored (same
 `--steps` and `--gin`, same CPU) join its row, so a long measurement can be
 spread over sessions (`--seeds 2 --first-seed 1` after `--seeds 1`); another
-recipe replaces the config's row.
+recipe replaces the config's row. With `--mixed-precision mixed_bfloat16` the
+runs train under that Keras policy (`gan.Experiment.mixed_precision`, the main
+job's `--mixed-precision`) and make rows of their own, `<config> (mixed_bfloat16)`,
+beside the float32 ones.
 """
 
 import argparse
@@ -195,6 +198,19 @@ TARGETS = {
 }
 
 
+def row_name(config, mixed_precision=None):
+  """The key of a config's row: its name, with the policy when not float32."""
+  return f"{config} ({mixed_precision})" if mixed_precision else config
+
+
+def _config_of(name):
+  return name.split(" (")[0]
+
+
+def _file_name(name):
+  return name.replace(" (", "_").replace(")", "") + ".png"
+
+
 def _pm(value, digits=2):
   return "–" if value is None else f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
 
@@ -207,7 +223,8 @@ def met(row):
 
 def markdown(results):
   """docs/quality.md from `results` (config -> {"row", "commands", "cpu", "date", ...})."""
-  configs = [c for c in CONFIGS if c in results]
+  configs = sorted((name for name in results if _config_of(name) in CONFIGS),
+                   key=lambda name: (CONFIGS.index(_config_of(name)), name))
   lines = ["# Time to quality: the GAN kit's configs on this CPU", "",
            "Made by `bench/gan_quality.py`; each config's row keeps the commands, CPU and "
            "date of the runs that made it (`docs/quality/results.json`), so rows made in "
@@ -234,7 +251,7 @@ def markdown(results):
       else:
         cells.append(f"not reached (0/{r['seeds']})")
     best = r["best_fid"]
-    lines.append(f"| {config} | {TARGETS[config][0]} | {met(r)} | {r['steps']:,} | "
+    lines.append(f"| {config} | {TARGETS[_config_of(config)][0]} | {met(r)} | {r['steps']:,} | "
                  f"{_pm(r['minutes'], 1)} | " + " | ".join(cells)
                  + f" | {_pm(best)} ({best[0] / r['floor']:.1f}x) |")
   keys = [k for k in FINAL if any(f"final_{k}" in results[c]["row"] for c in configs)]
@@ -254,14 +271,15 @@ def markdown(results):
                  + f" (last on {made['date']}); floor "
                  f"{made['row']['floor']:.3f}; CPU {cpu['cpu']}, {cpu['cores']} cores, "
                  f"bfloat16 instructions: {'yes' if cpu['bfloat16_instructions'] else 'no'}; "
-                 f"samples of the first seed's final step: [quality/{config}.png]"
-                 f"(quality/{config}.png).")
+                 f"samples of the first seed's final step: [quality/{_file_name(config)}]"
+                 f"(quality/{_file_name(config)}).")
   lines.append("")
   return "\n".join(lines)
 
 
-def save_runs(docs, config, runs, floor_fid, command, cpu, recipe):
-  """Stores `runs` of `config` in `<docs>/quality/results.json`, summarized; all entries.
+def save_runs(docs, name, runs, floor_fid, command, cpu, recipe):
+  """Stores `runs` as row `name` (`row_name`) of `<docs>/quality/results.json`,
+  summarized; returns all rows.
 
   Runs of the same recipe (the bindings and arguments that shape training, seeds
   aside) on the same CPU join the stored ones, a seed run again replacing its
@@ -273,19 +291,19 @@ def save_runs(docs, config, runs, floor_fid, command, cpu, recipe):
   if os.path.exists(path):
     with open(path) as f:
       results = json.load(f)
-  old = results.get(config, {})
+  old = results.get(name, {})
   commands, kept = [command], []
   if old.get("recipe") == recipe and old.get("cpu") == cpu and "runs" in old:
     seeds = {run["seed"] for run in runs}
     kept = [run for run in old["runs"] if run["seed"] not in seeds]
     commands = [c for c in old["commands"] if c != command] + [command]
   elif old:
-    print(f"gan_quality: {config}'s stored row ({len(old.get('runs', ())) or old['row']['seeds']} "
+    print(f"gan_quality: {name}'s stored row ({len(old.get('runs', ())) or old['row']['seeds']} "
           "seeds) was made with another recipe or on another CPU: replaced, not joined",
           file=sys.stderr)
   runs = sorted(kept + [{k: v for k, v in run.items() if k != "grid"} for run in runs],
                 key=lambda run: run["seed"])
-  results[config] = {"row": summarize(config, runs, floor_fid), "runs": runs,
+  results[name] = {"row": summarize(_config_of(name), runs, floor_fid), "runs": runs,
                      "recipe": recipe, "commands": commands, "cpu": cpu,
                      "date": time.strftime("%Y-%m-%d")}
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -306,6 +324,9 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, help="train each to this step (default: the config's)")
   parser.add_argument("--gin", action="append", default=[],
                       help="an extra binding for every run (not main_job)")
+  parser.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"),
+                      help="train under this Keras policy: rows of their own, '<config> "
+                           "(<policy>)'")
   parser.add_argument("--quick", action="store_true",
                       help="one seed, 10 narrow steps per config: checks the records (CI)")
   parser.add_argument("--workdir", default=os.path.join("runs", "quality"))
@@ -321,6 +342,9 @@ def main(argv=None):
   if args.steps:
     bindings.append(f"gan.Schedule.total_steps = {args.steps}")
     main_args += ["--steps", str(args.steps)]
+  if args.mixed_precision:
+    bindings.append(f"gan.Experiment.mixed_precision = '{args.mixed_precision}'")
+    main_args += ["--mixed-precision", args.mixed_precision]
   bindings += args.gin
   if args.seeds < 1 or args.first_seed < 0:
     parser.error(f"--seeds {args.seeds} --first-seed {args.first_seed}: give at least one "
@@ -337,24 +361,25 @@ def main(argv=None):
       a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))
   results = {}
   for config in configs:
+    name = row_name(config, args.mixed_precision)
     runs = []
     for seed in seeds:
-      record = run_one(config, seed, os.path.join(args.workdir, config, f"seed{seed}"),
-                       bindings, main_args)
+      record = run_one(config, seed, os.path.join(args.workdir, _file_name(name)[:-4],
+                                                  f"seed{seed}"), bindings, main_args)
       print(json.dumps({"run": record}), flush=True)
       runs.append(record)
     row = summarize(config, runs, floor_fid)
     print(json.dumps({"summary": row}), flush=True)
     if args.quick or args.no_docs:
-      results[config] = {"row": row, "commands": [command.strip()], "cpu": cpu,
-                         "date": time.strftime("%Y-%m-%d")}
+      results[name] = {"row": row, "commands": [command.strip()], "cpu": cpu,
+                       "date": time.strftime("%Y-%m-%d")}
       continue
-    results = save_runs(args.docs, config, runs, floor_fid, command.strip(), cpu, recipe)
-    if runs[0]["grid"] and runs[0]["seed"] == results[config]["runs"][0]["seed"]:
+    results = save_runs(args.docs, name, runs, floor_fid, command.strip(), cpu, recipe)
+    if runs[0]["grid"] and runs[0]["seed"] == results[name]["runs"][0]["seed"]:
       os.makedirs(os.path.join(args.docs, "quality"), exist_ok=True)  # the first seed's
-      shutil.copyfile(runs[0]["grid"], os.path.join(args.docs, "quality", f"{config}.png"))
-    if len(results[config]["runs"]) > len(runs):
-      print(json.dumps({"summary_with_stored_runs": results[config]["row"]}), flush=True)
+      shutil.copyfile(runs[0]["grid"], os.path.join(args.docs, "quality", _file_name(name)))
+    if len(results[name]["runs"]) > len(runs):
+      print(json.dumps({"summary_with_stored_runs": results[name]["row"]}), flush=True)
     with open(os.path.join(args.docs, "quality.md"), "w") as f:
       f.write(markdown(results))
   print(markdown(results))

@@ -74,6 +74,9 @@ def main(argv=None):
   p.add_argument("--fid-samples", type=int, default=5000,
                  help="samples for the classifier FID at the end (0: none)")
   p.add_argument("--seed", type=int, default=0, help="initial weights and noise")
+  p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"),
+                 help="compute in 16 bits, keep float32 weights (bfloat16 is faster only "
+                      "on a CPU with bfloat16 instructions: docs/quality.md)")
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
   p.add_argument("--verbose", action="store_true", help="show TensorFlow's own log lines")
@@ -87,7 +90,7 @@ def main(argv=None):
   strategy = ctl.make_strategy(args.strategy, logical_cpus=args.logical_cpus)
   runner = ctl.Runner(train_step, build, gan.mnist_dataset(args.batch_size),
                       strategy=strategy, steps_per_loop=args.steps_per_loop,
-                      seed=args.seed, eager=args.eager)
+                      seed=args.seed, eager=args.eager, mixed_precision=args.mixed_precision)
   actions = [
       # An 8x8 grid from the same noise each time, drawn by the averaged generator.
       ctl.Samples(gan.experiment.fixed_samples(NOISE_DIM, model="generator_ema"),

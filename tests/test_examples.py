@@ -22,7 +22,9 @@ def png_size(path):
   return struct.unpack(">II", header[16:24])
 
 
-@pytest.mark.parametrize("strategy", [[], ["--strategy", "mirrored", "--logical-cpus", "2"]])
+# The second: what a user switches, the strategy and the precision (bfloat16 compute).
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "mirrored", "--logical-cpus", "2",
+                                          "--mixed-precision", "mixed_bfloat16"]])
 def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
   command = ["examples/mnist_dcgan.py", "--steps", "6", "--steps-per-loop", "3",
              "--samples-every", "3", "--fid-samples", "200", "--workdir", str(tmp_path)]

@@ -78,6 +78,21 @@ def test_seeds_measured_apart_join_one_row_of_the_same_recipe_and_cpu(tmp_path):
   assert [run["seed"] for run in moved["runs"]] == [0] and moved["commands"] == ["... --steps 2000"]
 
 
+def test_a_mixed_precision_row_sits_beside_the_float32_row_and_is_judged_alike(tmp_path):
+  docs = str(tmp_path)
+  for policy, fid in ((None, 5.0), ("mixed_bfloat16", 7.0)):  # 10x 0.6 = 6: met, not met
+    results = gan_quality.save_runs(
+        docs, gan_quality.row_name("main_job", policy),
+        [_run("main_job", 0, [(2800, 150.0, fid, {})], seconds=150.0)], FLOOR,
+        "python bench/gan_quality.py --configs main_job", CPU, RECIPE)
+  assert sorted(results) == ["main_job", "main_job (mixed_bfloat16)"]
+  assert results["main_job (mixed_bfloat16)"]["row"]["config"] == "main_job"
+  text = gan_quality.markdown(results)
+  assert "| main_job | ≤ 10x in ≤ 3 min | met |" in text
+  assert "| main_job (mixed_bfloat16) | ≤ 10x in ≤ 3 min | not met |" in text
+  assert "(quality/main_job_mixed_bfloat16.png)" in text
+
+
 def test_rows_saved_before_runs_were_kept_still_render():
   row = gan_quality.summarize("main_job", [_run("main_job", 0, [(2800, 165.0, 5.0, {})])], FLOOR)
   text = gan_quality.markdown({"main_job": {"row": row, "command": "python old", "cpu": CPU,
