@@ -75,8 +75,9 @@ def main(argv=None):
                  help="samples for the classifier FID at the end (0: none)")
   p.add_argument("--seed", type=int, default=0, help="initial weights and noise")
   p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"),
-                 help="compute in 16 bits, keep float32 weights (bfloat16 is faster only "
-                      "on a CPU with bfloat16 instructions: docs/quality.md)")
+                 help="compute in 16 bits, keep float32 weights: bfloat16 is faster only on "
+                      "a CPU with bfloat16 instructions (docs/quality.md); float16 is for "
+                      "GPUs (a CPU runs it about 10x slower)")
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
   p.add_argument("--verbose", action="store_true", help="show TensorFlow's own log lines")
