@@ -77,7 +77,7 @@ def main(argv=None):
   p.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"),
                  help="compute in 16 bits, keep float32 weights: bfloat16 is faster only on "
                       "a CPU with bfloat16 instructions (docs/quality.md); float16 is for "
-                      "GPUs (a CPU runs it about 10x slower)")
+                      "GPUs (a CPU emulates it, many times slower)")
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
   p.add_argument("--verbose", action="store_true", help="show TensorFlow's own log lines")
