@@ -29,7 +29,8 @@ Prints one JSON line per run and per config, then the Markdown table. Unless
 go into `<docs>/quality/results.json`, and `<docs>/quality.md` is rewritten
 from all the rows there: configs measured in separate invocations, or
 sessions, end up in one table. Runs of the recipe already stored (same
-`--steps` and `--gin`, same CPU) join its row, so a long measurement can be
+`--steps` and `--gin`, same bindings in the .gin file or code of the main job,
+same CPU) join its row, so a long measurement can be
 spread over sessions (`--seeds 2 --first-seed 1` after `--seeds 1`); another
 recipe replaces the config's row. With `--mixed-precision mixed_bfloat16` the
 runs train under that Keras policy (`gan.Experiment.mixed_precision`, the main
@@ -38,6 +39,8 @@ beside the float32 ones.
 """
 
 import argparse
+import ast
+import hashlib
 import json
 import os
 import shutil
@@ -118,6 +121,23 @@ def run_one(config, seed, workdir, bindings, main_args=()):
   samples = sorted(os.listdir(os.path.join(workdir, "samples")))
   return {"config": config, "seed": seed, "seconds": seconds, "curve": curve,
           "grid": os.path.join(workdir, "samples", samples[-1]) if samples else None}
+
+
+def source_digest(config):
+  """A digest of what the config trains, comments and docstrings aside: the bindings of
+  its .gin file, or the main job's code. Part of the recipe that stored runs must share."""
+  if config == MAIN:
+    tree = ast.parse(open(os.path.join(ROOT, "examples", "mnist_dcgan.py")).read())
+    for node in ast.walk(tree):
+      body = getattr(node, "body", None)
+      if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+          and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+        node.body = body[1:]  # the docstring
+    text = ast.dump(tree)
+  else:
+    with open(os.path.join(ROOT, "gan", "configs", f"{config}.gin")) as f:
+      text = "\n".join(line.split("#")[0].strip() for line in f if line.split("#")[0].strip())
+  return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def first_reached(curve, threshold):
@@ -350,7 +370,6 @@ def main(argv=None):
     parser.error(f"--seeds {args.seeds} --first-seed {args.first_seed}: give at least one "
                  "seed, the first at least 0")
   seeds = range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds))
-  recipe = {"bindings": bindings, "main_args": main_args}  # what shapes training, seeds aside
   sys.path.insert(0, os.path.join(ROOT, "bench"))
   from run import cpu_features  # pylint: disable=import-outside-toplevel
   cpu = cpu_features()
@@ -362,6 +381,7 @@ def main(argv=None):
   results = {}
   for config in configs:
     name = row_name(config, args.mixed_precision)
+    recipe = {"bindings": bindings, "main_args": main_args, "source": source_digest(config)}
     runs = []
     for seed in seeds:
       record = run_one(config, seed, os.path.join(args.workdir, _file_name(name)[:-4],

@@ -93,6 +93,26 @@ def test_a_mixed_precision_row_sits_beside_the_float32_row_and_is_judged_alike(t
   assert "(quality/main_job_mixed_bfloat16.png)" in text
 
 
+def test_the_recipe_digest_ignores_comments_and_docstrings_not_code(tmp_path, monkeypatch):
+  for folder in ("examples", os.path.join("gan", "configs")):
+    os.makedirs(tmp_path / folder)
+  main = open(os.path.join(ROOT, "examples", "mnist_dcgan.py")).read()
+  gin = open(os.path.join(ROOT, "gan", "configs", "dcgan.gin")).read()
+  monkeypatch.setattr(gan_quality, "ROOT", str(tmp_path))
+
+  def digests(main_text, gin_text):
+    (tmp_path / "examples" / "mnist_dcgan.py").write_text(main_text)
+    (tmp_path / "gan" / "configs" / "dcgan.gin").write_text(gin_text)
+    return gan_quality.source_digest("main_job"), gan_quality.source_digest("dcgan")
+
+  before = digests(main, gin)
+  assert digests(main.replace('"""Trains', '"""Now trains', 1) + "# a note\n",
+                 "# Expected: another figure\n" + gin + "\n") == before
+  changed = digests(main.replace("EMA_DECAY, EMA_START = 0.99", "EMA_DECAY, EMA_START = 0.999"),
+                    gin.replace("total_steps = 25000", "total_steps = 20000"))
+  assert changed[0] != before[0] and changed[1] != before[1]
+
+
 def test_rows_saved_before_runs_were_kept_still_render():
   row = gan_quality.summarize("main_job", [_run("main_job", 0, [(2800, 165.0, 5.0, {})])], FLOOR)
   text = gan_quality.markdown({"main_job": {"row": row, "command": "python old", "cpu": CPU,
