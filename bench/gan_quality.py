@@ -333,6 +333,20 @@ def save_runs(docs, name, runs, floor_fid, command, cpu, recipe):
   return results
 
 
+def shown_command(argv):
+  """The command as the docs show it: without where this machine kept its files."""
+  shown, skip = [], False
+  for arg in argv:
+    if skip:
+      skip = False
+    elif arg in ("--workdir", "--docs"):
+      skip = True
+    elif not arg.startswith(("--workdir=", "--docs=")):
+      shown.append(arg)
+  return " ".join(["python bench/gan_quality.py"] + [a if " " not in a else repr(a)
+                                                     for a in shown])
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--configs", default=",".join(CONFIGS),
@@ -376,8 +390,7 @@ def main(argv=None):
   print(json.dumps(cpu), flush=True)
   floor_fid = floor()
   print(json.dumps({"floor": floor_fid}), flush=True)
-  command = "python bench/gan_quality.py " + " ".join(
-      a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))
+  command = shown_command(argv if argv is not None else sys.argv[1:])
   results = {}
   for config in configs:
     name = row_name(config, args.mixed_precision)

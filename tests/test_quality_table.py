@@ -113,6 +113,12 @@ def test_the_recipe_digest_ignores_comments_and_docstrings_not_code(tmp_path, mo
   assert changed[0] != before[0] and changed[1] != before[1]
 
 
+def test_the_stored_command_names_no_directory_of_this_machine():
+  argv = ["--configs", "main_job", "--workdir", "/tmp/q", "--docs=/tmp/d", "--gin", "a = 1"]
+  assert gan_quality.shown_command(argv) == \
+      "python bench/gan_quality.py --configs main_job --gin 'a = 1'"
+
+
 def test_rows_saved_before_runs_were_kept_still_render():
   row = gan_quality.summarize("main_job", [_run("main_job", 0, [(2800, 165.0, 5.0, {})])], FLOOR)
   text = gan_quality.markdown({"main_job": {"row": row, "command": "python old", "cpu": CPU,
