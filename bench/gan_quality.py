@@ -254,7 +254,9 @@ def markdown(results):
            "held-out ones). Times are wall time from the training process's start, "
            "evaluation and start-up included; mean ± std over the seeds that reached each "
            "multiple (reached/seeds). `main_job` is README's first command "
-           "(`examples/mnist_dcgan.py`), measured at its end only.", "",
+           "(`examples/mnist_dcgan.py`), measured at its end only. The benchmark machine "
+           "is a shared VM whose speed drifts between invocations (by how much: "
+           "[quality/tuning.md](quality/tuning.md)): compare times within one row.", "",
            "| config | target | result | steps | minutes | to 10x: min (step) | to 5x | to 3x "
            "| to 2x "
            "| best FID (x floor) |",
