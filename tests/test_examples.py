@@ -34,7 +34,7 @@ def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
   lines = [line for line in proc.stderr.splitlines() if line.startswith("ctl: step ")]
   assert lines and lines[-1].startswith("ctl: step 6/6 (100%)"), proc.stderr[-2000:]
   losses = [float(v) for v in re.findall(r"_loss (\S+)", lines[-1])]
-  assert len(losses) == 2 and all(0 < v < 10 for v in losses)
+  assert len(losses) == 2 and all(abs(v) < 10 for v in losses)  # hinge: G's may be < 0
   assert png_size(tmp_path / "samples" / "samples_00000003.png") == (224, 224)
   assert png_size(tmp_path / "samples" / "samples_00000006.png") == (224, 224)
   assert (tmp_path / "checkpoints" / "ckpt-6.index").exists()
