@@ -227,8 +227,9 @@ def _config_of(name):
   return name.split(" (")[0]
 
 
-def _file_name(name):
-  return name.replace(" (", "_").replace(")", "") + ".png"
+def _slug(name):
+  """A row's name as a file name: "main_job (mixed_bfloat16)" -> "main_job_mixed_bfloat16"."""
+  return name.replace(" (", "_").replace(")", "")
 
 
 def _pm(value, digits=2):
@@ -293,8 +294,8 @@ def markdown(results):
                  + f" (last on {made['date']}); floor "
                  f"{made['row']['floor']:.3f}; CPU {cpu['cpu']}, {cpu['cores']} cores, "
                  f"bfloat16 instructions: {'yes' if cpu['bfloat16_instructions'] else 'no'}; "
-                 f"samples of the first seed's final step: [quality/{_file_name(config)}]"
-                 f"(quality/{_file_name(config)}).")
+                 f"samples of the first seed's final step: [quality/{_slug(config)}.png]"
+                 f"(quality/{_slug(config)}.png).")
   lines.append("")
   return "\n".join(lines)
 
@@ -399,7 +400,7 @@ def main(argv=None):
     recipe = {"bindings": bindings, "main_args": main_args, "source": source_digest(config)}
     runs = []
     for seed in seeds:
-      record = run_one(config, seed, os.path.join(args.workdir, _file_name(name)[:-4],
+      record = run_one(config, seed, os.path.join(args.workdir, _slug(name),
                                                   f"seed{seed}"), bindings, main_args)
       print(json.dumps({"run": record}), flush=True)
       runs.append(record)
@@ -412,7 +413,7 @@ def main(argv=None):
     results = save_runs(args.docs, name, runs, floor_fid, command.strip(), cpu, recipe)
     if runs[0]["grid"] and runs[0]["seed"] == results[name]["runs"][0]["seed"]:
       os.makedirs(os.path.join(args.docs, "quality"), exist_ok=True)  # the first seed's
-      shutil.copyfile(runs[0]["grid"], os.path.join(args.docs, "quality", _file_name(name)))
+      shutil.copyfile(runs[0]["grid"], os.path.join(args.docs, "quality", _slug(name) + ".png"))
     if len(results[name]["runs"]) > len(runs):
       print(json.dumps({"summary_with_stored_runs": results[name]["row"]}), flush=True)
     with open(os.path.join(args.docs, "quality.md"), "w") as f:
