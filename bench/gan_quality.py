@@ -361,7 +361,8 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, help="train each to this step (default: the config's)")
   parser.add_argument("--gin", action="append", default=[],
                       help="an extra binding for every run (not main_job)")
-  parser.add_argument("--mixed-precision", choices=("mixed_bfloat16", "mixed_float16"),
+  from ctl.runner import MIXED_PRECISIONS  # pylint: disable=import-outside-toplevel
+  parser.add_argument("--mixed-precision", choices=MIXED_PRECISIONS,
                       help="train under this Keras policy: rows of their own, '<config> "
                            "(<policy>)'")
   parser.add_argument("--quick", action="store_true",

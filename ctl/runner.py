@@ -44,8 +44,9 @@ from ctl.parts import export as export_lib
 from ctl.parts import state as state_lib
 from ctl.parts import steps
 
-# The Keras policies a runner takes (None: float32); "float64" is ctl parity's replay.
-MIXED_PRECISIONS = (None, "mixed_float16", "mixed_bfloat16", "float64")
+# The 16-bit Keras policies a user picks; a runner also takes None (float32) and
+# "float64" (ctl parity's replay).
+MIXED_PRECISIONS = ("mixed_float16", "mixed_bfloat16")
 
 if TYPE_CHECKING:
   import keras
@@ -121,7 +122,7 @@ class Runner:
     if not callable(build):
       raise TypeError(f"build must be a function () -> (models, optimizers), got {build!r}.")
     _check_order(step_fn, build)
-    if mixed_precision not in MIXED_PRECISIONS:
+    if mixed_precision not in (None, *MIXED_PRECISIONS, "float64"):
       raise ValueError(f"mixed_precision {mixed_precision!r} is not known; use None, "
                        "'mixed_float16', 'mixed_bfloat16' or 'float64'.")
     if eager and jit_compile:

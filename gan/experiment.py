@@ -660,8 +660,7 @@ def _check(experiment: Experiment) -> None:
   arguments.integer("ema_start_step", experiment.ema_start_step, minimum=0)
   arguments.integer("fid_samples", experiment.fid_samples, minimum=2)
   augment_lib.check_policy(experiment.augment)
-  if (experiment.mixed_precision not in ctl.runner.MIXED_PRECISIONS
-      or experiment.mixed_precision == "float64"):  # the runner's, but parity's replay
+  if experiment.mixed_precision not in (None, *ctl.runner.MIXED_PRECISIONS):
     raise ValueError(f"mixed_precision must be None, 'mixed_bfloat16' or 'mixed_float16', "
                      f"got {experiment.mixed_precision!r}.")
   _check_penalty(experiment.penalty, experiment.encoder is not None)
