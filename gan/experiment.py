@@ -489,7 +489,8 @@ class Experiment:
       runner's Keras policy (`ctl.Runner(mixed_precision=...)`); the models'
       outputs stay float32. Measured on a 2-core CPU with AVX512_BF16, the
       main job's models: 1.11x the float32 speed with the non-saturating step,
-      1.30x with the hinge step, at the same quality (docs/quality/tuning.md);
+      1.30x with the hinge step (seed 0 timed in two separate runs), at the
+      same quality over 3 seeds (docs/quality/tuning.md);
       not measured on a CPU without bfloat16 instructions, where it is
       expected to be slower.
   """
