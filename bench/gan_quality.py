@@ -41,6 +41,7 @@ beside the float32 ones.
 import argparse
 import ast
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -48,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = "main_job"  # examples/mnist_dcgan.py, README's first command: FID at its end only
@@ -136,7 +138,14 @@ def source_digest(config):
     text = ast.dump(tree)
   else:
     with open(os.path.join(ROOT, "gan", "configs", f"{config}.gin")) as f:
-      text = "\n".join(line.split("#")[0].strip() for line in f if line.split("#")[0].strip())
+      lines = f.read().splitlines()
+    # Comments found as gin's own parser finds them (Python's tokenizer): a '#'
+    # inside a string value is part of the binding.
+    comments = {token.start[0]: token.start[1] for token in
+                tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline)
+                if token.type == tokenize.COMMENT}
+    kept = (line[:comments.get(row, len(line))].strip() for row, line in enumerate(lines, 1))
+    text = "\n".join(line for line in kept if line)
   return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 

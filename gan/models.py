@@ -24,6 +24,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from ctl.base import arguments
+
 CONDITIONINGS = ("projection", "concat")
 
 
@@ -157,9 +159,8 @@ def dcgan_generator(noise_dim: int = 64, width: int = 64, *,
 
 
 def _check_kernel_size(kernel_size):
-  if not isinstance(kernel_size, int) or isinstance(kernel_size, bool) or kernel_size < 1:
-    raise ValueError(f"kernel_size must be a positive int (5 in the DCGAN paper, 4 in "
-                     f"TF-GAN's examples), got {kernel_size!r}.")
+  arguments.integer("kernel_size", kernel_size, minimum=1,
+                    meaning="5 in the DCGAN paper, 4 in TF-GAN's examples")
 
 
 def _convolutions(x, width, count, spectral_norm, kernel_size=5):

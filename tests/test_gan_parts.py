@@ -86,10 +86,11 @@ def test_kernel_size_keeps_the_shapes(kernel_size):
   assert kernels and all(shape == (kernel_size, kernel_size) for shape in kernels)
 
 
-@pytest.mark.parametrize("bad", [0, 4.0, True, "4"])
-def test_kernel_size_errors_name_the_value(bad):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (4.0, TypeError), (True, TypeError),
+                                        ("4", TypeError)])
+def test_kernel_size_errors_name_the_value(bad, error):
   for make in (gan.dcgan_generator, gan.dcgan_discriminator):
-    with pytest.raises(ValueError, match=f"kernel_size must be a positive int.*got {bad!r}"):
+    with pytest.raises(error, match=f"kernel_size must be an int >= 1.*got {bad!r}"):
       make(kernel_size=bad)
 
 

@@ -111,6 +111,10 @@ def test_the_recipe_digest_ignores_comments_and_docstrings_not_code(tmp_path, mo
   changed = digests(main.replace("EMA_DECAY, EMA_START = 0.99", "EMA_DECAY, EMA_START = 0.999"),
                     gin.replace("total_steps = 25000", "total_steps = 20000"))
   assert changed[0] != before[0] and changed[1] != before[1]
+  # A '#' inside a string is a value, not a comment.
+  marked = gin + 'gan.Experiment.name = "run #1"  # a comment\n'
+  assert digests(main, marked)[1] != digests(main, marked.replace("#1", "#2"))[1]
+  assert digests(main, marked)[1] == digests(main, marked.replace("a comment", "another"))[1]
 
 
 def test_the_stored_command_names_no_directory_of_this_machine():
