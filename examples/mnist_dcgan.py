@@ -111,7 +111,10 @@ def main(argv=None):
   except ctl.Interrupted as e:  # Ctrl-C: saved; exit as a shell expects of it
     print(e, file=sys.stderr)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
-  except (ctl.CheckpointError, ctl.WorkdirInUse) as e:  # e.g. another run's checkpoints
+  except ctl.CheckpointError as e:  # e.g. another run's checkpoints, or another precision
+    sys.exit(f"{p.prog}: {e}\n{p.prog}: to resume, give the flags the run was started "
+             f"with (its --mixed-precision among them); for a new run, another --workdir.")
+  except ctl.WorkdirInUse as e:  # another process trains in --workdir
     sys.exit(f"{p.prog}: {e}")
   print(f"wrote {args.workdir}: checkpoints, events, samples, export")
 

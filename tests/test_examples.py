@@ -54,6 +54,7 @@ def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
     other = helpers.python(command + ["--steps", "9", "--batch-size", "32"], check=False)
     assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
     assert "mnist_dcgan.py: checkpoint" in other.stderr, other.stderr[-3000:]
+    assert "give the flags the run was started with" in other.stderr  # the script's advice
     assert (tmp_path / "checkpoints" / "ckpt-6.index").exists()
 
 
