@@ -45,6 +45,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -108,11 +109,21 @@ def run_one(config, seed, workdir, bindings, main_args=()):
   shutil.rmtree(workdir, ignore_errors=True)
   command = command_of(config, seed, workdir, bindings, main_args)
   start = time.time()
-  proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
-                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  try:
+    _, stderr = proc.communicate()
+  finally:  # stopped (Ctrl-C, SIGTERM): the training process ends with the benchmark
+    if proc.poll() is None:
+      proc.terminate()
+      try:
+        proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
   seconds = time.time() - start
   if proc.returncode != 0:
-    raise RuntimeError(f"{config} seed {seed} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    raise RuntimeError(f"{config} seed {seed} exited {proc.returncode}:\n{stderr[-3000:]}")
   from ctl.loop import history
   metrics = history.read_history(os.path.join(workdir, "metrics.jsonl"))
   times = eval_times(workdir)
@@ -161,7 +172,8 @@ def mean_std(values):
   values = [v for v in values if v is not None]
   if not values:
     return None
-  return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+  # One seed has no spread to show: None, not 0.0.
+  return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
 def summarize(config, runs, floor_fid):
@@ -242,7 +254,11 @@ def _slug(name):
 
 
 def _pm(value, digits=2):
-  return "–" if value is None else f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
+  if value is None:
+    return "–"
+  if value[1] is None:  # one seed
+    return f"{value[0]:.{digits}f}"
+  return f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
 
 
 def met(row):
@@ -345,6 +361,33 @@ def save_runs(docs, name, runs, floor_fid, command, cpu, recipe):
   return results
 
 
+def stored_differences(docs, name, recipe, cpu):
+  """What differs between these runs and row `name` stored in `<docs>`, which
+  they would replace rather than join (see `save_runs`): [] when they join it
+  or nothing is stored."""
+  path = os.path.join(docs, "quality", "results.json")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    old = json.load(f).get(name)
+  if not old:
+    return []
+  stored = old.get("recipe") or {}
+  differences = []
+  if "runs" not in old or not stored:
+    differences.append("it was stored without its runs or recipe (an older format)")
+  for key, what in (("bindings", "gin bindings"), ("main_args", "main-job arguments")):
+    if stored and stored.get(key) != recipe[key]:
+      differences.append(f"{what}: stored {stored.get(key)}, now {recipe[key]}")
+  if stored and stored.get("source") != recipe["source"]:
+    differences.append(
+        f"the {'code of examples/mnist_dcgan.py' if name.startswith(MAIN) else 'config file'}"
+        f"'s training changed since (digest {stored.get('source')}, now {recipe['source']})")
+  if old.get("cpu") != cpu:
+    differences.append(f"CPU: stored {old.get('cpu')}, now {cpu}")
+  return differences
+
+
 def shown_command(argv):
   """The command as the docs show it: without where this machine kept its files."""
   shown, skip = [], False
@@ -360,10 +403,13 @@ def shown_command(argv):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+      description=" ".join(__doc__.split("\n\n")[0].split()),
+      epilog="Rows are stored in <docs>/quality/results.json and <docs>/quality.md; see the "
+             "module's docstring.")
   parser.add_argument("--configs", default=",".join(CONFIGS),
                       help=f"comma-separated shipped configs (default: {','.join(CONFIGS)})")
-  parser.add_argument("--seeds", type=int, default=3, help="how many seeds per config")
+  parser.add_argument("--seeds", type=int, help="how many seeds per config (default: 3)")
   parser.add_argument("--first-seed", type=int, default=0,
                       help="seeds FIRST .. FIRST+N-1; they join the stored row of the same "
                            "recipe (e.g. --seeds 1 --first-seed 2 adds a third seed)")
@@ -376,14 +422,27 @@ def main(argv=None):
                            "(<policy>)'")
   parser.add_argument("--quick", action="store_true",
                       help="one seed, 10 narrow steps per config: checks the records (CI)")
-  parser.add_argument("--workdir", default=os.path.join("runs", "quality"))
-  parser.add_argument("--docs", default=os.path.join(ROOT, "docs"))
+  parser.add_argument("--workdir", default=os.path.join("runs", "quality"),
+                      help="where the runs train, one folder each (default: runs/quality)")
+  parser.add_argument("--docs", default=os.path.join(ROOT, "docs"),
+                      help="where rows are stored and the table written (default: this "
+                           "repository's docs/)")
   parser.add_argument("--no-docs", action="store_true", help="print only")
+  parser.add_argument("--replace", action="store_true",
+                      help="let these runs replace a stored row of another recipe or CPU "
+                           "(without it, that is refused before anything trains)")
   args = parser.parse_args(argv)
   configs = [c.strip() for c in args.configs.split(",") if c.strip()]
   unknown = [c for c in configs if c not in CONFIGS]
   if unknown:
     parser.error(f"--configs: unknown {unknown}; choose from {', '.join(CONFIGS)}")
+  if args.steps is not None and args.steps < 1:
+    parser.error(f"--steps {args.steps}: give the step to train each run to, at least 1 "
+                 "(leave it out for each config's own)")
+  if args.quick and args.seeds is not None:
+    parser.error(f"--quick --seeds {args.seeds}: --quick runs one short seed per config; "
+                 "leave out --seeds, or --quick")
+  args.seeds = 3 if args.seeds is None else args.seeds
   bindings = list(QUICK) if args.quick else []
   main_args = list(MAIN_QUICK) if args.quick else []
   if args.steps:
@@ -400,6 +459,18 @@ def main(argv=None):
   sys.path.insert(0, os.path.join(ROOT, "bench"))
   from run import cpu_features  # pylint: disable=import-outside-toplevel
   cpu = cpu_features()
+  recipes = {config: {"bindings": bindings, "main_args": main_args,
+                      "source": source_digest(config)} for config in configs}
+  if not (args.quick or args.no_docs or args.replace):
+    for config in configs:  # before anything trains: a stored measurement is never lost
+      name = row_name(config, args.mixed_precision)
+      differences = stored_differences(args.docs, name, recipes[config], cpu)
+      if differences:
+        parser.error(
+            f"{os.path.join(args.docs, 'quality', 'results.json')} holds row '{name}', "
+            f"which these runs would replace rather than join: " + "; ".join(differences)
+            + ". Give --replace to replace it (its seeds run again), --docs DIR to store "
+            "rows elsewhere, or --no-docs to print only.")
   print(json.dumps(cpu), flush=True)
   floor_fid = floor()
   print(json.dumps({"floor": floor_fid}), flush=True)
@@ -407,7 +478,7 @@ def main(argv=None):
   results = {}
   for config in configs:
     name = row_name(config, args.mixed_precision)
-    recipe = {"bindings": bindings, "main_args": main_args, "source": source_digest(config)}
+    recipe = recipes[config]
     runs = []
     for seed in seeds:
       record = run_one(config, seed, os.path.join(args.workdir, _slug(name),
@@ -432,5 +503,16 @@ def main(argv=None):
   return 0
 
 
+def as_a_command():
+  """What the command line sets up before `main`: TensorFlow without its log lines
+  (CTL_VERBOSE=1 shows them), and SIGTERM (`timeout`, `kill`) ending the benchmark
+  through its `finally`s as Ctrl-C does, so that the training process it waits on
+  ends with it."""
+  from ctl.cli import quiet  # pylint: disable=import-outside-toplevel
+  quiet.apply()
+  signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 if __name__ == "__main__":
+  as_a_command()
   sys.exit(main())

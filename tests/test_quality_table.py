@@ -3,7 +3,10 @@ and each config is judged against its target from the figures alone (no training
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -11,6 +14,7 @@ from helpers import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gan_quality  # noqa: E402  (bench/ is no package)
+import run as run_bench  # noqa: E402
 
 FLOOR = 0.6
 CPU = {"cpu": "test CPU", "cores": 2, "bfloat16_instructions": False}
@@ -148,3 +152,91 @@ def test_the_main_job_misses_its_target_when_one_seed_misses_or_it_is_slow():
   assert gan_quality.met(gan_quality.summarize("main_job", slow, FLOOR)) == "not met"
   one_misses = [_run("main_job", s, [(2800, 100.0, fid, {})]) for s, fid in enumerate([5, 7])]
   assert gan_quality.met(gan_quality.summarize("main_job", one_misses, FLOOR)) == "not met"
+
+
+def test_one_seed_shows_no_spread():
+  row = gan_quality.summarize("dcgan", [_run("dcgan", 0, [(1000, 60.0, 3.0, {})])], FLOOR)
+  assert row["best_fid"] == (3.0, None)
+  text = gan_quality.markdown({"dcgan": {"row": row, "commands": ["python x"], "cpu": CPU,
+                                         "date": "2026-11-26"}})
+  assert "| 3.00 (5.0x) |" in text and "± 0.00" not in text
+
+
+def _store(docs, name, recipe, cpu=CPU):
+  gan_quality.save_runs(str(docs), name, [_run(name.split(" ")[0], 0, [(2800, 170.0, 5.0, {})])],
+                        FLOOR, "python bench/gan_quality.py", cpu, recipe)
+
+
+def test_what_would_replace_a_stored_row_is_named(tmp_path):
+  recipe = {**RECIPE, "source": "abc"}
+  assert gan_quality.stored_differences(str(tmp_path), "main_job", recipe, CPU) == []
+  _store(tmp_path, "main_job", recipe)
+  assert gan_quality.stored_differences(str(tmp_path), "main_job", recipe, CPU) == []
+  other = {"bindings": ["gan.Schedule.total_steps = 200"], "main_args": ["--steps", "200"],
+           "source": "def"}
+  differences = gan_quality.stored_differences(str(tmp_path), "main_job", other,
+                                               {**CPU, "cpu": "another CPU"})
+  assert len(differences) == 4, differences
+  assert "total_steps = 200" in differences[0] and "'--steps', '200'" in differences[1]
+  assert "examples/mnist_dcgan.py" in differences[2] and "abc" in differences[2]
+  assert "another CPU" in differences[3]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "--steps 0: give the step to train each run to, at least 1"),
+    (["--quick", "--seeds", "2"], "--quick --seeds 2: --quick runs one short seed"),
+    (["--configs", "main_job", "--steps", "200"],
+     "holds row 'main_job', which these runs would replace rather than join: gin bindings"),
+])
+def test_bad_arguments_and_a_row_it_would_replace_stop_it_before_any_training(
+    argv, message, tmp_path, monkeypatch, capsys):
+  _store(tmp_path, "main_job", {**RECIPE, "source": gan_quality.source_digest("main_job")},
+         cpu=run_bench.cpu_features())
+  monkeypatch.setattr(gan_quality, "floor", lambda: pytest.fail("measured the floor"))
+  monkeypatch.setattr(gan_quality, "run_one", lambda *a: pytest.fail("trained"))
+  before = (tmp_path / "quality" / "results.json").read_text()
+  with pytest.raises(SystemExit) as stopped:
+    gan_quality.main(argv + ["--docs", str(tmp_path), "--workdir", str(tmp_path / "w")])
+  assert stopped.value.code == 2
+  assert message in capsys.readouterr().err
+  assert (tmp_path / "quality" / "results.json").read_text() == before
+
+
+def test_a_terminated_benchmark_ends_the_training_it_waits_on(tmp_path):
+  """`timeout` or `kill` (SIGTERM) on the benchmark: its training process, a stand-in
+  here that sleeps, does not live on."""
+  pid_file = tmp_path / "pid"
+  script = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, "bench")!r})
+import gan_quality
+gan_quality.command_of = lambda *a: [sys.executable, "-c", "import os, time; "
+    "open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"]
+gan_quality.as_a_command()
+gan_quality.run_one("dcgan", 0, {str(tmp_path / "w")!r}, [])
+"""
+  bench = subprocess.Popen([sys.executable, "-c", script])
+  try:
+    deadline = time.monotonic() + 120
+    while not (pid_file.exists() and pid_file.read_text()):
+      assert time.monotonic() < deadline and bench.poll() is None
+      time.sleep(0.1)
+    child = int(pid_file.read_text())
+    bench.send_signal(signal.SIGTERM)
+    assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while _alive(child):
+      assert time.monotonic() < deadline, "the training process outlived the benchmark"
+      time.sleep(0.1)
+  finally:
+    bench.kill()
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  # A zombie is ended: it waits only for its parent's wait(), which run_one did.
+  with open(f"/proc/{pid}/stat") as f:
+    return f.read().split(")")[-1].split()[0] != "Z"
