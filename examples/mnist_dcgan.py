@@ -68,13 +68,17 @@ def train_step(ctx, real):
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   p.add_argument("--steps", type=int, default=2800, help="train up to this step")
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
-  p.add_argument("--strategy", default="default", choices=ctl.STRATEGY_NAMES)
+  p.add_argument("--strategy", default="default", choices=ctl.STRATEGY_NAMES,
+                 help="tf.distribute strategy (README: Strategies)")
   p.add_argument("--logical-cpus", type=int, help="split the CPU for mirrored")
-  p.add_argument("--steps-per-loop", type=int, default=100)
-  p.add_argument("--samples-every", type=int, default=500)
+  p.add_argument("--steps-per-loop", type=int, default=100,
+                 help="steps in one compiled call")
+  p.add_argument("--samples-every", type=int, default=500,
+                 help="draw an 8x8 grid into <workdir>/samples every this many steps")
   p.add_argument("--fid-samples", type=int, default=5000,
                  help="samples for the classifier FID at the end (0: none)")
   p.add_argument("--seed", type=int, default=0, help="initial weights and noise")
@@ -83,7 +87,8 @@ def main(argv=None):
                       "a CPU with bfloat16 instructions (docs/quality.md); float16 is for "
                       "GPUs (a CPU emulates it, many times slower)")
   p.add_argument("--eager", action="store_true", help="run the step as Python")
-  p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"))
+  p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"),
+                 help="checkpoints, events, samples and export; rerunning resumes from it")
   p.add_argument("--verbose", action="store_true", help="show TensorFlow's own log lines")
   args = p.parse_args(argv)
   if args.steps < 1:

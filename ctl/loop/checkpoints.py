@@ -641,8 +641,10 @@ def _op_message(error):
 
 
 def _save_operative_config(directory):
+  # Without gin (a run set up in Python) the file says so rather than being empty.
   write_text_atomically(os.path.join(directory, "operative_config.gin"),
-                        gin.operative_config_str())
+                        gin.operative_config_str() or "# No gin bindings were used: this run "
+                        "was configured in Python (its code and command line).\n")
 
 
 def write_text_atomically(path: str, text: str) -> None:
