@@ -381,8 +381,9 @@ def stored_differences(docs, name, recipe, cpu):
       differences.append(f"{what}: stored {stored.get(key)}, now {recipe[key]}")
   if stored and stored.get("source") != recipe["source"]:
     differences.append(
-        f"the {'code of examples/mnist_dcgan.py' if name.startswith(MAIN) else 'config file'}"
-        f"'s training changed since (digest {stored.get('source')}, now {recipe['source']})")
+        f"{'examples/mnist_dcgan.py' if name.startswith(MAIN) else 'the config file'} "
+        f"changed since, comments and docstrings aside (digest {stored.get('source')}, now "
+        f"{recipe['source']}; any code change counts, help texts too)")
   if old.get("cpu") != cpu:
     differences.append(f"CPU: stored {old.get('cpu')}, now {cpu}")
   return differences
