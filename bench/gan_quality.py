@@ -341,14 +341,14 @@ def save_runs(docs, name, runs, floor_fid, command, cpu, recipe):
       results = json.load(f)
   old = results.get(name, {})
   commands, kept = [command], []
-  if old.get("recipe") == recipe and old.get("cpu") == cpu and "runs" in old:
+  differences = _differences(name, old, recipe, cpu)
+  if old and not differences:
     seeds = {run["seed"] for run in runs}
     kept = [run for run in old["runs"] if run["seed"] not in seeds]
     commands = [c for c in old["commands"] if c != command] + [command]
   elif old:
     print(f"gan_quality: {name}'s stored row ({len(old.get('runs', ())) or old['row']['seeds']} "
-          "seeds) was made with another recipe or on another CPU: replaced, not joined",
-          file=sys.stderr)
+          f"seeds) replaced, not joined: {'; '.join(differences)}", file=sys.stderr)
   runs = sorted(kept + [{k: v for k, v in run.items() if k != "grid"} for run in runs],
                 key=lambda run: run["seed"])
   results[name] = {"row": summarize(_config_of(name), runs, floor_fid), "runs": runs,
@@ -369,7 +369,12 @@ def stored_differences(docs, name, recipe, cpu):
   if not os.path.exists(path):
     return []
   with open(path) as f:
-    old = json.load(f).get(name)
+    return _differences(name, json.load(f).get(name), recipe, cpu)
+
+
+def _differences(name, old, recipe, cpu):
+  """Why runs of `recipe` on `cpu` cannot join the stored row `old` (None or {}:
+  nothing stored, nothing to say); [] when they can."""
   if not old:
     return []
   stored = old.get("recipe") or {}
@@ -377,13 +382,13 @@ def stored_differences(docs, name, recipe, cpu):
   if "runs" not in old or not stored:
     differences.append("it was stored without its runs or recipe (an older format)")
   for key, what in (("bindings", "gin bindings"), ("main_args", "main-job arguments")):
-    if stored and stored.get(key) != recipe[key]:
-      differences.append(f"{what}: stored {stored.get(key)}, now {recipe[key]}")
-  if stored and stored.get("source") != recipe["source"]:
+    if stored and stored.get(key) != recipe.get(key):
+      differences.append(f"{what}: stored {stored.get(key)}, now {recipe.get(key)}")
+  if stored and stored.get("source") != recipe.get("source"):
     differences.append(
         f"{'examples/mnist_dcgan.py' if name.startswith(MAIN) else 'the config file'} "
         f"changed since, comments and docstrings aside (digest {stored.get('source')}, now "
-        f"{recipe['source']}; any code change counts, help texts too)")
+        f"{recipe.get('source')}; any code change counts, help texts too)")
   if old.get("cpu") != cpu:
     differences.append(f"CPU: stored {old.get('cpu')}, now {cpu}")
   return differences

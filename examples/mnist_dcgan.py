@@ -117,8 +117,10 @@ def main(argv=None):
     print(e, file=sys.stderr)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
   except ctl.CheckpointError as e:  # e.g. another run's checkpoints, or another precision
-    sys.exit(f"{p.prog}: {e}\n{p.prog}: to resume, give the flags the run was started "
-             f"with (its --mixed-precision among them); for a new run, another --workdir.")
+    # The library's message names the cause and its fix; the flags are this script's.
+    sys.exit(f"{p.prog}: {e}\n{p.prog}: if the run there was started with other flags "
+             f"(--mixed-precision, --batch-size), give the flags the run was started with; "
+             f"to start anew, another --workdir.")
   except ctl.WorkdirInUse as e:  # another process trains in --workdir
     sys.exit(f"{p.prog}: {e}")
   print(f"wrote {args.workdir}: checkpoints, events, samples, export")

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import helpers
 from helpers import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -225,18 +226,8 @@ gan_quality.run_one("dcgan", 0, {str(tmp_path / "w")!r}, [])
     bench.send_signal(signal.SIGTERM)
     assert bench.wait(timeout=60) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 10
-    while _alive(child):
+    while helpers.alive(child):
       assert time.monotonic() < deadline, "the training process outlived the benchmark"
       time.sleep(0.1)
   finally:
     bench.kill()
-
-
-def _alive(pid):
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  # A zombie is ended: it waits only for its parent's wait(), which run_one did.
-  with open(f"/proc/{pid}/stat") as f:
-    return f.read().split(")")[-1].split()[0] != "Z"
