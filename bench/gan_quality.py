@@ -395,14 +395,15 @@ def _differences(name, old, recipe, cpu):
 
 
 def shown_command(argv):
-  """The command as the docs show it: without where this machine kept its files."""
+  """The command as the docs show it: without where this machine kept its files, nor
+  `--replace` (a rerun of the stored command should join its row, not replace it)."""
   shown, skip = [], False
   for arg in argv:
     if skip:
       skip = False
     elif arg in ("--workdir", "--docs"):
       skip = True
-    elif not arg.startswith(("--workdir=", "--docs=")):
+    elif arg != "--replace" and not arg.startswith(("--workdir=", "--docs=")):
       shown.append(arg)
   return " ".join(["python bench/gan_quality.py"] + [a if " " not in a else repr(a)
                                                      for a in shown])

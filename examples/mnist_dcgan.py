@@ -83,9 +83,10 @@ def main(argv=None):
                  help="samples for the classifier FID at the end (0: none)")
   p.add_argument("--seed", type=int, default=0, help="initial weights and noise")
   p.add_argument("--mixed-precision", choices=ctl.runner.MIXED_PRECISIONS,
-                 help="compute in 16 bits, keep float32 weights: bfloat16 is faster only on "
-                      "a CPU with bfloat16 instructions (docs/quality.md); float16 is for "
-                      "GPUs (a CPU emulates it, many times slower)")
+                 help="compute in 16 bits, keep float32 weights (without it: float32 "
+                      "throughout); bfloat16 is faster only on a CPU with bfloat16 "
+                      "instructions (docs/quality.md); float16 is for GPUs (a CPU emulates "
+                      "it, many times slower)")
   p.add_argument("--eager", action="store_true", help="run the step as Python")
   p.add_argument("--workdir", default=os.path.join("runs", "mnist_dcgan"),
                  help="checkpoints, events, samples and export; rerunning resumes from it")

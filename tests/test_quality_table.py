@@ -122,8 +122,9 @@ def test_the_recipe_digest_ignores_comments_and_docstrings_not_code(tmp_path, mo
   assert digests(main, marked)[1] == digests(main, marked.replace("a comment", "another"))[1]
 
 
-def test_the_stored_command_names_no_directory_of_this_machine():
-  argv = ["--configs", "main_job", "--workdir", "/tmp/q", "--docs=/tmp/d", "--gin", "a = 1"]
+def test_the_stored_command_names_no_directory_of_this_machine_and_no_replace():
+  argv = ["--configs", "main_job", "--workdir", "/tmp/q", "--docs=/tmp/d", "--replace",
+          "--gin", "a = 1"]
   assert gan_quality.shown_command(argv) == \
       "python bench/gan_quality.py --configs main_job --gin 'a = 1'"
 
