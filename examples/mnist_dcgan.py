@@ -64,7 +64,8 @@ def train_step(ctx, real):
                                             discriminator(fake, training=True)))
     r1 = ctx.average(gan.penalties.r1_penalty(ctx, discriminator, real, fake,
                                               weight=R1_WEIGHT, every=R1_EVERY))
-  ctx.minimize(d_loss + r1, "discriminator", tape=tape)
+    total = d_loss + r1  # inside the block: the tape records what it differentiates
+  ctx.minimize(total, "discriminator", tape=tape)
   with tf.GradientTape() as tape:
     fake = generator(ctx.normal([NOISE_DIM]), training=True)
     g_loss = ctx.average(LOSS.generator(discriminator(fake, training=True)))

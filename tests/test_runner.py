@@ -499,6 +499,14 @@ def another_models_loss(ctx, x):
   return {"g": ctx.minimize(g_loss, "discriminator", tape=tape)}
 
 
+def terms_added_after_the_tape(ctx, x):
+  discriminator = ctx.models["discriminator"]
+  with tf.GradientTape() as tape:
+    d_loss = ctx.average(tf.square(discriminator(x)[:, 0]))
+    penalty = ctx.average(tf.abs(discriminator(x)[:, 0]))
+  return {"d": ctx.minimize(d_loss + penalty, "discriminator", tape=tape)}
+
+
 def another_models_loss_function(ctx, x):
   generator = ctx.models["generator"]
   return {"g": ctx.minimize(lambda: ctx.average(tf.square(generator(x)[:, 0])),
@@ -517,10 +525,16 @@ def another_models_loss_function(ctx, x):
     (another_models_loss,
      r"minimize\('discriminator'\): the loss does not depend on any of the 2 variables it "
      r"updates .* Pass the loss that model 'discriminator' should lower"),
+    (terms_added_after_the_tape,
+     r"minimize\('discriminator'\): the loss does not depend on any of the 2 variables it "
+     r"updates .* a loss finished after the `with tf.GradientTape\(\)` block \(e.g. "
+     r"`minimize\(d_loss \+ penalty, ...\)`\) was not recorded: add the terms inside the "
+     r"block."),
     (another_models_loss_function,
      r"minimize\('discriminator'\): the loss function's result does not depend on any of "
      r"the 2 variables"),
-], ids=["outside-the-tape", "another-models-loss", "function-form"])
+], ids=["outside-the-tape", "another-models-loss", "terms-added-after-the-tape",
+        "function-form"])
 def test_a_loss_with_no_gradient_says_why(step, message, strategy_name, eager, mirrored):
   strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
   with pytest.raises(ValueError, match=message) as raised:

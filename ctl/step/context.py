@@ -570,7 +570,10 @@ def _check_some_gradient(grads, name, updates, *, tape=None, variables=()):
       f"variables it updates ({updates}), so every gradient is None. Pass the loss "
       f"that model {name!r} should lower (e.g. the discriminator's loss for "
       "'discriminator', not the generator's), and look for a tf.stop_gradient "
-      "between those variables and the loss.")
+      "between those variables and the loss"
+      + ("; a loss finished after the `with tf.GradientTape()` block (e.g. "
+         "`minimize(d_loss + penalty, ...)`) was not recorded: add the terms inside "
+         "the block." if tape is not None else "."))
 
 
 def _gradients(tape, loss, optimizer, variables):
