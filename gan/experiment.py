@@ -537,6 +537,7 @@ class Experiment:
     """
     runner, image_shape = self._runner(strategy)
     schedule = self.schedule
+    _check_decay_steps(runner.optimizers, self.discriminator_steps, schedule.total_steps)
     actions = [ctl.Samples(fixed_samples(self.noise_dim, num_classes=self.num_classes,
                                          model=self.sampled_model),
                            ctl.Every(steps=schedule.samples_every)),
@@ -668,6 +669,29 @@ def _check(experiment: Experiment) -> None:
     raise ValueError(f"mixed_precision must be None, 'mixed_bfloat16' or 'mixed_float16', "
                      f"got {experiment.mixed_precision!r}.")
   _check_penalty(experiment.penalty, experiment.encoder is not None)
+
+
+def _check_decay_steps(optimizers: dict, discriminator_steps: int, total_steps: int) -> None:
+  """Warns when the discriminator's schedule ends `discriminator_steps` times early:
+  the same `decay_steps` as the generator's, set in generator steps, while the
+  discriminator's optimizer makes `discriminator_steps` updates a step."""
+  def decay_steps(name):
+    optimizer = optimizers.get(name)
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # mixed_float16's wrapper
+    rate = getattr(optimizer, "_learning_rate", None)
+    return getattr(rate, "decay_steps", None)
+
+  steps = decay_steps("discriminator")
+  if (discriminator_steps > 1 and steps is not None and steps == decay_steps("generator")
+      and steps < total_steps * discriminator_steps):
+    _log.warning(
+        "The discriminator's learning-rate schedule has decay_steps=%d, as the "
+        "generator's, but a schedule counts its optimizer's updates and "
+        "discriminator_steps=%d: its decay ends at generator step %d of %d. For a "
+        "decay over the run bind "
+        "discriminator/keras.optimizers.schedules.<Schedule>.decay_steps = %d.",
+        steps, discriminator_steps, steps // discriminator_steps, total_steps,
+        steps * discriminator_steps)
 
 
 def _check_penalty(penalty: Callable, encoder: bool) -> None:
