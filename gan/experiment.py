@@ -537,7 +537,7 @@ class Experiment:
     """
     runner, image_shape = self._runner(strategy)
     schedule = self.schedule
-    _check_decay_steps(runner.optimizers, self.discriminator_steps, schedule.total_steps)
+    check_decay_steps(runner.optimizers, self.discriminator_steps, schedule.total_steps)
     actions = [ctl.Samples(fixed_samples(self.noise_dim, num_classes=self.num_classes,
                                          model=self.sampled_model),
                            ctl.Every(steps=schedule.samples_every)),
@@ -671,15 +671,17 @@ def _check(experiment: Experiment) -> None:
   _check_penalty(experiment.penalty, experiment.encoder is not None)
 
 
-def _check_decay_steps(optimizers: dict, discriminator_steps: int, total_steps: int) -> None:
+def check_decay_steps(optimizers: dict, discriminator_steps: int, total_steps: int) -> None:
   """Warns when the discriminator's schedule ends `discriminator_steps` times early:
   the same `decay_steps` as the generator's, set in generator steps, while the
   discriminator's optimizer makes `discriminator_steps` updates a step."""
   def decay_steps(name):
     optimizer = optimizers.get(name)
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # mixed_float16's wrapper
-    rate = getattr(optimizer, "_learning_rate", None)
-    return getattr(rate, "decay_steps", None)
+    if optimizer is None:
+      return None
+    rate = optimizer.get_config().get("learning_rate")  # a schedule: its serialized form
+    return rate.get("config", {}).get("decay_steps") if isinstance(rate, dict) else None
 
   steps = decay_steps("discriminator")
   if (discriminator_steps > 1 and steps is not None and steps == decay_steps("generator")

@@ -301,15 +301,15 @@ def test_a_discriminator_schedule_that_ends_early_is_warned_about_once_set_right
             "discriminator": keras.optimizers.Adam(cosine(1e-3, discriminator_steps))}
 
   with caplog.at_level("WARNING", logger="ctl"):
-    experiment._check_decay_steps(optimizers(4000, 4000), 5, 4000)
+    experiment.check_decay_steps(optimizers(4000, 4000), 5, 4000)
   assert ("decay_steps=4000, as the generator's, but a schedule counts its optimizer's "
           "updates and discriminator_steps=5: its decay ends at generator step 800 of "
           "4000") in caplog.text
   assert "discriminator/keras.optimizers.schedules.<Schedule>.decay_steps = 20000" in caplog.text
   caplog.clear()
   with caplog.at_level("WARNING", logger="ctl"):
-    experiment._check_decay_steps(optimizers(4000, 20000), 5, 4000)  # wgan_gp.gin's
-    experiment._check_decay_steps(optimizers(3000, 3000), 1, 3000)   # one update a step
-    experiment._check_decay_steps({"generator": keras.optimizers.Adam(1e-3),
+    experiment.check_decay_steps(optimizers(4000, 20000), 5, 4000)  # wgan_gp.gin's
+    experiment.check_decay_steps(optimizers(3000, 3000), 1, 3000)   # one update a step
+    experiment.check_decay_steps({"generator": keras.optimizers.Adam(1e-3),
                                    "discriminator": keras.optimizers.Adam(1e-3)}, 5, 4000)
   assert caplog.text == ""
