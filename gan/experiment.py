@@ -675,25 +675,26 @@ def check_decay_steps(optimizers: dict, discriminator_steps: int, total_steps: i
   """Warns when the discriminator's schedule ends `discriminator_steps` times early:
   the same `decay_steps` as the generator's, set in generator steps, while the
   discriminator's optimizer makes `discriminator_steps` updates a step."""
-  def decay_steps(name):
+  def schedule(name):
+    """(class name, decay_steps) of the optimizer's schedule, or (None, None)."""
     optimizer = optimizers.get(name)
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # mixed_float16's wrapper
-    if optimizer is None:
-      return None
-    rate = optimizer.get_config().get("learning_rate")  # a schedule: its serialized form
-    return rate.get("config", {}).get("decay_steps") if isinstance(rate, dict) else None
+    rate = optimizer.get_config().get("learning_rate") if optimizer is not None else None
+    if not isinstance(rate, dict):  # a number, not a schedule's serialized form
+      return None, None
+    return rate.get("class_name"), rate.get("config", {}).get("decay_steps")
 
-  steps = decay_steps("discriminator")
-  if (discriminator_steps > 1 and steps is not None and steps == decay_steps("generator")
+  kind, steps = schedule("discriminator")
+  if (discriminator_steps > 1 and steps is not None and steps == schedule("generator")[1]
       and steps < total_steps * discriminator_steps):
     _log.warning(
         "The discriminator's learning-rate schedule has decay_steps=%d, as the "
         "generator's, but a schedule counts its optimizer's updates and "
         "discriminator_steps=%d: its decay ends at generator step %d of %d. For a "
         "decay over the run bind "
-        "discriminator/keras.optimizers.schedules.<Schedule>.decay_steps = %d.",
+        "discriminator/keras.optimizers.schedules.%s.decay_steps = %d.",
         steps, discriminator_steps, steps // discriminator_steps, total_steps,
-        steps * discriminator_steps)
+        kind, steps * discriminator_steps)
 
 
 def _check_penalty(penalty: Callable, encoder: bool) -> None:
