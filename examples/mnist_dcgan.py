@@ -1,6 +1,6 @@
 """Trains a DCGAN with the hinge loss on the MNIST digits embedded in `gan`.
 
-    python examples/mnist_dcgan.py                       # under 3 minutes on a 2-core CPU
+    python examples/mnist_dcgan.py                       # about 3 minutes on a 2-core CPU
     python examples/mnist_dcgan.py --strategy mirrored --logical-cpus 2 --steps 50
     python examples/mnist_dcgan.py --verbose             # with TensorFlow's own log lines
 

@@ -672,29 +672,47 @@ def _check(experiment: Experiment) -> None:
 
 
 def check_decay_steps(optimizers: dict, discriminator_steps: int, total_steps: int) -> None:
-  """Warns when the discriminator's schedule ends `discriminator_steps` times early:
-  the same `decay_steps` as the generator's, set in generator steps, while the
-  discriminator's optimizer makes `discriminator_steps` updates a step."""
+  """Warns when the discriminator's schedule runs `discriminator_steps` times as fast
+  as the generator's: the same length (`decay_steps`, or `boundaries`), set in
+  generator steps, while its optimizer makes `discriminator_steps` updates a step."""
   def schedule(name):
-    """(class name, decay_steps) of the optimizer's schedule, or (None, None)."""
+    """(class name, config) of the optimizer's schedule, or (None, {})."""
     optimizer = optimizers.get(name)
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # mixed_float16's wrapper
     rate = optimizer.get_config().get("learning_rate") if optimizer is not None else None
     if not isinstance(rate, dict):  # a number, not a schedule's serialized form
-      return None, None
-    return rate.get("class_name"), rate.get("config", {}).get("decay_steps")
+      return None, {}
+    return rate.get("class_name"), rate.get("config", {})
 
-  kind, steps = schedule("discriminator")
-  if (discriminator_steps > 1 and steps is not None and steps == schedule("generator")[1]
-      and steps < total_steps * discriminator_steps):
+  (kind, config), (generator_kind, generator_config) = (schedule("discriminator"),
+                                                        schedule("generator"))
+  key = "decay_steps" if "decay_steps" in config else "boundaries"
+  length = config.get(key)
+  if (discriminator_steps < 2 or length is None or kind != generator_kind
+      or length != generator_config.get(key)):
+    return
+  k = discriminator_steps
+  binding = f"discriminator/keras.optimizers.schedules.{kind}.{key} = "
+  if key == "boundaries":
+    if max(length) < total_steps:
+      _log.warning(
+          "The discriminator's learning-rate schedule has boundaries=%s, as the "
+          "generator's, but a schedule counts its optimizer's updates and "
+          "discriminator_steps=%d: they come at generator steps %s. For the same steps "
+          "bind %s%s.", length, k, [b // k for b in length], binding, [b * k for b in length])
+  elif kind in ("ExponentialDecay", "InverseTimeDecay"):  # decay_steps: a period
+    _log.warning(
+        "The discriminator's learning-rate schedule (%s, decay_steps=%d as the "
+        "generator's) counts its optimizer's updates, discriminator_steps=%d a step: "
+        "per generator step it decays %d times as fast. For the same decay bind %s%d.",
+        kind, length, k, k, binding, length * k)
+  elif length < total_steps * k:
     _log.warning(
         "The discriminator's learning-rate schedule has decay_steps=%d, as the "
         "generator's, but a schedule counts its optimizer's updates and "
         "discriminator_steps=%d: its decay ends at generator step %d of %d. For a "
-        "decay over the run bind "
-        "discriminator/keras.optimizers.schedules.%s.decay_steps = %d.",
-        steps, discriminator_steps, steps // discriminator_steps, total_steps,
-        kind, steps * discriminator_steps)
+        "decay over the run bind %s%d.", length, k, length // k, total_steps, binding,
+        length * k)
 
 
 def _check_penalty(penalty: Callable, encoder: bool) -> None:

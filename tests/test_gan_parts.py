@@ -19,6 +19,8 @@ import ctl
 import gan
 from gan import experiment
 
+import helpers
+
 BATCH = 8
 NOISE = 8
 SHAPE = (28, 28, 1)
@@ -313,3 +315,55 @@ def test_a_discriminator_schedule_that_ends_early_is_warned_about_once_set_right
     experiment.check_decay_steps({"generator": keras.optimizers.Adam(1e-3),
                                    "discriminator": keras.optimizers.Adam(1e-3)}, 5, 4000)
   assert caplog.text == ""
+  # Other schedules and mixed_float16's wrapper, one shared schedule each.
+  schedules = keras.optimizers.schedules
+  for shared, expected in [
+      (lambda: schedules.PiecewiseConstantDecay([1000, 3000], [1e-3, 1e-4, 1e-5]),
+       "boundaries = [5000, 15000]"),
+      (lambda: schedules.ExponentialDecay(1e-3, 1000, 0.9), "decays 5 times as fast"),
+      (lambda: schedules.PolynomialDecay(1e-3, 4000), "its decay ends at generator step 800")]:
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ctl"):
+      experiment.check_decay_steps(
+          {name: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(shared()))
+           for name in ("generator", "discriminator")}, 5, 4000)
+    assert expected in caplog.text
+
+
+@pytest.mark.parametrize("config", ["dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan",
+                                    "tfgan_mnist"])
+def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_does(config,
+                                                                                   caplog):
+  import gin
+
+  def warned(*bindings):
+    gin.clear_config()
+    gin.parse_config_files_and_bindings(
+        [os.path.join(helpers.ROOT, "gan", "configs", f"{config}.gin")], list(bindings))
+    exp = gan.Experiment()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ctl"):
+      experiment.check_decay_steps({"generator": exp.generator_optimizer(),
+                                    "discriminator": exp.discriminator_optimizer()},
+                                   exp.discriminator_steps, exp.schedule.total_steps)
+    return caplog.text
+
+  try:
+    assert warned() == ""
+    if config == "wgan_gp":  # gin's scope reaches the schedule: the critic's is 5x as long
+      gin.clear_config()
+      gin.parse_config_files_and_bindings(
+          [os.path.join(helpers.ROOT, "gan", "configs", "wgan_gp.gin")], [])
+      exp = gan.Experiment()
+      assert (exp.discriminator_optimizer().get_config()["learning_rate"]["config"]
+              ["decay_steps"] == 5 * exp.generator_optimizer().get_config()["learning_rate"]
+              ["config"]["decay_steps"])
+      planted = warned("discriminator/keras.optimizers.schedules.CosineDecay.decay_steps = 4000")
+    else:  # one schedule for both players, now with several discriminator updates a step
+      planted = warned("gan.Experiment.discriminator_steps = 3")
+    if config == "tfgan_mnist":  # a constant rate for its discriminator: nothing to warn of
+      assert planted == ""
+    else:
+      assert "counts its optimizer's updates" in planted
+  finally:
+    gin.clear_config()
