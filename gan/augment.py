@@ -16,7 +16,11 @@ Every draw is per example and comes from `ctx` (`ctx.uniform`), so example i of
 the global batch gets the same transformation on any number of replicas or
 workers, eagerly or compiled: a run with augmentation keeps its parity. Each
 call draws anew (real and generated batches get independent transformations,
-as in the paper).
+as in the paper). `augmentation(ctx, images)` draws once and returns the
+transformation, to apply again to what stands in for those images: a
+penalty's discriminator on the reals sees them as the loss did, without
+drawing inside the penalty (whose lazy form is a `tf.cond`).
+Ratios are bound on `gan.augment.augmentation`, which `gan.Experiment` calls.
 
 Policies, applied in the order given, on images [B, H, W, C] in [-1, 1]:
   "color":       brightness + U(-0.5, 0.5), then contrast about each image's mean
@@ -27,6 +31,7 @@ Policies, applied in the order given, on images [B, H, W, C] in [-1, 1]:
                  too), set to 0 (the middle of [-1, 1]), as in the paper.
 """
 
+from collections.abc import Callable
 from collections.abc import Sequence
 
 import gin
@@ -45,35 +50,48 @@ def _per_image(ctx, minval, maxval):
   return tf.reshape(ctx.uniform([1], minval, maxval), [-1, 1, 1, 1])
 
 
-def color(ctx: ctl.StepContext, images: tf.Tensor) -> tf.Tensor:
-  """Brightness and contrast (and saturation for RGB), per image."""
-  dtype = images.dtype
-  images = images + tf.cast(_per_image(ctx, -0.5, 0.5), dtype)
-  if images.shape[-1] == 3:
-    mean = tf.reduce_mean(images, axis=3, keepdims=True)
-    images = (images - mean) * tf.cast(_per_image(ctx, 0.0, 2.0), dtype) + mean
-  mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
-  return (images - mean) * tf.cast(_per_image(ctx, 0.5, 1.5), dtype) + mean
+# Each transformation in two halves: `_draw_NAME(ctx, shape, ...)` makes this
+# replica's per-image draws and returns the function that applies them, the same
+# way, to any images of that shape (the batch, or a penalty's input in its place).
 
 
-def translation(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.125) -> tf.Tensor:
-  """A shift by up to `ratio` of the side, per image, filled with -1."""
-  height, width = images.shape[1], images.shape[2]
+def _draw_color(ctx, shape):
+  brightness = _per_image(ctx, -0.5, 0.5)
+  saturation = _per_image(ctx, 0.0, 2.0) if shape[-1] == 3 else None
+  contrast = _per_image(ctx, 0.5, 1.5)
+
+  def apply(images):
+    dtype = images.dtype
+    images = images + tf.cast(brightness, dtype)
+    if saturation is not None:
+      mean = tf.reduce_mean(images, axis=3, keepdims=True)
+      images = (images - mean) * tf.cast(saturation, dtype) + mean
+    mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
+    return (images - mean) * tf.cast(contrast, dtype) + mean
+
+  return apply
+
+
+def _draw_translation(ctx, shape, ratio=0.125):
+  height, width = shape[1], shape[2]
   pad_h, pad_w = int(height * ratio + 0.5), int(width * ratio + 0.5)
   draws = ctx.uniform([2])  # [rows, 2]: the vertical and horizontal shift
   shift_h = tf.cast(tf.floor(draws[:, 0] * (2 * pad_h + 1)), tf.int32)  # 0 .. 2 pad_h
   shift_w = tf.cast(tf.floor(draws[:, 1] * (2 * pad_w + 1)), tf.int32)
-  padded = tf.pad(images, [[0, 0], [pad_h, pad_h], [pad_w, pad_w], [0, 0]],
-                  constant_values=tf.cast(-1, images.dtype))
   rows = shift_h[:, None] + tf.range(height)[None]  # [rows, H]: the rows each image keeps
   cols = shift_w[:, None] + tf.range(width)[None]
-  out = tf.gather(padded, rows, axis=1, batch_dims=1)
-  return tf.gather(out, cols, axis=2, batch_dims=1)
+
+  def apply(images):
+    padded = tf.pad(images, [[0, 0], [pad_h, pad_h], [pad_w, pad_w], [0, 0]],
+                    constant_values=tf.cast(-1, images.dtype))
+    out = tf.gather(padded, rows, axis=1, batch_dims=1)
+    return tf.gather(out, cols, axis=2, batch_dims=1)
+
+  return apply
 
 
-def cutout(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.5) -> tf.Tensor:
-  """A square of `ratio` of the side set to 0, centred anywhere, per image."""
-  height, width = images.shape[1], images.shape[2]
+def _draw_cutout(ctx, shape, ratio=0.5):
+  height, width = shape[1], shape[2]
   size_h, size_w = int(height * ratio + 0.5), int(width * ratio + 0.5)
   draws = ctx.uniform([2])
   # The square's first row and column, so that it may reach past the border.
@@ -83,35 +101,73 @@ def cutout(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.5) -> tf.Te
   cols = tf.range(width, dtype=left.dtype)[None]
   inside_h = (rows >= top[:, None]) & (rows < top[:, None] + size_h)  # [rows, H]
   inside_w = (cols >= left[:, None]) & (cols < left[:, None] + size_w)
-  cut = inside_h[:, :, None] & inside_w[:, None, :]  # [rows, H, W]
-  return images * tf.cast(~cut, images.dtype)[..., None]
+  kept = ~(inside_h[:, :, None] & inside_w[:, None, :])  # [rows, H, W]
+
+  def apply(images):
+    return images * tf.cast(kept, images.dtype)[..., None]
+
+  return apply
 
 
-_OPS = {"color": color, "translation": translation, "cutout": cutout}
+def color(ctx: ctl.StepContext, images: tf.Tensor) -> tf.Tensor:
+  """Brightness and contrast (and saturation for RGB), per image."""
+  return _draw_color(ctx, images.shape)(images)
+
+
+def translation(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.125) -> tf.Tensor:
+  """A shift by up to `ratio` of the side, per image, filled with -1."""
+  return _draw_translation(ctx, images.shape, ratio)(images)
+
+
+def cutout(ctx: ctl.StepContext, images: tf.Tensor, ratio: float = 0.5) -> tf.Tensor:
+  """A square of `ratio` of the side set to 0, centred anywhere, per image."""
+  return _draw_cutout(ctx, images.shape, ratio)(images)
+
+
+_DRAWS = {"color": _draw_color, "translation": _draw_translation, "cutout": _draw_cutout}
 
 
 @gin.register(module="gan.augment")
-def diff_augment(ctx: ctl.StepContext, images: tf.Tensor, policy: Sequence[str] = DEFAULT_POLICY, *,
-                 translation_ratio: float = 0.125, cutout_ratio: float = 0.5) -> tf.Tensor:
-  """`images` [rows, H, W, C] in [-1, 1], augmented by `policy`, per image.
+def augmentation(ctx: ctl.StepContext, images: tf.Tensor, policy: Sequence[str] = DEFAULT_POLICY,
+                 *, translation_ratio: float = 0.125,
+                 cutout_ratio: float = 0.5) -> Callable[[tf.Tensor], tf.Tensor]:
+  """Draws one augmentation per image of `images`; returns the function applying it.
+
+  The function applies the same transformations to any tensor shaped like
+  `images`, with no draws of its own: a discriminator penalty on the real
+  images (`gan.penalties`) sees them as the loss did, and its draws may sit in
+  a `tf.cond` (the lazy R1) or under an inner tape.
 
   Args:
     ctx: the step's `ctl.StepContext` (the draws are per example).
-    images: this replica's images (real or generated).
+    images: this replica's images [rows, H, W, C] in [-1, 1] (real or generated).
     policy: names from `POLICIES`, applied in this order.
     translation_ratio: the largest shift, as a fraction of the side.
     cutout_ratio: the cut square's side, as a fraction of the image's.
 
   Returns:
-    The augmented images, same shape and dtype.
+    images -> augmented images, same shape and dtype.
   """
   check_policy(policy)
   check_ratio("translation_ratio", translation_ratio)
   check_ratio("cutout_ratio", cutout_ratio)
   ratios = {"translation": (translation_ratio,), "cutout": (cutout_ratio,), "color": ()}
-  for name in policy:
-    images = _OPS[name](ctx, images, *ratios[name])
-  return images
+  steps = [_DRAWS[name](ctx, images.shape, *ratios[name]) for name in policy]
+
+  def apply(images):
+    for transform in steps:
+      images = transform(images)
+    return images
+
+  return apply
+
+
+def diff_augment(ctx: ctl.StepContext, images: tf.Tensor, policy: Sequence[str] = DEFAULT_POLICY, *,
+                 translation_ratio: float = 0.125, cutout_ratio: float = 0.5) -> tf.Tensor:
+  """`images` [rows, H, W, C] in [-1, 1], augmented by `policy`, per image:
+  `augmentation(...)(images)`, whose arguments it takes."""
+  return augmentation(ctx, images, policy, translation_ratio=translation_ratio,
+                      cutout_ratio=cutout_ratio)(images)
 
 
 def check_policy(policy: Sequence[str]) -> tuple[str, ...]:

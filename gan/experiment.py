@@ -74,15 +74,22 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   and the generator and encoder both minimise the discriminator loss with the
   labels swapped (Donahue et al. 2017, section 3). With `augment` (names of
   `gan.augment.POLICIES`), every image the discriminator sees, real or
-  generated, in both updates, goes through `gan.augment.diff_augment` first.
+  generated, in both updates, is augmented first (`gan.augment.augmentation`);
+  the penalty's discriminator sees the reals through the same draws as the
+  loss's, as in the DiffAugment and StyleGAN2-ADA code, which differentiate
+  R1 through the augmentation.
   """
   penalized = not _is(penalty, penalties.no_penalty)
   _check_penalty(penalty, encoder)
   policy = augment_lib.check_policy(augment)
 
+  def augmentation(ctx, images):
+    """What the discriminator sees of `images`, or of a tensor in their place:
+    one augmentation drawn per image, with a policy."""
+    return augment_lib.augmentation(ctx, images, policy) if policy else (lambda x: x)
+
   def seen(ctx, images):
-    """What the discriminator sees of `images`: augmented, with a policy."""
-    return augment_lib.diff_augment(ctx, images, policy) if policy else images
+    return augmentation(ctx, images)(images)
 
   def pair_logits(ctx, real, fake, z):
     """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z)."""
@@ -100,10 +107,17 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
         extra = tf.zeros([tf.shape(real)[0]])
       else:
-        critic = (lambda x: discriminator([seen(ctx, x), labels], training=True)
-                  ) if conditional else (lambda x: discriminator(seen(ctx, x), training=True))
-        real_logits, fake_logits = critic(real), critic(fake)
-        extra = penalty(ctx, critic, real, fake)
+        def critic(augment):
+          if conditional:
+            return lambda x: discriminator([augment(x), labels], training=True)
+          return lambda x: discriminator(augment(x), training=True)
+        # The penalty's discriminator sees the reals (or what it puts in their
+        # place) as the loss did, so it draws nothing: a lazy penalty's
+        # tf.cond may not draw (`ctx.uniform`).
+        real_critic = critic(augmentation(ctx, real))
+        real_logits = real_critic(real)
+        fake_logits = critic(augmentation(ctx, fake))(fake)
+        extra = penalty(ctx, real_critic, real, fake)
       d_loss = ctx.average(loss.discriminator(real_logits, fake_logits))
       extra = ctx.average(extra)
       total = d_loss + extra
@@ -495,7 +509,10 @@ class Experiment:
       1.30x with the hinge step (seed 0 timed in two separate runs), at the
       same quality over 3 seeds (docs/quality/tuning.md);
       not measured on a CPU without bfloat16 instructions, where it is
-      expected to be slower.
+      expected to be slower. "float64" runs everything in float64 (what
+      `ctl parity` replays), to check a run against rounding: two float64
+      runs that should agree do to about 1e-15, where float32 training
+      amplifies rounding past any fixed tolerance.
   """
 
   dataset: Callable[[int], tf.data.Dataset] = data_lib.mnist_dataset
@@ -665,9 +682,9 @@ def _check(experiment: Experiment) -> None:
   arguments.integer("ema_start_step", experiment.ema_start_step, minimum=0)
   arguments.integer("fid_samples", experiment.fid_samples, minimum=2)
   augment_lib.check_policy(experiment.augment)
-  if experiment.mixed_precision not in (None, *ctl.runner.MIXED_PRECISIONS):
-    raise ValueError(f"mixed_precision must be None, 'mixed_bfloat16' or 'mixed_float16', "
-                     f"got {experiment.mixed_precision!r}.")
+  if experiment.mixed_precision not in (None, *ctl.runner.MIXED_PRECISIONS, "float64"):
+    raise ValueError("mixed_precision must be None, 'mixed_bfloat16', 'mixed_float16' or "
+                     f"'float64', got {experiment.mixed_precision!r}.")
   _check_penalty(experiment.penalty, experiment.encoder is not None)
 
 

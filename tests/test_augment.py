@@ -2,6 +2,8 @@
 says, gradients flow through it, and its draws are per example, so a step with
 augmentation gives the same numbers on any replica count."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -87,15 +89,39 @@ def test_a_bad_ratio_is_named():
     augment.diff_augment(_ctx(), tf.ones((ROWS, 8, 8, 1)), cutout_ratio=1.5)
 
 
+def test_an_augmentation_is_drawn_once_and_applied_alike_to_any_images_in_its_place():
+  """`augmentation` draws when called, not when applied: the function gives
+  `diff_augment`'s images, the same on every call, also inside a tf.cond (a
+  lazy penalty's), where a draw is refused."""
+  images = tf.constant(np.random.default_rng(2).uniform(-1, 1, (ROWS, 16, 16, 1)), tf.float32)
+  expected = augment.diff_augment(_ctx(), images).numpy()
+  apply = augment.augmentation(_ctx(), images)
+  np.testing.assert_array_equal(apply(images).numpy(), expected)
+  np.testing.assert_array_equal(apply(images).numpy(), expected)
+
+  @tf.function
+  def in_a_branch(due):
+    ctx = _ctx()
+    apply = augment.augmentation(ctx, images)
+    return tf.cond(due, lambda: apply(images), lambda: tf.zeros_like(images))
+
+  np.testing.assert_array_equal(in_a_branch(tf.constant(True)).numpy(), expected)
+  with pytest.raises(ValueError, match="inside a Python `if` or `for` on a tensor"):
+    tf.function(lambda due: tf.cond(due, lambda: augment.diff_augment(_ctx(), images),
+                                     lambda: images))(tf.constant(True))
+
+
 def test_a_step_with_augmentation_gives_the_same_numbers_on_two_replicas():
   """Example i is augmented alike under default and mirrored: the step's
-  results and the trained weights agree to rounding."""
+  results and the trained weights agree to rounding; with a lazy R1 penalty
+  (a tf.cond), whose discriminator sees the reals as the loss did."""
   results = {}
   for strategy in ("default", "mirrored"):
     experiment = gan.Experiment(
         generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
         discriminator=lambda **kw: gan.dcgan_discriminator(4, **kw), batch_size=8,
         noise_dim=8, augment=augment.POLICIES,
+        penalty=functools.partial(gan.penalties.r1_penalty, weight=1.0, every=2),
         schedule=gan.Schedule(total_steps=3, steps_per_loop=1))
     runner = experiment.build(strategy)
     history = runner.train(3)

@@ -223,8 +223,8 @@ def test_experiment_argument_errors():
     gan.Experiment(encoder=gan.models.dcgan_encoder)
   with pytest.raises(ValueError, match="with_labels=True"):
     gan.Experiment(num_classes=10).build()
-  with pytest.raises(ValueError, match="mixed_precision must be None, 'mixed_bfloat16' or "
-                                       "'mixed_float16', got 'bfloat16'"):
+  with pytest.raises(ValueError, match="mixed_precision must be None, 'mixed_bfloat16', "
+                                       "'mixed_float16' or 'float64', got 'bfloat16'"):
     gan.Experiment(mixed_precision="bfloat16")
 
 
