@@ -88,7 +88,19 @@ def r1_penalty(ctx: ctl.StepContext, discriminator: Discriminator, real: tf.Tens
   due = tf.equal(tf.math.floormod(tf.cast(ctx.step, tf.int64), every), 0)
   if tf.executing_eagerly():
     return penalty() if bool(due) else zeros()
-  return tf.cond(due, penalty, zeros)
+  try:
+    return tf.cond(due, penalty, zeros)
+  except ValueError as error:
+    if not str(error).startswith("ctx.normal, ctx.uniform or ctx.seed was called inside"):
+      raise
+    raise ValueError(
+        f"r1_penalty(every={every}) computes the penalty in a tf.cond on the step, and "
+        "the discriminator given to it draws (an augmentation such as "
+        "gan.augment.diff_augment inside it?): a draw there would not be the eager "
+        "step's. Draw before the penalty and pass a discriminator that only applies "
+        "the draws: augment = gan.augment.augmentation(ctx, real); critic = lambda x: "
+        "discriminator(augment(x), training=True); use critic(real) in the loss too, "
+        "so the penalty sees the reals as the loss did. Or every=1.") from error
 
 
 @gin.register(module="gan.penalties")

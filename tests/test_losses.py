@@ -141,7 +141,7 @@ def test_penalty_analytic(name, compiled):
   np.testing.assert_allclose(np.asarray(grad)[:, 0], gradient, rtol=1e-5)
 
 
-def _penalty_runner(strategy, penalty, steps=4, **kwargs):
+def _penalty_runner(strategy, penalty, steps=4, eager=False, **kwargs):
   """A runner that minimises the averaged penalty with SGD(0.1); every step's value."""
   def build():
     return {"discriminator": linear_discriminator()}, {
@@ -156,7 +156,7 @@ def _penalty_runner(strategy, penalty, steps=4, **kwargs):
 
   data = tf.data.Dataset.from_tensors(_images(3, batch=4)).repeat()
   runner = ctl.Runner(step, build, data, strategy=ctl.make_strategy(strategy),
-                      steps_per_loop=steps)
+                      steps_per_loop=1 if eager else steps, eager=eager)
   return runner.train(steps)["penalty"], np.asarray(runner.models["discriminator"].variables[0])
 
 
@@ -198,6 +198,32 @@ def test_r1_lazy_regularization():
            for s in (0, 1)]
   np.testing.assert_allclose(eager[0], [3 * 5.0 * NORM ** 2] * 3, rtol=1e-5)
   np.testing.assert_allclose(eager[1], [0.0] * 3)
+
+
+def test_a_lazy_r1_whose_discriminator_draws_names_the_fix_and_the_fix_trains():
+  """A step of one's own: diff_augment inside the critic given to a lazy R1
+  draws inside its tf.cond; the error names gan.augment.augmentation, and the
+  step written as it says trains compiled like eagerly."""
+  def drawing(ctx, critic, real, fake):
+    augmenting = lambda x: critic(gan.augment.diff_augment(ctx, x, ("color",)))  # noqa: E731
+    return gan.penalties.r1_penalty(ctx, augmenting, real, fake, every=2)
+
+  with pytest.raises(ValueError, match=r"r1_penalty\(every=2\) computes the penalty in a "
+                                       r"tf.cond.*gan.augment.augmentation\(ctx, real\)"):
+    _penalty_runner("default", drawing)
+
+  def drawn_before(ctx, critic, real, fake):
+    augment = gan.augment.augmentation(ctx, real, ("color",))
+    augmented = lambda x: critic(augment(x))  # noqa: E731
+    r1 = gan.penalties.r1_penalty(ctx, augmented, real, fake, every=2)
+    # A loss term every step, as a GAN's has: eagerly, a step without it has no gradient.
+    return r1 + 0.0 * tf.reshape(augmented(real), [-1])
+
+  compiled, compiled_w = _penalty_runner("default", drawn_before)
+  eager, eager_w = _penalty_runner("default", drawn_before, eager=True)
+  np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+  np.testing.assert_allclose(compiled_w, eager_w, rtol=1e-5)
+  assert compiled[0] > 0 and compiled[1] == 0 and compiled[2] > 0, compiled
 
 
 def test_no_penalty_is_zero():
