@@ -743,6 +743,19 @@ def loss_scaling_switched_on_at_resume(s):
   _resume(_saved_run(s), mixed_precision="mixed_float16")
 
 
+def float64_checkpoint_resumed_in_float32(s):
+  def step(ctx, x):  # float64-clean: the target in the input's dtype
+    model = ctx.models["model"]
+    with tf.GradientTape() as tape:
+      loss = ctx.average(tf.square(model(x)[:, 0] - x[:, 0]))
+    ctx.minimize(loss, "model", tape=tape)
+    return {"loss": loss}
+
+  workdir = str(s.path / "run64")
+  _runner(step=step, mixed_precision="float64").fit(2, workdir, progress=False)
+  _resume(workdir, step=step)
+
+
 def _damaged(s, suffix, damage):
   workdir = _saved_run(s)
   path = os.path.join(workdir, "checkpoints", "ckpt-2" + suffix)
@@ -1461,6 +1474,15 @@ CASES = [
           "trained without loss scaling", "optimizers ('model') in "
           "keras.optimizers.LossScaleOptimizer", "Runner(mixed_precision=None)",
           "new work directory", "[global step 0]")),
+    Case("float64-checkpoint-resumed-in-float32",
+         "ValueError from fit, before step 0: checkpoint ... does not match this runner: it "
+         "holds float64 model variables, this runner builds float32 ones: it was trained in "
+         "float64 ...; build this runner in float64 too (was: 'its files are damaged ... "
+         "move ckpt-2.* elsewhere', which pointed at a good checkpoint)",
+         float64_checkpoint_resumed_in_float32, ValueError,
+         ("checkpoint <tmp>/run64/checkpoints/ckpt-2 does not match this runner",
+          "it holds float64 model variables, this runner builds float32 ones",
+          "gan.Experiment.mixed_precision = 'float64'", "[global step 0]")),
     Case("truncated-checkpoint-index",
          "ValueError from fit, before step 0, nothing deleted: no checkpoint in ... can be "
          "read: ckpt-2: OpError: ...; copy the files again, or move the directory away to "

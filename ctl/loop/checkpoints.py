@@ -243,6 +243,9 @@ class Checkpointer:
     reader = tf.train.load_checkpoint(path)  # read whole by `_readable`
     saved = _saved_layout(reader)
     self._check_data(path, reader)
+    switched = _precision_switched(reader, self._state.variables())
+    if switched:
+      raise CheckpointError(f"checkpoint {path} does not match this runner: {switched}")
     differences = _differences(saved, self._state.variables())
     if differences:
       switched = _loss_scaling_switched(saved, self._state.optimizers)
@@ -595,6 +598,28 @@ def _differences(saved, state):
 # A Keras 3 LossScaleOptimizer's own variables, beside its inner optimizer's:
 # iteration, learning_rate, step_counter, dynamic_scale.
 _LOSS_SCALE_VARIABLES = 4
+
+
+def _precision_switched(reader, state):
+  """What to say when the checkpoint's model variables are of another float type
+  than this runner's (a float64 run resumed in float32, or the reverse), or None."""
+  saved = {dtype.name for key, dtype in reader.get_variable_to_dtype_map().items()
+           if key.startswith("models/") and dtype.is_floating}
+  ours = {tf.as_dtype(v.dtype).name for values in state["models"].values() for v in values
+          if tf.as_dtype(v.dtype).is_floating}
+  if not saved or not ours or saved == ours:
+    return None
+  held = f"it holds {' and '.join(sorted(saved))} model variables, this runner builds " + (
+      f"{' and '.join(sorted(ours))} ones: ")
+  if "float64" in saved:
+    return held + (
+        "it was trained in float64 (mixed_precision='float64'; in a GAN config, "
+        "gan.Experiment.mixed_precision = 'float64'). Build this runner in float64 too "
+        "to resume or evaluate it.")
+  return held + ("it was trained in float32 (or mixed precision, whose variables are "
+                 "float32). Build this runner without mixed_precision='float64' to resume "
+                 "or evaluate it; a run cannot change its variables' type midway: start "
+                 "it in a new work directory.")
 
 
 def _loss_scaling_switched(saved, optimizers):
