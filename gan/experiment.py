@@ -76,8 +76,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   `gan.augment.POLICIES`), every image the discriminator sees, real or
   generated, in both updates, is augmented first (`gan.augment.augmentation`);
   the penalty's discriminator sees the reals through the same draws as the
-  loss's, as in the DiffAugment and StyleGAN2-ADA code, which differentiate
-  R1 through the augmentation.
+  loss's, as DiffAugment's StyleGAN2 code does (R1's gradient is taken
+  through the augmentation).
   """
   penalized = not _is(penalty, penalties.no_penalty)
   _check_penalty(penalty, encoder)
@@ -91,6 +91,13 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   def seen(ctx, images):
     return augmentation(ctx, images)(images)
 
+  def critic(ctx, labels, augment):
+    """The discriminator on images, through `augment` (and on `labels`)."""
+    discriminator = ctx.models["discriminator"]
+    if conditional:
+      return lambda x: discriminator([augment(x), labels], training=True)
+    return lambda x: discriminator(augment(x), training=True)
+
   def pair_logits(ctx, real, fake, z):
     """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z)."""
     codes = ctx.models["encoder"](real, training=True)
@@ -99,7 +106,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
             discriminator([seen(ctx, fake), z], training=True))
 
   def critic_update(ctx, real, labels):
-    generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+    generator = ctx.models["generator"]
     z = ctx.normal([noise_dim])
     with tf.GradientTape() as tape:
       fake = generator([z, labels] if conditional else z, training=True)
@@ -107,16 +114,12 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
         extra = tf.zeros([tf.shape(real)[0]])
       else:
-        def critic(augment):
-          if conditional:
-            return lambda x: discriminator([augment(x), labels], training=True)
-          return lambda x: discriminator(augment(x), training=True)
         # The penalty's discriminator sees the reals (or what it puts in their
         # place) as the loss did, so it draws nothing: a lazy penalty's
         # tf.cond may not draw (`ctx.uniform`).
-        real_critic = critic(augmentation(ctx, real))
+        real_critic = critic(ctx, labels, augmentation(ctx, real))
         real_logits = real_critic(real)
-        fake_logits = critic(augmentation(ctx, fake))(fake)
+        fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         extra = penalty(ctx, real_critic, real, fake)
       d_loss = ctx.average(loss.discriminator(real_logits, fake_logits))
       extra = ctx.average(extra)
@@ -125,7 +128,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
     return d_loss, extra
 
   def generator_update(ctx, real, labels):
-    generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+    generator = ctx.models["generator"]
     z = ctx.normal([noise_dim])
     with tf.GradientTape(persistent=encoder) as tape:
       fake = generator([z, labels] if conditional else z, training=True)
@@ -134,8 +137,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         # Swapped labels: fakes should look real, real pairs fake.
         g_loss = ctx.average(loss.discriminator(fake_logits, real_logits))
       else:
-        fake_logits = discriminator([seen(ctx, fake), labels] if conditional
-                                    else seen(ctx, fake), training=True)
+        fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         g_loss = ctx.average(loss.generator(fake_logits))
     ctx.minimize(g_loss, "generator", tape=tape)
     if encoder:

@@ -73,6 +73,12 @@ def draw_key(seed: int) -> tf.Tensor:
 _SAMPLE_TAG = 1 << 63
 
 
+# How the ValueError of a `ctx` draw inside a tf.cond or tf.while_loop of the
+# compiled step begins (a subclass would reach the user as autograph's
+# StagingError), for code that adds its own advice to it.
+DRAW_IN_CONTROL_FLOW = "ctx.normal, ctx.uniform or ctx.seed was called inside"
+
+
 def normal_by_index(seed: int, indices: tf.Tensor, shape: int | Sequence[int]) -> tf.Tensor:
   """Standard normals `[len(indices), *shape]` in which row i is a function of
   `(seed, indices[i])` alone: sample i's noise, whatever the batch it is in.
@@ -355,7 +361,7 @@ class StepContext:
       # branches of an `if` (and a loop's body once), an eager one runs one
       # branch (and the body each time), so the numbers would differ.
       raise ValueError(
-          "ctx.normal, ctx.uniform or ctx.seed was called inside a Python `if` or "
+          f"{DRAW_IN_CONTROL_FLOW} a Python `if` or "
           "`for` on a tensor (a tf.cond or tf.while_loop in the compiled step): its "
           "draws would not be the eager step's. Draw before the `if` or the loop "
           "and use the tensor inside it, or loop with Python's range().")
