@@ -212,7 +212,13 @@ def dcgan_discriminator(width: int = 64, *, image_shape: Sequence[int] = (28, 28
   features = _convolutions(x, width, count, spectral_norm, kernel_size)
   logits = _maybe_spectral(layers.Dense(1, dtype=_output_dtype()), spectral_norm)(features)
   if num_classes and conditioning == "projection":
-    embedded = layers.Embedding(num_classes, features.shape[-1])(labels)
+    # One-hot times a matrix, not an Embedding: the same function and the same
+    # initial values, but a dense gradient, which every strategy all-reduces
+    # alike (TF's sparse all-reduce of an Embedding's gradient fails after a
+    # lazy penalty's tf.cond under MirroredStrategy).
+    one_hot = layers.CategoryEncoding(num_classes, "one_hot")(labels)
+    embedded = layers.Dense(features.shape[-1], use_bias=False, kernel_initializer="uniform",
+                            name="class_embedding")(one_hot)
     projection = layers.Dot(axes=1, dtype=_output_dtype())([embedded, features])
     logits = layers.Add(dtype=_output_dtype())([logits, projection])
   return keras.Model(inputs if num_classes else images, logits, name=name)
