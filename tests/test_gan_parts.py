@@ -6,6 +6,7 @@ few steps under `default` and under `mirrored` with 2 replicas; the per-step
 results and every final weight must agree.
 """
 
+import functools
 import json
 import os
 import types
@@ -139,7 +140,10 @@ KINDS = {
     "wgan_gp_k2": dict(loss=gan.losses.wasserstein,
                        penalty=gan.penalties.wasserstein_gradient_penalty,
                        discriminator_steps=2),
-    "conditional": dict(num_classes=10),
+    # A lazy R1 on the projection discriminator: its class embedding's gradient
+    # after the penalty's tf.cond (an Embedding's sparse one failed here).
+    "conditional_lazy_r1": dict(num_classes=10, penalty=functools.partial(
+        gan.penalties.r1_penalty, weight=1.0, every=2)),
     "bigan": dict(encoder=True),
     "hinge_sn_r1": dict(loss=gan.losses.hinge, penalty=gan.penalties.r1_penalty,
                         spectral_norm=True),
