@@ -426,6 +426,13 @@ def loss_computed_outside_the_tape(s):
   _train(step=step)
 
 
+def noise_shape_with_the_batch_size(s):
+  def step(ctx, x):
+    noise = ctx.normal([tf.shape(x)[0], 1])  # as for tf.random.normal
+    return {"loss": ctx.minimize(lambda: ctx.average(ctx.models["model"](noise)[:, 0]), "model")}
+  _train(step=step)
+
+
 def loss_of_another_model(s):
   def build():
     return ({"generator": _model(), "discriminator": _model()},
@@ -1111,6 +1118,14 @@ CASES = [
           "(the trainable variables of model 'model')", "every gradient is None",
           "Compute the loss inside the `with tf.GradientTape() as tape:` block",
           "ctx.minimize(lambda: ..., 'model')", "[global step 0]")),
+    Case("noise-shape-with-the-batch-size",
+         "ValueError from the step's first call: ctx.normal(shape): shape must be Python "
+         "ints, the shape of one example's draw, got [<tensor>, 1]. ctx adds the batch "
+         "dimension itself ...",
+         noise_shape_with_the_batch_size, ValueError,
+         ("ctx.normal(shape): shape must be Python ints", "got [<tensor>, 1]",
+          "ctx.normal(noise_dim) gives [per-replica batch, noise_dim]",
+          "leave the batch size (tf.shape(x)[0]) out")),
     Case("loss-of-another-model",
          "ValueError from the step's first call: minimize('discriminator'): the loss does not "
          "depend on any of the 2 variables it updates ...; pass the loss that model "

@@ -329,12 +329,12 @@ class StepContext:
     defaults to float32; in a float64 run the draws are float64 (other numbers
     from the same seed: TF's float64 kernel).
     """
-    return self._as_dtype(self._draw(self._normal, shape), stddev, dtype)
+    return self._as_dtype(self._draw(self._normal, shape, "normal"), stddev, dtype)
 
   def uniform(self, shape: int | Sequence[int], minval: float = 0.0, maxval: float = 1.0,
               dtype: tf.DType | None = None) -> tf.Tensor:
     """Uniform draws in [minval, maxval) per example, like `normal`."""
-    u = self._draw(lambda full_shape: _uniform(self._bits(full_shape)), shape)
+    u = self._draw(lambda full_shape: _uniform(self._bits(full_shape)), shape, "uniform")
     return self._as_dtype(u, maxval - minval, dtype, offset=minval)
 
   def _as_dtype(self, draws, scale, dtype, offset=0.0):
@@ -396,11 +396,11 @@ class StepContext:
     pairs = self._bits(tf.stack([(size + 1) // 2, 2]), counter=counter)
     return tf.reshape(_box_muller(pairs)[:size], shape)
 
-  def _draw(self, sampler, shape):
+  def _draw(self, sampler, shape, name):
     # Every replica draws the whole global batch from the same seed and keeps
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
-    shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
+    shape = _example_shape(shape, name)
     full = sampler([self.global_batch_size] + shape)
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     rows = tf.slice(full, [start] + [0] * len(shape), [self._replica_rows] + shape)
@@ -521,6 +521,24 @@ class StepContext:
           a if b is None else b if a is None else a + b for a, b in zip(total, grads)]
       after = [g for g in grads if g is not None]
     return self._shares.mark(tf.add_n(values)), total
+
+
+def _example_shape(shape, name):
+  """One example's draw shape as Python ints. A tensor in it (a batch size taken
+  from `tf.shape`, as for `tf.random.normal`) is refused naming the fix, eagerly
+  too, where int() would take it and the draw would gain a dimension."""
+  parts = list(shape) if isinstance(shape, (list, tuple, tf.TensorShape)) else [shape]
+  if not any(tf.is_tensor(d) for d in parts):
+    try:
+      return [int(d) for d in parts]
+    except (TypeError, ValueError):
+      pass
+  described = ", ".join("<tensor>" if tf.is_tensor(d) else repr(d) for d in parts)
+  raise ValueError(
+      f"ctx.{name}(shape): shape must be Python ints, the shape of one example's "
+      f"draw, got [{described}]. ctx adds the batch dimension itself: "
+      f"ctx.{name}(noise_dim) gives [per-replica batch, noise_dim], row i drawn for "
+      f"example i, so leave the batch size (tf.shape(x)[0]) out.")
 
 
 def _micro_batch(rows, i, micro_batches):
