@@ -200,6 +200,42 @@ def test_steps_agree_default_and_mirrored(kind):
                for a, b in zip(weights["generator_ema"], weights["generator"]))
 
 
+@pytest.mark.slow
+def test_an_embedding_under_a_lazy_penalty_fails_under_mirrored_and_the_error_names_the_fix():
+  """What gan.dcgan_discriminator's Dense projection avoids (README, optimizer
+  options): TF sums an Embedding's sparse gradient over replicas with all-gathers,
+  which a lazy penalty's tf.cond before them makes mismatch (TF 2.21). If TF
+  fixes it, this fails: drop the note (ctl/parts/steps.py) and README's row."""
+  def build():
+    images, labels = keras.Input((4,)), keras.Input((), dtype="int32")
+    features = keras.layers.Dense(8, activation="relu")(images)
+    embedded = keras.layers.Embedding(10, 8)(labels)
+    logits = keras.layers.Add()([keras.layers.Dense(1)(features),
+                                 keras.layers.Dot(axes=1)([embedded, features])])
+    return ({"discriminator": keras.Model([images, labels], logits)},
+            {"discriminator": keras.optimizers.Adam()})
+
+  def step(ctx, batch):
+    real, labels = batch
+    critic = ctx.models["discriminator"]
+    def loss():
+      penalty = gan.penalties.r1_penalty(ctx, lambda x: critic([x, labels]), real, None,
+                                         weight=1.0, every=2)
+      return ctx.average(tf.nn.relu(1 - critic([real, labels]))[:, 0] + penalty)
+    return {"loss": ctx.minimize(loss, "discriminator")}
+
+  x = np.random.RandomState(0).normal(size=(64, 4)).astype("float32")
+  data = tf.data.Dataset.from_tensor_slices((x, np.arange(64, dtype="int32") % 10))
+  runner = ctl.Runner(step, build, data.repeat().batch(16, drop_remainder=True),
+                      strategy=ctl.make_strategy("mirrored"), steps_per_loop=2)
+  with pytest.raises(Exception) as raised:
+    runner.train(2)
+  notes = " ".join(getattr(raised.value, "__notes__", []))
+  assert "TF's all-gather across replicas failed" in notes, str(raised.value)[-2000:]
+  assert "Give the embedding as a Dense layer (use_bias=False) on one-hot labels" in notes
+  assert "check that the data fits" not in notes  # the data is not the cause
+
+
 def test_bigan_refuses_a_penalty():
   with pytest.raises(ValueError, match="use gan.penalties.no_penalty with an encoder"):
     experiment.make_step(penalty=gan.penalties.r1_penalty, encoder=True)

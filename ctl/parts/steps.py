@@ -282,10 +282,10 @@ class TrainStep:
                        "the dataset holds fewer batches than the steps asked for; "
                        "call .repeat() on it or ask for fewer steps.") from None
     except Exception as e:  # pylint: disable=broad-except
-      if not self._ran:
-        note = _data_note(e, self.feed.element_spec)
-        if note:
-          e.add_note(note)
+      note = _collective_note(e) or (None if self._ran else
+                                     _data_note(e, self.feed.element_spec))
+      if note:
+        e.add_note(note)
       raise
     self._ran = True
     return results
@@ -362,6 +362,21 @@ _INPUT_MISMATCH = ("incompatible with the layer", "Input 0 of layer", "expected 
                    "expected axis", "expected min_ndim", "expected ndim",
                    "Incompatible shapes", "cannot be converted", "Cannot convert",
                    "must be one of the following types", "expected dtype")
+
+
+def _collective_note(error):
+  """A note for TF's all-gather failing across replicas: inside a step it sums a
+  sparse gradient (a keras Embedding's), and after a tf.cond in the step the
+  replicas' all-gathers can pair up wrongly (tests/test_gan_parts.py)."""
+  text = str(error)
+  if "CollectiveGatherV2" not in text and "in the collective instance" not in text:
+    return None
+  return ("ctl: TF's all-gather across replicas failed. It is how TF sums a sparse "
+          "gradient (a keras Embedding's) over replicas, and after a tf.cond in the "
+          "step (a lazy penalty, r1_penalty(every=k), or an `if` on a tensor) the "
+          "replicas' all-gathers can mismatch. Give the embedding as a Dense layer "
+          "(use_bias=False) on one-hot labels, as gan.dcgan_discriminator does: a "
+          "dense gradient sums alike on every strategy.")
 
 
 def _data_note(error, element_spec):
