@@ -1,6 +1,7 @@
 """Runner and StepContext: the reduction rule, the user contract and its errors."""
 
 import functools
+import re
 from unittest import mock
 
 import keras
@@ -199,6 +200,21 @@ def test_draws_for_an_example_do_not_depend_on_the_replica_count(draw):
 
 def test_draw_shape_may_be_an_int():
   assert contexts(1)[0].normal(5).shape == contexts(1)[0].uniform([5]).shape == (GLOBAL_BATCH, 5)
+
+
+@pytest.mark.parametrize("shape", [(5, 2), np.array([5, 2]), tf.TensorShape([5, 2]), [5.0, 2]],
+                         ids=["tuple", "numpy", "TensorShape", "integral-float"])
+def test_draw_shape_may_be_any_sequence_of_integers(shape):
+  assert contexts(1)[0].normal(shape).shape == (GLOBAL_BATCH, 5, 2)
+
+
+@pytest.mark.parametrize("shape, shown", [([4.5], "[4.5]"), (["4"], "['4']"), ([None], "[None]"),
+                                          ("tensor", "[<tensor>]")])
+def test_draw_shape_that_is_not_integers_is_refused(shape, shown):
+  shape = tf.constant([4]) if shape == "tensor" else shape  # no TF op at collection
+  with pytest.raises(ValueError, match=re.escape(f"shape must be Python ints, the shape of "
+                                                 f"one example's draw, got {shown}.")):
+    contexts(1)[0].uniform(shape)
 
 
 def test_draws_differ_by_step_by_draw_and_by_seed():

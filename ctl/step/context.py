@@ -527,10 +527,14 @@ def _example_shape(shape, name):
   """One example's draw shape as Python ints. A tensor in it (a batch size taken
   from `tf.shape`, as for `tf.random.normal`) is refused naming the fix, eagerly
   too, where int() would take it and the draw would gain a dimension."""
+  if hasattr(shape, "tolist") and not tf.is_tensor(shape):  # a NumPy array or number
+    shape = shape.tolist()
   parts = list(shape) if isinstance(shape, (list, tuple, tf.TensorShape)) else [shape]
   if not any(tf.is_tensor(d) for d in parts):
     try:
-      return [int(d) for d in parts]
+      ints = [int(d) for d in parts]
+      if all(i == d for i, d in zip(ints, parts)):  # 4.5 is not cut to 4, nor "4" read
+        return ints
     except (TypeError, ValueError):
       pass
   described = ", ".join("<tensor>" if tf.is_tensor(d) else repr(d) for d in parts)
