@@ -376,7 +376,8 @@ def _collective_note(error):
           "step (a lazy penalty, r1_penalty(every=k), or an `if` on a tensor) the "
           "replicas' all-gathers can mismatch. Give the embedding as a Dense layer "
           "(use_bias=False) on one-hot labels, as gan.dcgan_discriminator does: a "
-          "dense gradient sums alike on every strategy.")
+          "dense gradient sums alike on every strategy. TF leaves this process's "
+          "collectives aborted: restart it (a notebook's kernel too).")
 
 
 def _data_note(error, element_spec):
