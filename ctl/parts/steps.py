@@ -371,10 +371,10 @@ def _collective_note(error):
   text = str(error)
   if "CollectiveGatherV2" not in text and "in the collective instance" not in text:
     return None
-  return ("ctl: TF's all-gather across replicas failed. It is how TF sums a sparse "
-          "gradient (a keras Embedding's) over replicas, and after a tf.cond in the "
-          "step (a lazy penalty, r1_penalty(every=k), or an `if` on a tensor) the "
-          "replicas' all-gathers can mismatch. Give the embedding as a Dense layer "
+  return ("ctl: TF's all-gather across replicas failed. If the step trains a keras "
+          "Embedding: all-gathers are how TF sums its sparse gradient over replicas, "
+          "and after a tf.cond in the step (a lazy penalty, r1_penalty(every=k), or "
+          "an `if` on a tensor) they can mismatch. Give the embedding as a Dense layer "
           "(use_bias=False) on one-hot labels, as gan.dcgan_discriminator does: a "
           "dense gradient sums alike on every strategy. TF leaves this process's "
           "collectives aborted: restart it (a notebook's kernel too).")
