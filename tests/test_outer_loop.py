@@ -289,6 +289,29 @@ def test_progress_is_a_tqdm_bar_on_a_terminal():
   assert "6/10" in out and "generator_loss=1.5" in out
 
 
+def test_progress_shows_each_result_as_its_mean_over_the_call():
+  """A lazy penalty, due every 4th step, is not shown as 0 when the call ends
+  between two (the last step's value); Summaries writes the same mean."""
+  clock = FakeClock()
+  progress = Progress(8, 0, stream=io.StringIO(), clock=clock)
+  progress.update(4, {"penalty": np.array([0.0, 0.0, 0.0, 2.0])})   # the first call
+  clock.now = 100
+  penalty = np.array([2.0, 0.0, 0.0, 0.0])
+  assert "penalty 0.5 " in progress.line(8, {"penalty": float(np.mean(penalty))}, clock.now)
+  lines = io.StringIO()
+  handler = logging.StreamHandler(lines)
+  logger = logging.getLogger("ctl")
+  logger.addHandler(handler)
+  level = logger.level
+  logger.setLevel(logging.INFO)
+  try:
+    progress.update(8, {"penalty": penalty})
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+  assert "penalty 0.5 " in lines.getvalue()
+
+
 @gin.configurable
 def learning_rate_for_test(value=0.1):
   return value

@@ -30,6 +30,10 @@ _log = logging.getLogger("ctl")
 class Progress:
   """Shows steps done of `total`, the latest results, speed and time left.
 
+  Each result is shown as its mean over the last compiled call's steps, as
+  `ctl.Summaries` writes it: the last step's value alone would show a lazy
+  penalty (due every few steps) as 0 whenever the call ends between two.
+
   Args:
     total: the step training goes up to.
     initial: the step it starts from (after a resume).
@@ -61,8 +65,9 @@ class Progress:
                        dynamic_ncols=True, smoothing=0.1)
 
   def update(self, step: int, results: Mapping[str, np.ndarray]) -> None:
-    """Records that training reached `step`; `results` are the last call's."""
-    latest = {k: float(np.asarray(v)[-1]) for k, v in results.items()}
+    """Records that training reached `step`; `results` are the last call's, each
+    an array of per-step values."""
+    latest = {k: float(np.mean(v)) for k, v in results.items()}
     advanced, self._step = step - self._step, step
     if not self._enabled:
       return
