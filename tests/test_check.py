@@ -128,5 +128,16 @@ def test_ctl_check_passes_on_an_example_config():
   proc = run_ctl("check", os.path.join("examples", "configs", "dcgan.gin"), "--steps", "2",
                  "--gin", "gan.dcgan_generator.width = 4",
                  "--gin", "gan.dcgan_discriminator.width = 4",
-                 "--gin", "gan.Experiment.batch_size = 8", "--gin", "gan.Experiment.noise_dim = 8")
+                 "--gin", "gan.Experiment.batch_size = 8", "--gin", "gan.Experiment.noise_dim = 8",
+                 "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3")
   assert proc.stdout.count(" ok ") == 5, proc.stdout
+  # The misspelt scope is the one binding the build and steps did not use.
+  warning = proc.stderr[proc.stderr.index("ctl check: warning: building the runner and 2 "
+                                          "steps used none"):]
+  assert warning.splitlines()[1:3] == ["  generatr/keras.optimizers.Adam.learning_rate",
+                                       "gin checks a binding's function and parameter, not "
+                                       "its scope, nor whether the run calls the function: "
+                                       "check the scope's spelling, that the config calls the "
+                                       "function (a penalty's weight with no penalty set is "
+                                       "unused), and that its caller does not pass that "
+                                       "argument itself."], warning

@@ -81,12 +81,28 @@ def test_train_writes_checkpoints_and_operative_config(trained):
   assert "Schedule.total_steps = 4" in operative
   assert "mode" not in operative  # what to do is not part of the experiment
   assert first.workdir in first.stdout and "step 4" in first.stdout
+  assert "gin bindings" not in first.stderr  # dcgan.gin and TINY use every binding
+
+
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
+def test_train_warns_of_the_bindings_it_never_used(tmp_path):
+  """A misspelt scope and a penalty's weight with another penalty set: gin
+  takes both, the run changes nothing for them, and ctl train says so."""
+  proc = ctl("train", CONFIG, "--workdir", str(tmp_path / "run"), *TINY,
+             "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3",
+             "--gin", "gan.penalties.wasserstein_gradient_penalty.weight = 5.0")
+  warning = proc.stderr[proc.stderr.index("ctl train: warning: this run used none"):]
+  assert warning.splitlines()[1:3] == [
+      "  generatr/keras.optimizers.Adam.learning_rate",
+      "  gan.penalties.wasserstein_gradient_penalty.weight"], warning
+  assert "check the scope's spelling" in warning
 
 
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_rerun_resumes_and_finds_nothing_to_train(trained):
   workdir, _, second, checkpoints = trained
   assert "nothing to train" in second.stderr
+  assert "gin bindings" not in second.stderr  # it trained nothing, so it calls nothing
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == checkpoints
 
 

@@ -160,3 +160,45 @@ def test_a_gin_configurable_failing_in_a_compiled_step_gets_no_autograph_warning
   finally:
     gin.clear_config()
   assert "AutoGraph could not transform" not in caplog.text
+
+
+def test_unused_bindings_are_those_no_call_used_under_their_scope():
+  import gin  # pylint: disable=import-outside-toplevel
+
+  @gin.configurable("optimizer", module="unused_test")
+  def optimizer(rate=0.1, decay=0.0):
+    return rate, decay
+
+  @gin.configurable("penalty", module="unused_test")
+  def penalty(weight=1.0):
+    return weight
+
+  @gin.configurable("sampler", module="unused_test")
+  def sampler(size=1):
+    return size
+
+  @gin.configurable("build", module="unused_test")
+  def build(generator=None, discriminator=None):
+    return generator, discriminator
+
+  gin.parse_config("""
+      STEPS = 3
+      NEVER = 4
+      unused_test.optimizer.decay = %STEPS     # unscoped, used inside the scopes
+      generator/unused_test.optimizer.rate = 0.5
+      generatr/unused_test.optimizer.rate = 0.7  # a misspelt scope
+      unused_test.penalty.weight = 2.0         # a function the run never calls
+      unused_test.sampler.size = 5             # an argument the caller passes itself
+      unused_test.build.generator = @generator/unused_test.optimizer()
+      unused_test.build.discriminator = @discriminator/unused_test.optimizer()
+  """)
+  try:
+    assert build() == ((0.5, 3), (0.1, 3))
+    optimizer(rate=1.0, decay=1.0)  # the caller passes both: no binding is used here
+    assert sampler(size=3) == 3
+    assert experiments.unused_bindings() == [
+        "NEVER", "generatr/unused_test.optimizer.rate", "unused_test.penalty.weight",
+        "unused_test.sampler.size"]
+  finally:
+    gin.clear_config()
+  assert experiments.unused_bindings() == []

@@ -179,6 +179,20 @@ def gin_registry():
   return gin.config._REGISTRY  # pylint: disable=protected-access
 
 
+def gin_bindings_and_uses():
+  """(gin's bindings, what the calls so far used): two dicts from `(scope,
+  selector)` to `{parameter: value}`, copied (gin has no public listing of either).
+
+  A macro `NAME = value` is the binding `("NAME", "gin.macro")`; a use is keyed
+  by the whole scope the configurable was called under.
+  """
+  _note_version("gin-config")
+  from gin import config  # pylint: disable=import-outside-toplevel
+  with config._OPERATIVE_CONFIG_LOCK:  # pylint: disable=protected-access
+    uses = {key: dict(values) for key, values in config._OPERATIVE_CONFIG.items()}  # pylint: disable=protected-access
+  return {key: dict(values) for key, values in config._CONFIG.items()}, uses  # pylint: disable=protected-access
+
+
 @contextlib.contextmanager
 def gin_search_paths_first(directories):
   """Inside, gin looks for an included file in `directories` before anywhere else.

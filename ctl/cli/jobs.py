@@ -142,6 +142,8 @@ def run_train(args: argparse.Namespace) -> int:
     for name in ("checkpoints", "events", "samples", "export"):
       if os.path.exists(os.path.join(workdir, name)):
         print(f"  {os.path.join(workdir, name)}")
+    if getattr(getattr(runner, "compiled_step", None), "ran", False):  # it trained
+      warn_unused_bindings("train", "this run")
   kwargs = {"profile": args.profile} if args.profile else {}  # an experiment may lack it
   return _run(args, "train", report, **kwargs)
 
@@ -245,6 +247,20 @@ def _run(args, method, report, **kwargs):
     return fail_on_binding(args.command, e, args)
   report(result, workdir)
   return 0
+
+
+def warn_unused_bindings(command: str, what: str, later: str = "") -> None:
+  """Prints to stderr the gin bindings nothing has used (`experiments.unused_bindings`)."""
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
+  unused = experiments.unused_bindings()
+  if not unused:
+    return
+  listed = "\n".join(f"  {binding}" for binding in unused)
+  print(f"ctl {command}: warning: {what} used none of these gin bindings, so they changed "
+        f"nothing{later}:\n{listed}\ngin checks a binding's function and parameter, not "
+        "its scope, nor whether the run calls the function: check the scope's spelling, "
+        "that the config calls the function (a penalty's weight with no penalty set is "
+        "unused), and that its caller does not pass that argument itself.", file=sys.stderr)
 
 
 def fail_on_binding(command: str, error: Exception, args: argparse.Namespace) -> int:

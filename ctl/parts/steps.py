@@ -266,6 +266,11 @@ class TrainStep:
                                  (tf.constant(1), steps, arrays))
     return {k: a.stack() for k, a in arrays.items()}
 
+  @property
+  def ran(self) -> bool:
+    """Whether a call of `run` has completed (the step was traced and run)."""
+    return self._ran
+
   def run(self, num_steps: int, fetch: bool = True) -> Results:
     """Runs `num_steps` steps in one call; returns each result's values (numpy).
 

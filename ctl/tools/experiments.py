@@ -279,6 +279,38 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
     raise ConfigError(_describe_gin_error(e, tree, bindings)) from None
 
 
+def unused_bindings() -> list[str]:
+  """The gin bindings no call has used so far, as `scope/selector.parameter`
+  (a macro by its name), in the order gin holds them.
+
+  gin checks a binding's function and parameter when it parses it, never its
+  scope, and cannot know whether the run will call the function: a misspelt
+  scope, a function the experiment never calls (a penalty's weight with no
+  penalty), or an argument its caller passes itself all leave a binding that
+  changes nothing. A binding counts as used if its function was called with
+  that parameter from gin under its scope, or a scope inside it.
+  """
+  bindings, uses = _tf_internal.gin_bindings_and_uses()
+  unused = []
+  for (scope, selector), parameters in bindings.items():
+    for parameter in parameters:
+      if any(used_selector == selector and parameter in values
+             and _scope_within(scope, used_scope)
+             for (used_scope, used_selector), values in uses.items()):
+        continue
+      if selector == "gin.macro":
+        unused.append(scope)
+      else:
+        unused.append(f"{scope + '/' if scope else ''}{selector}.{parameter}")
+  return unused
+
+
+def _scope_within(scope, active):
+  """Whether a binding under `scope` applies to a call under `active` scopes."""
+  outer, inner = scope.split("/") if scope else [], active.split("/") if active else []
+  return inner[:len(outer)] == outer
+
+
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(?P<path>[^'"]+)\1""")
 
 
