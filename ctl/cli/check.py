@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
   from ctl.tools import check  # pylint: disable=import-outside-toplevel
   findings = check.check_step(runner.compiled_step, num_batches=args.steps)
   print(check.format_findings(findings))
-  jobs.warn_unused_bindings("check", f"building the runner and {args.steps} steps",
+  steps = f"{args.steps} step" + ("s" if args.steps != 1 else "")
+  jobs.warn_unused_bindings("check", f"building the runner and {steps}",
                             " here (a binding used only by evaluation or export is "
                             "used later, by ctl train)")
   return 0 if all(f.ok for f in findings) else jobs.FAILURE
