@@ -138,6 +138,9 @@ def test_ctl_check_passes_on_an_example_config():
                                        "gin checks a binding's function and parameter, not "
                                        "its scope, nor whether the run calls the function: "
                                        "check the scope's spelling, that the config calls the "
-                                       "function (a penalty's weight with no penalty set is "
-                                       "unused), and that its caller does not pass that "
-                                       "argument itself."], warning
+                                       "function through gin (a penalty's weight with no "
+                                       "penalty set is unused, and so is a default's: bind "
+                                       "the default by reference first, e.g. "
+                                       "gan.Experiment.generator = @gan.dcgan_generator), "
+                                       "and that its caller does not pass that argument "
+                                       "itself."], warning

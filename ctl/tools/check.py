@@ -279,7 +279,7 @@ def _retracing(step, batches):
     shapes.append(", ".join(str(t.shape) for t in tf.nest.flatten(batch)))
   traces = step.function.experimental_get_tracing_count()
   if traces <= 1 and step.python_calls <= 1:
-    return Finding(RETRACING, True, f"one trace for {_batches(len(batches))}.")
+    return Finding(RETRACING, True, f"one trace for {_plural_batches(len(batches))}.")
   distinct = list(dict.fromkeys(shapes))
   return Finding(RETRACING, False, f"the step was traced {traces} times for "
                  f"{len(batches)} batches (the step's Python ran {step.python_calls} "
@@ -296,7 +296,7 @@ def _xla(step, batches):
     return Finding(XLA, False, f"XLA failed: {_first_lines(str(e))} Replace that op "
                    "with ops XLA compiles (most TF ops; not tf.py_function, "
                    "tf.numpy_function, string ops, or ops on the host).")
-  return Finding(XLA, True, f"compiled and ran the step on {_batches(len(batches))}.")
+  return Finding(XLA, True, f"compiled and ran the step on {_plural_batches(len(batches))}.")
 
 
 def _first_lines(text, limit=400):
@@ -307,5 +307,5 @@ def _first_lines(text, limit=400):
   return (text[:limit] + "...") if len(text) > limit else text
 
 
-def _batches(count):
+def _plural_batches(count):
   return f"{count} batch" if count == 1 else f"{count} batches"
