@@ -410,7 +410,8 @@ def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_d
       assert (exp.discriminator_optimizer().get_config()["learning_rate"]["config"]
               ["decay_steps"] == 5 * exp.generator_optimizer().get_config()["learning_rate"]
               ["config"]["decay_steps"])
-      planted = warned("discriminator/keras.optimizers.schedules.CosineDecay.decay_steps = 4000")
+      planted = warned(
+          "discriminator/keras.optimizers.schedules.CosineDecay.decay_steps = %STEPS")
     else:  # one schedule for both players, now with several discriminator updates a step
       planted = warned("gan.Experiment.discriminator_steps = 3")
     if config == "tfgan_mnist":  # a constant rate for its discriminator: nothing to warn of
