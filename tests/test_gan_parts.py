@@ -420,3 +420,30 @@ def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_d
       assert "counts its optimizer's updates" in planted
   finally:
     gin.clear_config()
+
+
+def test_bindings_on_the_experiments_defaults_are_listed_unused():
+  """README (gan): the defaults (generator, optimizers) are called directly, not
+  through gin, so their bindings change nothing, and ctl lists them; bound by
+  reference first, the same bindings are used."""
+  import gin
+
+  from ctl.tools import experiments as experiments_lib
+
+  def unused_after_build(*bindings):
+    gin.clear_config()
+    gin.parse_config(list(bindings) + ["gan.dcgan_generator.width = 8",
+                                       "keras.optimizers.Adam.learning_rate = 1e-3",
+                                       "gan.Experiment.batch_size = 8"])
+    gan.Experiment().build()
+    return experiments_lib.unused_bindings()
+
+  try:
+    assert unused_after_build() == ["gan.dcgan_generator.width",
+                                    "keras.optimizers.Adam.learning_rate"]
+    assert unused_after_build("gan.Experiment.generator = @gan.dcgan_generator",
+                              "gan.Experiment.generator_optimizer = @keras.optimizers.Adam",
+                              "gan.Experiment.discriminator_optimizer = "
+                              "@keras.optimizers.Adam") == []
+  finally:
+    gin.clear_config()

@@ -186,11 +186,12 @@ def gin_bindings_and_uses():
   A macro `NAME = value` is the binding `("NAME", "gin.macro")`; a use is keyed
   by the whole scope the configurable was called under.
   """
+  # pylint: disable=protected-access
   _note_version("gin-config")
   from gin import config  # pylint: disable=import-outside-toplevel
-  with config._OPERATIVE_CONFIG_LOCK:  # pylint: disable=protected-access
-    uses = {key: dict(values) for key, values in config._OPERATIVE_CONFIG.items()}  # pylint: disable=protected-access
-  return {key: dict(values) for key, values in config._CONFIG.items()}, uses  # pylint: disable=protected-access
+  with config._OPERATIVE_CONFIG_LOCK:
+    uses = {key: dict(values) for key, values in config._OPERATIVE_CONFIG.items()}
+  return {key: dict(values) for key, values in config._CONFIG.items()}, uses
 
 
 @contextlib.contextmanager
