@@ -402,14 +402,15 @@ def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_d
 
   try:
     assert warned() == ""
-    if config == "wgan_gp":  # gin's scope reaches the schedule: the critic's is 5x as long
+    if config == "wgan_gp":  # gin's scope reaches the schedule: the critic's is k x as long
       gin.clear_config()
       gin.parse_config_files_and_bindings(
           [os.path.join(helpers.ROOT, "gan", "configs", "wgan_gp.gin")], [])
       exp = gan.Experiment()
+      assert exp.discriminator_steps > 1
       assert (exp.discriminator_optimizer().get_config()["learning_rate"]["config"]
-              ["decay_steps"] == 5 * exp.generator_optimizer().get_config()["learning_rate"]
-              ["config"]["decay_steps"])
+              ["decay_steps"] == exp.discriminator_steps * exp.generator_optimizer()
+              .get_config()["learning_rate"]["config"]["decay_steps"])
       planted = warned(
           "discriminator/keras.optimizers.schedules.CosineDecay.decay_steps = %STEPS")
     else:  # one schedule for both players, now with several discriminator updates a step
