@@ -161,6 +161,16 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   return step
 
 
+def _through_gin(factory: Callable | None) -> Callable | None:
+  """gin's configured version of `factory` if gin registered it, else `factory`."""
+  if factory is None or hasattr(factory, "__wrapped__"):  # gin's wrapper: bindings applied
+    return factory
+  try:
+    return gin.get_configurable(factory)
+  except ValueError:  # not registered with gin
+    return factory
+
+
 def make_build(*, generator: Callable[..., keras.Model],
                discriminator: Callable[..., keras.Model],
                encoder: Callable[..., keras.Model] | None = None,
@@ -169,8 +179,15 @@ def make_build(*, generator: Callable[..., keras.Model],
                discriminator_optimizer: Optimizer = default_optimizer,
                encoder_optimizer: Optimizer = default_optimizer,
                ema_decay: float | None = None) -> Callable:
-  """The runner's `build`: models from the factories, sized for the data; optimizers."""
+  """The runner's `build`: models from the factories, sized for the data; optimizers.
+
+  A factory gin knows, passed as itself (`Experiment`'s default generator, or
+  `gan.dcgan_generator` from Python), is called through gin, so bindings such
+  as `gan.dcgan_generator.width = 16` reach it as they would through
+  `@gan.dcgan_generator`.
+  """
   conditional = {"num_classes": num_classes} if num_classes else {}
+  generator, discriminator, encoder = map(_through_gin, (generator, discriminator, encoder))
 
   def build():
     models = {"generator": generator(noise_dim=noise_dim, image_shape=image_shape,

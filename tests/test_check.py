@@ -139,8 +139,9 @@ def test_ctl_check_passes_on_an_example_config():
                                        "its scope, nor whether the run calls the function: "
                                        "check the scope's spelling, that the config calls the "
                                        "function through gin (a penalty's weight with no "
-                                       "penalty set is unused, and so is a default's: bind "
-                                       "the default by reference first, e.g. "
-                                       "gan.Experiment.generator = @gan.dcgan_generator), "
-                                       "and that its caller does not pass that argument "
-                                       "itself."], warning
+                                       "penalty set is unused, and so is a rate on a "
+                                       "default optimizer, which passes its own: bind the "
+                                       "optimizer by reference first, e.g. "
+                                       "gan.Experiment.generator_optimizer = "
+                                       "@generator/keras.optimizers.Adam), and that its "
+                                       "caller does not pass that argument itself."], warning

@@ -423,28 +423,32 @@ def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_d
     gin.clear_config()
 
 
-def test_bindings_on_the_experiments_defaults_are_listed_unused():
-  """README (gan): the defaults (generator, optimizers) are called directly, not
-  through gin, so their bindings change nothing, and ctl lists them; bound by
-  reference first, the same bindings are used."""
+def test_bindings_reach_the_experiments_default_models_and_not_its_default_optimizers():
+  """README (gan): the default generator and discriminator are called through gin,
+  so their bindings apply as through `@gan.dcgan_generator`; the default
+  optimizers pass their rate themselves, so a rate bound on `keras.optimizers.Adam`
+  changes nothing and ctl lists it, until the optimizers are bound by reference."""
   import gin
 
   from ctl.tools import experiments as experiments_lib
 
-  def unused_after_build(*bindings):
+  def build(*bindings):
     gin.clear_config()
     gin.parse_config(list(bindings) + ["gan.dcgan_generator.width = 8",
                                        "keras.optimizers.Adam.learning_rate = 1e-3",
                                        "gan.Experiment.batch_size = 8"])
-    gan.Experiment().build()
-    return experiments_lib.unused_bindings()
+    runner = gan.Experiment().build()
+    return runner, experiments_lib.unused_bindings()
 
   try:
-    assert unused_after_build() == ["gan.dcgan_generator.width",
-                                    "keras.optimizers.Adam.learning_rate"]
-    assert unused_after_build("gan.Experiment.generator = @gan.dcgan_generator",
-                              "gan.Experiment.generator_optimizer = @keras.optimizers.Adam",
-                              "gan.Experiment.discriminator_optimizer = "
-                              "@keras.optimizers.Adam") == []
+    runner, unused = build()
+    assert unused == ["keras.optimizers.Adam.learning_rate"]
+    narrow = gan.models.dcgan_generator(noise_dim=64, image_shape=(28, 28, 1), width=8)
+    assert runner.models["generator"].count_params() == narrow.count_params()
+    assert float(runner.optimizers["generator"].learning_rate) == pytest.approx(2e-4)
+    runner, unused = build("gan.Experiment.generator_optimizer = @keras.optimizers.Adam",
+                           "gan.Experiment.discriminator_optimizer = @keras.optimizers.Adam")
+    assert unused == []
+    assert float(runner.optimizers["generator"].learning_rate) == pytest.approx(1e-3)
   finally:
     gin.clear_config()

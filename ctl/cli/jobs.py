@@ -260,9 +260,10 @@ def warn_unused_bindings(command: str, what: str, later: str = "") -> None:
         f"nothing{later}:\n{listed}\ngin checks a binding's function and parameter, not "
         "its scope, nor whether the run calls the function: check the scope's spelling, "
         "that the config calls the function through gin (a penalty's weight with no "
-        "penalty set is unused, and so is a default's: bind the default by reference "
-        "first, e.g. gan.Experiment.generator = @gan.dcgan_generator), and that its "
-        "caller does not pass that argument itself.", file=sys.stderr)
+        "penalty set is unused, and so is a rate on a default optimizer, which passes "
+        "its own: bind the optimizer by reference first, e.g. "
+        "gan.Experiment.generator_optimizer = @generator/keras.optimizers.Adam), and "
+        "that its caller does not pass that argument itself.", file=sys.stderr)
 
 
 def fail_on_binding(command: str, error: Exception, args: argparse.Namespace) -> int:
