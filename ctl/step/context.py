@@ -16,6 +16,7 @@ under any replica count:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -30,6 +31,8 @@ import tensorflow as tf
 from ctl.base import _tf_internal
 from ctl.base import arguments
 from ctl.step import reduction
+
+_log = logging.getLogger("ctl")
 
 # Philox, named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"
@@ -401,6 +404,8 @@ class StepContext:
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
     shape = _example_shape(shape, name)
+    _warn_of_a_batch_dimension(shape, name, self.global_batch_size,
+                               self.per_replica_batch_size)
     full = sampler([self.global_batch_size] + shape)
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     rows = tf.slice(full, [start] + [0] * len(shape), [self._replica_rows] + shape)
@@ -543,6 +548,25 @@ def _example_shape(shape, name):
       f"draw, got [{described}]. ctx adds the batch dimension itself: "
       f"ctx.{name}(noise_dim) gives [per-replica batch, noise_dim], row i drawn for "
       f"example i, so leave the batch size (tf.shape(x)[0]) out.")
+
+
+_warned_shapes = set()  # (name, shape) already warned of, once per process
+
+
+def _warn_of_a_batch_dimension(shape, name, global_batch, per_replica_batch):
+  """Warns (once) when a draw's shape starts with the batch size, as one writes
+  for `tf.random.normal`: the draw gains a dimension, which a model's Dense
+  layers may take without complaint."""
+  batches = {b for b in (global_batch, per_replica_batch) if isinstance(b, int)}
+  if len(shape) < 2 or shape[0] not in batches or (name, tuple(shape)) in _warned_shapes:
+    return
+  _warned_shapes.add((name, tuple(shape)))
+  _log.warning(
+      "ctx.%s(%s): the first dimension is the batch size (%d), but ctx adds the batch "
+      "dimension itself, so this draws [per-replica batch, %s]. For one draw of %s per "
+      "example, call ctx.%s(%s).", name, shape, shape[0],
+      ", ".join(map(str, shape)), shape[1:], name,
+      shape[1] if len(shape) == 2 else shape[1:])
 
 
 def _micro_batch(rows, i, micro_batches):
