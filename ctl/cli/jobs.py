@@ -239,6 +239,8 @@ def _run(args, method, report, **kwargs):
     return fail(args.command, e, FAILURE)
   except stopping.Interrupted as e:
     print(f"ctl {args.command}: {e}", file=sys.stderr)
+    if args.command == "train":  # raised after a compiled call: the step was traced
+      warn_unused_bindings("train", "this run", " up to the Ctrl-C")
     return stopping.INTERRUPTED_EXIT_CODE
   except KeyboardInterrupt:  # Ctrl-C outside a fit: eval and export write nothing partial
     print(f"ctl {args.command}: interrupted; nothing was written.", file=sys.stderr)
