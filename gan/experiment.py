@@ -71,8 +71,10 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   `batches_per_step`). A batch is images, or `(images, labels)` when
   `conditional`; fakes are then drawn for the real batch's labels. With
   `encoder`, the discriminator scores pairs `(x, E(x))` against `(G(z), z)`,
-  and the generator and encoder both minimise the discriminator loss with the
-  labels swapped (Donahue et al. 2017, section 3). With `augment` (names of
+  and the generator and encoder both minimise the generator loss of the fake
+  pairs' logits plus that of the real pairs' logits negated: each side's pairs
+  should pass for the other's (Donahue et al. 2017, section 3; in this form,
+  linear for hinge, BigBiGAN's, Donahue & Simonyan 2019). With `augment` (names of
   `gan.augment.POLICIES`), every image the discriminator sees, real or
   generated, in both updates, is augmented first (`gan.augment.augmentation`);
   the penalty's discriminator sees the reals through the same draws as the
@@ -134,8 +136,12 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
-        # Swapped labels: fakes should look real, real pairs fake.
-        g_loss = ctx.average(loss.discriminator(fake_logits, real_logits))
+        # Each side's pairs should pass for the other's: the generator loss of
+        # the fakes' logits and of the real pairs' logits negated (BigBiGAN's
+        # l_EG). For hinge it is linear, where the discriminator loss with the
+        # labels swapped stops the encoder's gradient once real pairs score
+        # below -1.
+        g_loss = ctx.average(loss.generator(fake_logits) + loss.generator(-real_logits))
       else:
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         g_loss = ctx.average(loss.generator(fake_logits))
