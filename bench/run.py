@@ -262,9 +262,8 @@ def handwritten_bigan(strategy):
     z = tf.random.normal([tf.shape(real)[0], BIGAN_NOISE])
     with tf.GradientTape(persistent=True) as tape:
       real_logits, fake_logits = pair_logits(real, generator(z, training=True), z)
-      # Fakes should pass for real pairs, real pairs for fakes (BigBiGAN's l_EG).
-      g_loss = average(gan.losses.non_saturating_generator_loss(fake_logits)
-                       + gan.losses.non_saturating_generator_loss(-real_logits))
+      # Swapped labels (Donahue et al. 2017): fakes should look real, real pairs fake.
+      g_loss = average(gan.losses.non_saturating_discriminator_loss(fake_logits, real_logits))
     minimize(g_loss, "generator", tape)
     minimize(g_loss, "encoder", tape)
     return d_loss, g_loss

@@ -60,6 +60,18 @@ def _is(fn: Callable, target: Callable) -> bool:
   return inspect.unwrap(fn) is target
 
 
+def _swapped(loss: losses.LossFamily, real_logits: tf.Tensor,
+             fake_logits: tf.Tensor) -> tf.Tensor:
+  """BiGAN's generator-and-encoder loss: fake pairs should pass for real, real
+  pairs for fake. The discriminator loss with the labels swapped, except for
+  hinge, where that stops the encoder's gradient once real pairs score below
+  -1: there, BigBiGAN's linear l_EG (Donahue & Simonyan 2019, "Large Scale
+  Adversarial Representation Learning", section 2)."""
+  if loss == losses.hinge:
+    return loss.generator(fake_logits) - loss.generator(real_logits)
+  return loss.discriminator(fake_logits, real_logits)
+
+
 def make_step(*, loss: losses.LossFamily = losses.non_saturating,
               penalty: Callable = penalties.no_penalty, noise_dim: int = 64,
               discriminator_steps: int = 1, conditional: bool = False, encoder: bool = False,
@@ -71,10 +83,9 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   `batches_per_step`). A batch is images, or `(images, labels)` when
   `conditional`; fakes are then drawn for the real batch's labels. With
   `encoder`, the discriminator scores pairs `(x, E(x))` against `(G(z), z)`,
-  and the generator and encoder both minimise the generator loss of the fake
-  pairs' logits plus that of the real pairs' logits negated: each side's pairs
-  should pass for the other's (Donahue et al. 2017, section 3; in this form,
-  linear for hinge, BigBiGAN's, Donahue & Simonyan 2019). With `augment` (names of
+  and the generator and encoder both minimise the discriminator loss with the
+  labels swapped (Donahue et al. 2017, section 3), for hinge in its linear
+  form (`_swapped`). With `augment` (names of
   `gan.augment.POLICIES`), every image the discriminator sees, real or
   generated, in both updates, is augmented first (`gan.augment.augmentation`);
   the penalty's discriminator sees the reals through the same draws as the
@@ -136,12 +147,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
-        # Each side's pairs should pass for the other's: the generator loss of
-        # the fakes' logits and of the real pairs' logits negated (BigBiGAN's
-        # l_EG). For hinge it is linear, where the discriminator loss with the
-        # labels swapped stops the encoder's gradient once real pairs score
-        # below -1.
-        g_loss = ctx.average(loss.generator(fake_logits) + loss.generator(-real_logits))
+        g_loss = ctx.average(_swapped(loss, real_logits, fake_logits))
       else:
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         g_loss = ctx.average(loss.generator(fake_logits))

@@ -382,6 +382,23 @@ def test_a_discriminator_schedule_that_ends_early_is_warned_about_once_set_right
     assert expected in caplog.text
 
 
+def test_bigans_encoder_keeps_its_gradient_under_hinge():
+  """The swapped hinge is flat once real pairs score below -1, so the encoder
+  (which moves only the real pairs' logits) would stop learning; the linear
+  form keeps a gradient of 1/B per pair. Other families: the swapped loss."""
+  real = tf.constant([-3.0, -0.5, 2.0])
+  fake = tf.constant([2.0, 0.5, -1.5])
+  with tf.GradientTape() as tape:
+    tape.watch(real)
+    loss = experiment._swapped(gan.losses.hinge, real, fake)
+  np.testing.assert_allclose(loss.numpy(), (real - fake).numpy())
+  np.testing.assert_allclose(tape.gradient(loss, real).numpy(), [1.0, 1.0, 1.0])
+  for family in (gan.losses.non_saturating, gan.losses.least_squares, gan.losses.minimax,
+                 gan.losses.wasserstein):
+    np.testing.assert_allclose(experiment._swapped(family, real, fake).numpy(),
+                               family.discriminator(fake, real).numpy())
+
+
 @pytest.mark.parametrize("config", ["dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan",
                                     "tfgan_mnist"])
 def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_does(config,
