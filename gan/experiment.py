@@ -517,8 +517,9 @@ class Experiment:
       discriminator's loss, chosen together.
     penalty: a discriminator penalty from `gan.penalties`.
     discriminator_steps: discriminator updates per generator update, each on
-      its own batch (WGAN-GP uses 5). A learning-rate schedule counts its
-      optimizer's updates: the discriminator's makes this many per step, so a
+      its own batch (the WGAN-GP paper uses 5; gan/configs/wgan_gp.gin, 2). A
+      learning-rate schedule counts its optimizer's updates: the
+      discriminator's makes this many per step, so a
       decay over the run needs `discriminator_steps` times the generator's
       `decay_steps` (gan/configs/wgan_gp.gin scopes it to `discriminator/`).
     noise_dim: size of the generator's noise (and the encoder's code).
