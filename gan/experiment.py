@@ -60,7 +60,7 @@ def _is(fn: Callable, target: Callable) -> bool:
   return inspect.unwrap(fn) is target
 
 
-def _swapped(loss: losses.LossFamily, real_logits: tf.Tensor,
+def bigan_loss(loss: losses.LossFamily, real_logits: tf.Tensor,
              fake_logits: tf.Tensor) -> tf.Tensor:
   """BiGAN's generator-and-encoder loss: fake pairs should pass for real, real
   pairs for fake. The discriminator loss with the labels swapped, except for
@@ -85,7 +85,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   `encoder`, the discriminator scores pairs `(x, E(x))` against `(G(z), z)`,
   and the generator and encoder both minimise the discriminator loss with the
   labels swapped (Donahue et al. 2017, section 3), for hinge in its linear
-  form (`_swapped`). With `augment` (names of
+  form (`bigan_loss`). With `augment` (names of
   `gan.augment.POLICIES`), every image the discriminator sees, real or
   generated, in both updates, is augmented first (`gan.augment.augmentation`);
   the penalty's discriminator sees the reals through the same draws as the
@@ -147,7 +147,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
-        g_loss = ctx.average(_swapped(loss, real_logits, fake_logits))
+        g_loss = ctx.average(bigan_loss(loss, real_logits, fake_logits))
       else:
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         g_loss = ctx.average(loss.generator(fake_logits))
