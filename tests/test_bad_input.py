@@ -1700,7 +1700,7 @@ def test_bad_input_is_refused_naming_the_fix(case, tmp_path):
   assert not problems, f"{case.name}: {problems[0]}"
 
 
-def test_a_draw_shape_starting_with_the_batch_size_is_warned_of_once(caplog):
+def test_a_draw_shape_starting_with_the_batch_size_is_warned_of_once():
   """`ctx.normal([batch, 1])` as for tf.random.normal, the batch a Python int: a
   legal shape (one example's draw may be a matrix), but a model either takes the
   extra dimension silently (a Dense layer without an input shape) or refuses it
@@ -1713,19 +1713,18 @@ def test_a_draw_shape_starting_with_the_batch_size_is_warned_of_once(caplog):
     return {"loss": ctx.minimize(lambda: ctx.average(ctx.models["model"](noise[:, 0])[:, 0]),
                                  "model")}
 
-  with caplog.at_level("WARNING", logger="ctl"):
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
     runner = _runner(step=step)
     runner.train(2)
-  assert seen[0] == [BATCH, BATCH, 1]
-  assert caplog.text.count("the first dimension is the batch size") == 1, caplog.text
-  assert (f"ctx.normal([{BATCH}, 1]): the first dimension is the batch size ({BATCH}), but "
-          f"ctx adds the batch dimension itself, so this draws [per-replica batch, {BATCH}, "
-          "1]. For one draw of [1] per example, call ctx.normal(1).") in caplog.text
-  caplog.clear()
-  with caplog.at_level("WARNING", logger="ctl"):
     _runner(step=lambda ctx, x: {"loss": ctx.minimize(
         lambda: ctx.average(ctx.models["model"](ctx.normal(1))[:, 0]), "model")}).train(1)
-  assert "batch size" not in caplog.text
+  assert seen[0] == [BATCH, BATCH, 1]
+  messages = [str(w.message) for w in caught if "batch size" in str(w.message)]
+  assert messages == [
+      f"ctx.normal([{BATCH}, 1]): the first dimension is the batch size ({BATCH}), but ctx "
+      f"adds the batch dimension itself, so this draws [per-replica batch, {BATCH}, 1]. For "
+      "one draw of [1] per example, call ctx.normal(1)."], messages
 
 
 def test_the_table_can_be_documented():

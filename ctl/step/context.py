@@ -16,8 +16,8 @@ under any replica count:
 
 from __future__ import annotations
 
-import logging
 import math
+import warnings
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -31,8 +31,6 @@ import tensorflow as tf
 from ctl.base import _tf_internal
 from ctl.base import arguments
 from ctl.step import reduction
-
-_log = logging.getLogger("ctl")
 
 # Philox, named, not "auto_select", so that every device and XLA draw the same bits.
 _ALGORITHM = "philox"
@@ -556,17 +554,19 @@ _warned_shapes = set()  # (name, shape) already warned of, once per process
 def _warn_of_a_batch_dimension(shape, name, global_batch, per_replica_batch):
   """Warns (once) when a draw's shape starts with the batch size, as one writes
   for `tf.random.normal`: the draw gains a dimension, which a model's Dense
-  layers may take without complaint."""
+  layers may take without complaint. A Python warning, not a log line: it is
+  about the caller's code, and shows in a script or notebook that set up no
+  logging."""
   batches = {b for b in (global_batch, per_replica_batch) if isinstance(b, int)}
   if len(shape) < 2 or shape[0] not in batches or (name, tuple(shape)) in _warned_shapes:
     return
   _warned_shapes.add((name, tuple(shape)))
-  _log.warning(
-      "ctx.%s(%s): the first dimension is the batch size (%d), but ctx adds the batch "
-      "dimension itself, so this draws [per-replica batch, %s]. For one draw of %s per "
-      "example, call ctx.%s(%s).", name, shape, shape[0],
-      ", ".join(map(str, shape)), shape[1:], name,
-      shape[1] if len(shape) == 2 else shape[1:])
+  fix = shape[1] if len(shape) == 2 else shape[1:]
+  warnings.warn(
+      f"ctx.{name}({shape}): the first dimension is the batch size ({shape[0]}), but ctx "
+      f"adds the batch dimension itself, so this draws [per-replica batch, "
+      f"{', '.join(map(str, shape))}]. For one draw of {shape[1:]} per example, call "
+      f"ctx.{name}({fix}).", UserWarning, stacklevel=4)
 
 
 def _micro_batch(rows, i, micro_batches):
