@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -121,6 +122,20 @@ def start_python(args, *, env=None):
       [sys.executable] + list(args), cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True,
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def ctrl_c_once(args, path, *, timeout=120):
+  """Starts `python args...`, sends it Ctrl-C once `path` exists (e.g. the first
+  sample grid: the run is past its first compiled call); (exit code, stderr)."""
+  proc = start_python(args)
+  try:
+    while not os.path.exists(path) and proc.poll() is None:
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=timeout)
+  finally:
+    proc.kill()
+  return proc.returncode, stderr
 
 
 def ctl(*args, env=None, timeout=SUBPROCESS_TIMEOUT, check=True):

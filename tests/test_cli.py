@@ -7,8 +7,6 @@ configuration errors are checked in-process, where they cost no TensorFlow work.
 import json
 import os
 import shutil
-import signal
-import time
 
 import gin
 import pytest
@@ -105,19 +103,12 @@ def test_train_stopped_by_ctrl_c_lists_the_bindings_it_never_used(tmp_path):
   """The list is what a user checks when a run looks wrong: it comes after a
   Ctrl-C too, once the step has run."""
   workdir = tmp_path / "run"
-  proc = helpers.start_python(
+  code, stderr = helpers.ctrl_c_once(
       ["-m", "ctl.cli", "train", CONFIG, "--workdir", str(workdir), *TINY,
        "--gin", "gan.Schedule.total_steps = 100000",
-       "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3"])
-  first = workdir / "samples" / "samples_00000002.png"
-  try:
-    while not first.exists() and proc.poll() is None:  # past its first compiled call
-      time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
-  finally:
-    proc.kill()
-  assert proc.returncode == 130, stderr[-3000:]
+       "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3"],
+      workdir / "samples" / "samples_00000002.png")
+  assert code == 130, stderr[-3000:]
   warning = stderr[stderr.index("ctl train: warning: this run used none"):]
   assert "changed nothing up to the Ctrl-C:" in warning.splitlines()[0], warning
   assert warning.splitlines()[1] == "  generatr/keras.optimizers.Adam.learning_rate", warning

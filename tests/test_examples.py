@@ -3,10 +3,8 @@
 import json
 import os
 import re
-import signal
 import struct
 import textwrap
-import time
 
 import pytest
 
@@ -60,18 +58,11 @@ def test_main_job_trains_writes_its_workdir_and_resumes(strategy, tmp_path):
 
 
 def test_ctrl_c_saves_and_exits_with_130_without_a_traceback(tmp_path):
-  proc = helpers.start_python(["examples/mnist_dcgan.py", "--steps", "100000",
-                               "--steps-per-loop", "2", "--samples-every", "2",
-                               "--workdir", str(tmp_path)])
-  first = tmp_path / "samples" / "samples_00000002.png"
-  try:
-    while not first.exists() and proc.poll() is None:  # training, past its first call
-      time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
-  finally:
-    proc.kill()
-  assert proc.returncode == 130, stderr[-3000:]
+  code, stderr = helpers.ctrl_c_once(
+      ["examples/mnist_dcgan.py", "--steps", "100000", "--steps-per-loop", "2",
+       "--samples-every", "2", "--workdir", str(tmp_path)],
+      tmp_path / "samples" / "samples_00000002.png")
+  assert code == 130, stderr[-3000:]
   step = int(re.search(r"Ctrl-C: saved a checkpoint at step (\d+)", stderr)[1])
   assert (tmp_path / "checkpoints" / f"ckpt-{step}.index").exists()
   assert "Traceback" not in stderr, stderr[-3000:]
