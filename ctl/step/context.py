@@ -17,6 +17,8 @@ under any replica count:
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -566,7 +568,21 @@ def _warn_of_a_batch_dimension(shape, name, global_batch, per_replica_batch):
       f"ctx.{name}({shape}): the first dimension is the batch size ({shape[0]}), but ctx "
       f"adds the batch dimension itself, so this draws [per-replica batch, "
       f"{', '.join(map(str, shape))}]. For one draw of {shape[1:]} per example, call "
-      f"ctx.{name}({fix}).", UserWarning, stacklevel=4)
+      f"ctx.{name}({fix}).", UserWarning, stacklevel=_callers_level())
+
+
+def _callers_level() -> int:
+  """The `stacklevel` of the user's first frame, for a warning raised inside
+  ctx: the step's line when it runs eagerly; when it is traced (autograph's
+  copy of it runs), the line that started training."""
+  skipped = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # ctl
+             os.path.dirname(os.path.abspath(tf.__file__)))
+  frame, level = sys._getframe(2), 2  # pylint: disable=protected-access
+  while frame is not None and (
+      os.path.abspath(frame.f_code.co_filename).startswith(skipped)
+      or "__autograph_generated_file" in frame.f_code.co_filename):
+    frame, level = frame.f_back, level + 1
+  return level
 
 
 def _micro_batch(rows, i, micro_batches):
