@@ -61,7 +61,7 @@ def _is(fn: Callable, target: Callable) -> bool:
 
 
 def bigan_loss(loss: losses.LossFamily, real_logits: tf.Tensor,
-             fake_logits: tf.Tensor) -> tf.Tensor:
+               fake_logits: tf.Tensor) -> tf.Tensor:
   """BiGAN's generator-and-encoder loss: fake pairs should pass for real, real
   pairs for fake. The discriminator loss with the labels swapped, except for
   hinge, where that stops the encoder's gradient once real pairs score below

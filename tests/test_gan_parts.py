@@ -385,7 +385,7 @@ def test_a_discriminator_schedule_that_ends_early_is_warned_about_once_set_right
 def test_bigans_encoder_keeps_its_gradient_under_hinge():
   """The swapped hinge is flat once real pairs score below -1, so the encoder
   (which moves only the real pairs' logits) would stop learning; the linear
-  form keeps a gradient of 1/B per pair. Other families: the swapped loss."""
+  form keeps a gradient of 1 per pair. Other families: the swapped loss."""
   real = tf.constant([-3.0, -0.5, 2.0])
   fake = tf.constant([2.0, 0.5, -1.5])
   with tf.GradientTape() as tape:
@@ -452,6 +452,7 @@ def test_bindings_reach_the_experiments_default_models_and_not_its_default_optim
   def build(*bindings):
     gin.clear_config()
     gin.parse_config(list(bindings) + ["gan.dcgan_generator.width = 8",
+                                       "gan.dcgan_discriminator.width = 8",
                                        "keras.optimizers.Adam.learning_rate = 1e-3",
                                        "gan.Experiment.batch_size = 8"])
     runner = gan.Experiment().build()
@@ -462,6 +463,8 @@ def test_bindings_reach_the_experiments_default_models_and_not_its_default_optim
     assert unused == ["keras.optimizers.Adam.learning_rate"]
     narrow = gan.models.dcgan_generator(noise_dim=64, image_shape=(28, 28, 1), width=8)
     assert runner.models["generator"].count_params() == narrow.count_params()
+    narrow = gan.models.dcgan_discriminator(image_shape=(28, 28, 1), width=8)
+    assert runner.models["discriminator"].count_params() == narrow.count_params()
     assert float(runner.optimizers["generator"].learning_rate) == pytest.approx(2e-4)
     runner, unused = build("gan.Experiment.generator_optimizer = @keras.optimizers.Adam",
                            "gan.Experiment.discriminator_optimizer = @keras.optimizers.Adam")

@@ -404,8 +404,7 @@ class StepContext:
     # its rows. The cost is global_batch x shape numbers per replica, which is
     # small for noise vectors and buys results that do not depend on the strategy.
     shape = _example_shape(shape, name)
-    _warn_of_a_batch_dimension(shape, name, self.global_batch_size,
-                               self.per_replica_batch_size)
+    _warn_of_a_batch_dimension(shape, name, self.global_batch_size)
     full = sampler([self.global_batch_size] + shape)
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     rows = tf.slice(full, [start] + [0] * len(shape), [self._replica_rows] + shape)
@@ -553,14 +552,19 @@ def _example_shape(shape, name):
 _warned_shapes = set()  # (name, shape) already warned of, once per process
 
 
-def _warn_of_a_batch_dimension(shape, name, global_batch, per_replica_batch):
+def _warn_of_a_batch_dimension(shape, name, global_batch):
   """Warns (once) when a draw's shape starts with the batch size, as one writes
   for `tf.random.normal`: the draw gains a dimension, which a model's Dense
   layers may take without complaint. A Python warning, not a log line: it is
   about the caller's code, and shows in a script or notebook that set up no
-  logging."""
-  batches = {b for b in (global_batch, per_replica_batch) if isinstance(b, int)}
-  if len(shape) < 2 or shape[0] not in batches or (name, tuple(shape)) in _warned_shapes:
+  logging. Not warned of: a leading 1 (a broadcast shape, such as WGAN-GP's
+  `[1, 1, 1]`, at batch 1), a square map (per-pixel noise `[32, 32, 1]` at
+  batch 32), and the per-replica batch size (matching it too warned of
+  per-example `[8, 512]` style vectors at batch 16 on 2 replicas)."""
+  square_map = len(shape) >= 3 and shape[0] == shape[1]
+  if (len(shape) < 2 or not isinstance(global_batch, int) or shape[0] != global_batch
+      or global_batch == 1 or square_map
+      or (name, tuple(shape)) in _warned_shapes):
     return
   _warned_shapes.add((name, tuple(shape)))
   fix = shape[1] if len(shape) == 2 else shape[1:]
