@@ -228,10 +228,11 @@ def max_difference(results, reference):
 
 
 def subprocess_env(extra):
-  """The environment of a test's subprocess: quiet TF, no TF_CONFIG, this
-  checkout first on the path, then `extra`."""
+  """The environment of a test's subprocess: quiet TF, no cluster (TF_CONFIG,
+  CLUSTER_SPEC), this checkout first on the path, then `extra`."""
   env = dict(os.environ, **QUIET)
   env.pop("TF_CONFIG", None)
+  env.pop("CLUSTER_SPEC", None)
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   env.update(extra or {})
   return env

@@ -1,8 +1,10 @@
-"""Real clusters: Kubeflow's TF_CONFIG, Slurm job steps, TPU hosts, and the shipped examples.
+"""Real clusters: Kubeflow's, AI Platform's and Vertex AI's TF_CONFIG and
+CLUSTER_SPEC, Slurm job steps, TPU hosts, and the shipped examples.
 
 Environments are faked: `choose_strategy` reads only the dict it is given, and
-TF's `SlurmClusterResolver` reads `os.environ` (monkeypatched). One test builds
-the Slurm strategy for real, as two local processes.
+TF's `SlurmClusterResolver` reads `os.environ` (monkeypatched). Two tests build
+the strategy for real, as two local processes: from Slurm's variables, and from
+AI Platform's `master` and Vertex AI's worker pools.
 """
 
 import json
@@ -73,8 +75,10 @@ def test_evaluator_is_not_counted_as_a_worker():
      r"task 'worker' index 2 is not in the cluster, which has 2 'worker' task\(s\); use 0 to 1"),
     ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}}',
      "task 'chief' index 0 is not in the cluster"),
-    ('{"cluster": {"master": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker"}}',
-     "job 'master'; TensorFlow knows only chief, worker, ps, evaluator"),
+    ('{"cluster": {"trainer": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker"}}',
+     "job 'trainer'; TensorFlow knows only chief, worker, ps, evaluator"),
+    ('{"cluster": {"master": ["a:1"], "chief": ["b:1"]}, "task": {"type": "chief"}}',
+     r"names the 'chief' job twice \(as \['master', 'chief'\]\)"),
     ('{"cluster": {"worker": "a:1,b:1"}, "task": {"type": "worker", "index": 0}}',
      "must be a non-empty list of 'host:port' strings"),
     ('{"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}}',
@@ -86,6 +90,81 @@ def test_evaluator_is_not_counted_as_a_worker():
 def test_malformed_tf_config_names_the_fix(config, message):
   with pytest.raises(ValueError, match=message):
     choose({"TF_CONFIG": config})
+
+
+# Cloud trainers' variables, in the formats their documentation shows
+# (cloud.google.com/ai-platform/training/docs/distributed-training-details,
+# .../distributed-training-containers, cloud.google.com/vertex-ai/docs/training/
+# distributed-training): extra keys, `master` for the chief, and worker pools.
+def ai_platform_tf_config(task_type, index, chief="chief"):
+  """AI Platform's TF_CONFIG; chief="master" for runtimes before 2.1."""
+  cluster = {chief: ["cmle-training-master-0:2222"],
+             "worker": ["cmle-training-worker-0:2222", "cmle-training-worker-1:2222"]}
+  return {"TF_CONFIG": json.dumps({
+      "cluster": cluster, "environment": "cloud",
+      "job": {"args": ["--steps", "100"], "jobDir": "gs://bucket/job",
+              "hyperparameters": {"goal": "MINIMIZE", "maxTrials": 2}},
+      "task": {"cloud": "w5b0b2d2c5f6a7e3e-ml", "index": index, "trial": "1",
+               "type": task_type}})}
+
+
+def vertex_cluster_spec(task_type, index, pools=(1, 2, 0, 0)):
+  """Vertex AI's CLUSTER_SPEC (custom containers): worker pools, no TF names."""
+  cluster = {f"workerpool{p}": [f"cmle-training-workerpool{p}-ab-{i}:2222" for i in range(n)]
+             for p, n in enumerate(pools) if n}
+  return {"CLUSTER_SPEC": json.dumps({
+      "cluster": cluster, "environment": "cloud", "task": {"type": task_type, "index": index},
+      "job": json.dumps({"worker_pool_specs": [{"replica_count": n} for n in pools]})})}
+
+
+def ai_platform_cluster_spec(task_type, index):
+  """AI Platform's CLUSTER_SPEC (custom containers): `master`, evaluators listed."""
+  return {"CLUSTER_SPEC": json.dumps({
+      "cluster": {"master": ["m-0:2222"], "worker": ["w-0:2222"], "ps": ["p-0:2222"],
+                  "evaluator": ["e-0:2222", "e-1:2222"]},
+      "environment": "cloud", "task": {"type": task_type, "index": index}, "job": "{}"})}
+
+
+@pytest.mark.parametrize("env, strategy, task", [
+    (ai_platform_tf_config("chief", 0), "multi_worker", ("chief", 0)),
+    (ai_platform_tf_config("worker", 1), "multi_worker", ("worker", 1)),
+    (ai_platform_tf_config("master", 0, chief="master"), "multi_worker", ("chief", 0)),
+    (ai_platform_tf_config("worker", 1, chief="master"), "multi_worker", ("worker", 1)),
+    (vertex_cluster_spec("workerpool0", 0), "multi_worker", ("chief", 0)),
+    (vertex_cluster_spec("workerpool1", 1), "multi_worker", ("worker", 1)),
+    (vertex_cluster_spec("workerpool2", 0, pools=(1, 2, 1, 0)), "parameter_server", ("ps", 0)),
+    (vertex_cluster_spec("workerpool3", 0, pools=(1, 2, 0, 1)), "default", ("evaluator", 0)),
+    (ai_platform_cluster_spec("master", 0), "parameter_server", ("chief", 0)),
+    (ai_platform_cluster_spec("evaluator", 1), "default", ("evaluator", 1)),
+])
+def test_cloud_trainers_clusters_read_as_tensorflow_names_them(env, strategy, task):
+  assert choose(env)[0] == strategy
+  config = strategies.parse_tf_config(env)
+  assert (config["task"]["type"], config["task"]["index"]) == task
+  assert set(config["cluster"]) <= set(strategies.TASK_TYPES) - {"evaluator"}
+  assert config["environment"] == "cloud" and "job" in config  # kept as they were
+
+
+def test_tf_config_wins_over_cluster_spec():
+  env = dict(vertex_cluster_spec("workerpool1", 0), **ai_platform_tf_config("worker", 1))
+  assert strategies.parse_tf_config(env)["task"] == json.loads(env["TF_CONFIG"])["task"]
+
+
+def test_export_tf_config_writes_what_tensorflow_reads_only_when_it_differs(caplog):
+  env = ai_platform_tf_config("master", 0, chief="master")
+  with caplog.at_level("INFO", logger="ctl"):
+    strategies.export_tf_config(env)
+  config = json.loads(env["TF_CONFIG"])
+  assert config["task"]["type"] == "chief" and "master" not in config["cluster"]
+  assert "this task is chief 0 of {'chief': 1, 'worker': 2}" in caplog.text
+  env = vertex_cluster_spec("workerpool1", 1)
+  strategies.export_tf_config(env)
+  assert json.loads(env["TF_CONFIG"])["cluster"]["chief"] == [
+      "cmle-training-workerpool0-ab-0:2222"]
+  for env in (kubeflow_tf_config("worker", 1, chief=1, worker=2), {}):
+    before = dict(env)
+    strategies.export_tf_config(env)
+    assert env == before  # nothing renamed: TF_CONFIG left byte for byte
 
 
 def slurm_env(rank, tasks=2, nodes="node[01-02]", tasks_per_node="1(x2)"):
@@ -217,6 +296,35 @@ def test_slurm_step_trains_as_two_workers(no_shell_tools):
                      ["True", "2", "worker", "1", "False", "2.0"]]
 
 
+@pytest.mark.slow  # two processes that import TensorFlow
+def test_ai_platform_master_and_vertex_worker_pool_train_as_two_workers():
+  """One task told it is AI Platform's `master`, the other only Vertex's pools.
+
+  TensorFlow knows neither name; `make_strategy` sets TF_CONFIG so that it
+  reads the cluster ctl does.
+  """
+  base = _free_port_pair()
+  chief, worker = f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"
+  envs = [{"TF_CONFIG": json.dumps({"cluster": {"master": [chief], "worker": [worker]},
+                                    "task": {"type": "master", "index": 0, "trial": "1"},
+                                    "environment": "cloud", "job": {"jobDir": "gs://b"}})},
+          {"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": [chief],
+                                                   "workerpool1": [worker]},
+                                       "task": {"type": "workerpool1", "index": 0},
+                                       "environment": "cloud", "job": "{}"})}]
+  procs = [subprocess.Popen([sys.executable, "-c", _SLURM_TASK], cwd=helpers.ROOT,
+                            env=helpers.subprocess_env(env), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for env in envs]
+  logs = helpers.finish(procs, timeout=120)
+  results = []
+  for proc, log in zip(procs, logs):
+    assert proc.returncode == 0, log[-3000:]
+    results.append(next(line for line in log.splitlines() if line.startswith("RESULT")).split()[1:])
+  assert results == [["True", "2", "chief", "0", "True", "2.0"],
+                     ["True", "2", "worker", "0", "False", "2.0"]]
+
+
 @pytest.mark.parametrize("env, devices", [
     ({"TPU_NAME": "my-tpu"}, False),
     ({"COLAB_TPU_ADDR": "10.0.0.2:8470"}, False),
@@ -265,6 +373,57 @@ def test_tfjob_manifest():
   assert "REPLACE-ME" in container["image"]
 
 
+def test_trainjob_manifest():
+  """Kubeflow Trainer v2: a plain runtime, and a TrainJob whose env is TF_CONFIG."""
+  with open(os.path.join(CLUSTER, "trainjob.yaml")) as f:
+    runtime, job = yaml.safe_load_all(f)
+  assert runtime["apiVersion"] == job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+  assert (runtime["kind"], job["kind"]) == ("TrainingRuntime", "TrainJob")
+  assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
+                                       "kind": "TrainingRuntime",
+                                       "name": runtime["metadata"]["name"]}
+  policy = runtime["spec"]["mlPolicy"]
+  assert set(policy) == {"numNodes"}  # no framework: Trainer's PlainML plugin
+  jobset = runtime["spec"]["template"]["spec"]
+  # Any failure (exit 42 after a preemption's save) restarts every worker.
+  assert ctl.PREEMPTED_EXIT_CODE == 42 and jobset["failurePolicy"]["maxRestarts"] >= 1
+  node, = jobset["replicatedJobs"]
+  assert node["name"] == "node"
+  assert node["template"]["metadata"]["labels"] == {
+      "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+  assert node["template"]["spec"]["backoffLimit"] == 0
+  pod = node["template"]["spec"]["template"]["spec"]
+  assert pod["restartPolicy"] == "Never"
+  container, = pod["containers"]
+  assert container["name"] == "node"  # where Trainer puts the TrainJob's env
+  assert "REPLACE-ME" in container["image"]
+  mount, = container["volumeMounts"]
+  volume, = pod["volumes"]
+  assert volume["name"] == mount["name"] and "persistentVolumeClaim" in volume
+  trainer = job["spec"]["trainer"]
+  command = trainer["command"]
+  assert command[:3] == ["ctl", "train", "examples/configs/dcgan.gin"]
+  assert os.path.exists(os.path.join(helpers.ROOT, command[2]))
+  assert command[command.index("--strategy") + 1] == "auto"
+  assert command[command.index("--workdir") + 1].startswith(mount["mountPath"] + "/")
+  names = [variable["name"] for variable in trainer["env"]]
+  # Kubernetes expands $(TASK_INDEX) only from variables listed before it.
+  assert names.index("TASK_INDEX") < names.index("TF_CONFIG")
+  index, = [v for v in trainer["env"] if v["name"] == "TASK_INDEX"]
+  assert index["valueFrom"]["fieldRef"]["fieldPath"] == (
+      "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+  tf_config, = [v["value"] for v in trainer["env"] if v["name"] == "TF_CONFIG"]
+  name, nodes = job["metadata"]["name"], trainer["numNodes"]
+  for i in range(nodes):  # each pod's TF_CONFIG, as Kubernetes expands it
+    env = {"TF_CONFIG": tf_config.replace("$(TASK_INDEX)", str(i))}
+    assert choose(env) == ("multi_worker", f"TF_CONFIG names {nodes} workers "
+                                           "(chief + worker tasks)")
+    config = strategies.parse_tf_config(env)
+    # JobSet's pod hostnames: <jobset>-<replicated job>-<job index>-<pod index>.<subdomain>
+    assert config["cluster"]["worker"][i] == f"{name}-node-0-{i}.{name}:2222"
+    assert config["task"] == {"type": "worker", "index": i}
+
+
 def test_slurm_script():
   path = os.path.join(CLUSTER, "slurm.sbatch")
   subprocess.run(["bash", "-n", path], check=True)
@@ -280,5 +439,5 @@ def test_slurm_script():
 def test_cluster_readme_names_each_file():
   with open(os.path.join(CLUSTER, "README.md")) as f:
     text = f.read()
-  for name in ("tfjob.yaml", "slurm.sbatch", "tests/test_cluster.py"):
+  for name in ("tfjob.yaml", "trainjob.yaml", "slurm.sbatch", "tests/test_cluster.py"):
     assert name in text

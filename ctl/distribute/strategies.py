@@ -17,6 +17,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from collections.abc import MutableMapping
 from collections.abc import Sequence
 from typing import Any
 from typing import NamedTuple
@@ -112,6 +113,7 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
                      f"{', '.join(COMMUNICATION)}.")
   if name in ("auto", "multi_worker", "parameter_server"):
     peers.startup_timeout(startup_timeout)  # a bad value fails before any wait
+    export_tf_config()  # AI Platform's and Vertex AI's names, as TF reads them
   if logical_cpus is not None:
     configure_logical_cpus(logical_cpus)
   if name == "auto":
@@ -183,8 +185,10 @@ def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None =
   stall for minutes on a machine that has none. In order:
 
   1. `TPU_NAME` or `COLAB_TPU_ADDR` set, or TPU chips attached: `tpu`.
-  2. A cluster in `TF_CONFIG` (what Kubeflow's TFJob, Vertex AI and `ctl
-     launch` set): `parameter_server` if it has a `ps` job; `multi_worker` if
+  2. A cluster in `TF_CONFIG` (what Kubeflow's TFJob, Vertex AI, AI Platform
+     and `ctl launch` set) or, without it, in `CLUSTER_SPEC` (Vertex AI's and
+     AI Platform's custom containers), its task types as `parse_tf_config`
+     names them: `parameter_server` if it has a `ps` job; `multi_worker` if
      it has more than one `chief` + `worker` task. A task of type `evaluator`
      evaluates beside the training cluster, not in it, so it gets a local
      strategy. `TF_CONFIG` wins over Slurm when both are present.
@@ -268,8 +272,8 @@ def _check_tf_config(config):
   for job, addresses in cluster.items():
     if job not in TASK_TYPES:
       raise ValueError(f"TF_CONFIG cluster has a job {job!r}; TensorFlow knows only "
-                       f"{', '.join(TASK_TYPES)}. Rename it (a Kubeflow 'Master' "
-                       "replica is a 'Chief').")
+                       f"{', '.join(TASK_TYPES)} (and ctl reads "
+                       f"{', '.join(TASK_TYPE_ALIASES)} as theirs). Rename it.")
     if (not isinstance(addresses, list) or not addresses
         or not all(isinstance(a, str) and ":" in a for a in addresses)):
       raise ValueError(f"TF_CONFIG cluster job {job!r} must be a non-empty list of "
@@ -287,8 +291,10 @@ def _check_tf_config(config):
   kind, index = task["type"], task.get("index", 0)
   if kind not in TASK_TYPES:
     raise ValueError(f"TF_CONFIG task type {kind!r} is not one of {', '.join(TASK_TYPES)}.")
-  # TF lets an evaluator be left out of the cluster: it is not part of training.
-  count = len(cluster.get(kind, ())) if kind != "evaluator" or kind in cluster else 1
+  # TF lets an evaluator be left out of the cluster (it is not part of
+  # training), whatever its index: AI Platform may run several.
+  count = (len(cluster.get(kind, ())) if kind != "evaluator" or kind in cluster
+           else float("inf"))
   if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
     raise ValueError(f"TF_CONFIG task {kind!r} index {index!r} is not in the cluster, "
                      f"which has {count} {kind!r} task(s); use 0 to {count - 1}.")
@@ -589,22 +595,91 @@ def kind_of(strategy: tf.distribute.Strategy) -> Kind:
       "replicas span processes, update through merge calls, and so on (see Kind).")
 
 
+# What cloud trainers call TensorFlow's task types. AI Platform (runtime
+# versions before 2.1, and its custom containers' CLUSTER_SPEC) calls the chief
+# `master`; Vertex AI's CLUSTER_SPEC names its worker pools: pool 0 holds the
+# chief, 1 the workers, 2 the parameter servers (or a Reduction Server, whose
+# own image does not run ctl), 3 the evaluators.
+TASK_TYPE_ALIASES = {"master": "chief", "workerpool0": "chief", "workerpool1": "worker",
+                     "workerpool2": "ps", "workerpool3": "evaluator"}
+
+
 def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-  """Returns TF_CONFIG as a dict ({} when unset), with a clear error if malformed."""
+  """Returns the cluster as TensorFlow names it ({} when none is set).
+
+  Read from `TF_CONFIG` (Kubeflow, Vertex AI, AI Platform, `ctl launch`), or,
+  when that is unset, from `CLUSTER_SPEC` (what Vertex AI and AI Platform set
+  in custom containers). Task types under other names are renamed (see
+  `TASK_TYPE_ALIASES`: AI Platform's `master` is the chief); an evaluator
+  job read from `CLUSTER_SPEC` is left out of the cluster, as TF_CONFIG
+  leaves it (it may list several; TensorFlow allows one). Other keys
+  (`environment`, `job`, a task's `trial` and `cloud`) are kept as they are.
+
+  Raises:
+    ValueError: naming the fix, if the variable is not a JSON object with a
+      `cluster` object, or names a task type twice (`master` and `chief`).
+  """
   env = os.environ if env is None else env
-  text = env.get("TF_CONFIG", "")
+  source = "TF_CONFIG" if env.get("TF_CONFIG", "").strip() else "CLUSTER_SPEC"
+  text = env.get(source, "")
   if not text.strip():
     return {}
   try:
     config = json.loads(text)
   except json.JSONDecodeError as e:
-    raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {text[:200]!r}. Set it to "
+    raise ValueError(f"{source} is not valid JSON ({e}): {text[:200]!r}. Set it to "
                      '\'{"cluster": {"worker": ["host:port", ...]}, "task": '
                      '{"type": "worker", "index": 0}}\'.') from None
   if not isinstance(config, dict) or not isinstance(config.get("cluster", {}), dict):
-    raise ValueError(f"TF_CONFIG must be a JSON object with a 'cluster' object, got "
+    raise ValueError(f"{source} must be a JSON object with a 'cluster' object, got "
                      f"{text[:200]!r}.")
+  return _tensorflow_names(config, source)
+
+
+def _tensorflow_names(config, source):
+  """`config` with TASK_TYPE_ALIASES renamed (the same object if none is used)."""
+  cluster = config.get("cluster") or {}
+  task = config.get("task")
+  kind = task.get("type") if isinstance(task, dict) else None
+  if not (set(cluster) & set(TASK_TYPE_ALIASES) or kind in TASK_TYPE_ALIASES
+          or (source == "CLUSTER_SPEC" and "evaluator" in cluster)):
+    return config
+  renamed = {}
+  for job, addresses in cluster.items():
+    name = TASK_TYPE_ALIASES.get(job, job)
+    if name in renamed:
+      raise ValueError(f"{source} cluster names the {name!r} job twice (as "
+                       f"{[j for j in cluster if TASK_TYPE_ALIASES.get(j, j) == name]}); "
+                       f"keep one of them.")
+    renamed[name] = addresses
+  if source == "CLUSTER_SPEC":
+    renamed.pop("evaluator", None)
+  config = dict(config, cluster=renamed)
+  if kind in TASK_TYPE_ALIASES:
+    config["task"] = dict(task, type=TASK_TYPE_ALIASES[kind])
   return config
+
+
+def export_tf_config(env: MutableMapping[str, str] | None = None) -> None:
+  """Sets `TF_CONFIG` to `parse_tf_config`'s cluster where TensorFlow would read another.
+
+  TensorFlow reads `TF_CONFIG` itself (its resolvers and strategies) and knows
+  neither `CLUSTER_SPEC` nor the `master` task type; `make_strategy` calls
+  this first, so that TensorFlow and ctl read the same cluster.
+  """
+  env = os.environ if env is None else env
+  config = parse_tf_config(env)
+  if not config:
+    return
+  text = env.get("TF_CONFIG", "")
+  if text.strip() and json.loads(text) == config:
+    return
+  env["TF_CONFIG"] = json.dumps(config)
+  task = config.get("task") or {}
+  logger.info("TF_CONFIG set to the cluster %s names with TensorFlow's task types: "
+              "this task is %s %s of %s", "TF_CONFIG" if text.strip() else "CLUSTER_SPEC",
+              task.get("type"), task.get("index", 0),
+              {job: len(a) for job, a in config["cluster"].items()})
 
 
 def _default(**unused):

@@ -886,7 +886,8 @@ def _start(process, out, options):
   else:
     command = one
   env = dict(os.environ)  # quiet unless CTL_VERBOSE: the run is a `ctl` command (ctl.cli.quiet)
-  env.pop("TF_CONFIG", None)
+  env.pop("TF_CONFIG", None)  # each run is a cluster of its own (or none)
+  env.pop("CLUSTER_SPEC", None)
   # Output to a file, not a pipe: a pipe nobody reads while others run would fill.
   with open(out + ".log", "w") as log:  # the child has its own copy
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
