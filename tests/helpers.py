@@ -186,10 +186,11 @@ def run_workers(tmp_path, num_workers, *args, task=TASK, timeout=240):
   return dict(np.load(out))
 
 
-def launched_task_command(workdir, out, *args):
-  """`ctl launch` of resume_task.py on 2 workers, each writing `<out>.<i>.npz`."""
+def launched_task_command(workdir, out, *args, launch_args=()):
+  """`ctl launch` of resume_task.py on 2 workers, each writing `<out>.<i>.npz`;
+  `launch_args` go to `ctl launch` (e.g. `--max-restarts 1`)."""
   return ([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2",
-           "--grace", str(GRACE), "--startup-timeout", "180", "--",
+           "--grace", str(GRACE), "--startup-timeout", "180", *launch_args, "--",
            sys.executable, RESUME_TASK, "--strategy", "multi_worker", "--workdir",
            str(workdir), "--out", str(out), "--out-every-worker"]
           + list(LAUNCHED_TASK_ARGS + args))

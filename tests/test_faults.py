@@ -77,6 +77,12 @@ FAULTS = [
      f"the launcher stops worker 0 within {GRACE + 15} s ({GRACE} s of grace, then "
      "SIGKILL) and exits 1; the relaunch resumes from ckpt-4 and is equal",
      "steps 5-7 (since ckpt-4), trained again by the relaunch"),
+    ("test_a_killed_worker_is_restarted_by_the_launcher_and_resumes",
+     "SIGKILL to worker 1 of 2 under `ctl launch --max-restarts 1`, at step 7",
+     "the launcher stops worker 0, logs the restart and its cause, and starts both "
+     "workers again; they resume from ckpt-4, the launcher exits 0, and the run is "
+     "equal",
+     "steps 5-7 (since ckpt-4), trained again after the restart"),
     ("test_nan_stops_naming_the_step_and_keeps_the_checkpoint",
      "a NaN in the batch of step 9 (default and mirrored)",
      "exit code 1 with a FloatingPointError naming step 9 and every result; "
@@ -321,6 +327,45 @@ def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, refer
   for key, value in worker0.items():  # the workers agree bit for bit
     np.testing.assert_array_equal(worker1[key], value, err_msg=key)
   assert int(worker0["first_step"]) == 4
+  assert_same_run(worker0, reference("default", "--dropout", "0"), atol=1e-5)
+
+
+def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, reference):
+  work, out = tmp_path / "work", tmp_path / "out"
+  os.makedirs(work)
+  command = launched_task_command(work, out, "--pause-at", "7",
+                                  launch_args=("--max-restarts", "1", "--restart-wait", "1"))
+  proc = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(None), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  lines = []
+  try:
+    paused = set()
+    for line in proc.stdout:
+      lines.append(line)
+      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
+      if len(paused) == 2:
+        break
+    assert len(paused) == 2, "".join(lines)[-4000:]
+    pids = dict(re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines)))
+    os.kill(int(pids["worker 1"]), signal.SIGKILL)
+    # With `go` there, the restarted workers pass step 7 without pausing.
+    open(work / "go", "w").close()
+    lines.append(proc.communicate(timeout=300)[0])
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  log = "".join(lines)
+  assert proc.returncode == 0, log[-4000:]
+  assert ("ctl launch: restart 1 of 1 in 1 s: worker 1 exited with code -9 (killed by "
+          "SIGKILL)") in log, log[-4000:]
+  assert ("ctl launch: 1 restart(s) of 1 used; the causes: worker 1 exited with code -9 "
+          "(killed by SIGKILL)") in log, log[-4000:]
+  assert not any(alive(int(pid)) for pid in pids.values())
+  worker0, worker1 = [dict(np.load(f"{out}.{i}.npz")) for i in range(2)]
+  for key, value in worker0.items():  # the workers agree bit for bit
+    np.testing.assert_array_equal(worker1[key], value, err_msg=key)
+  assert int(worker0["first_step"]) == 4  # the restarted cluster resumed from ckpt-4
   assert_same_run(worker0, reference("default", "--dropout", "0"), atol=1e-5)
 
 

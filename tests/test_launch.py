@@ -31,18 +31,23 @@ from helpers import subprocess_env
 # to), dump (directory to write what the task got to), wait_for (files to
 # wait for; a relative name is a task's ready file, e.g. "worker-0", written
 # after its SIGTERM handling is set), sleep (seconds before exiting), exit
-# (code, default 0), kill_self. A task that must act after another has done
-# something waits for that instead of sleeping a guess.
+# (code, default 0), kill_self, then (the plans of the cluster's restarts
+# 1, 2, ..., the last one repeated). A task that must act after another has
+# done something waits for that instead of sleeping a guess.
 CHILD = r"""
 import json, os, signal, subprocess, sys, time
 config = json.loads(os.environ["TF_CONFIG"])
 name = "%s-%d" % (config["task"]["type"], config["task"]["index"])
 plan = json.loads(sys.argv[1]).get(name, {})
+restarts = int(os.environ["CTL_LAUNCH_RESTARTS"])
+if restarts and plan.get("then"):
+  plan = plan["then"][min(restarts, len(plan["then"])) - 1]
 dump = plan.get("dump")
 if dump:
   with open(os.path.join(dump, name + ".json"), "w") as f:
     json.dump({"TF_CONFIG": config, "ready_dir": os.environ["CTL_LAUNCH_READY_DIR"],
-               "ready_dir_exists": os.path.isdir(os.environ["CTL_LAUNCH_READY_DIR"])}, f)
+               "ready_dir_exists": os.path.isdir(os.environ["CTL_LAUNCH_READY_DIR"]),
+               "restarts": restarts}, f)
 if plan.get("ignore_term"):
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if plan.get("grandchild"):
@@ -265,6 +270,44 @@ def test_parameter_server_cluster_fails_with_the_chief():
   assert re.search(r"chief \(pid \d+\) exited with code 5; stopped the others", err), err
 
 
+def test_a_cluster_that_failed_is_restarted_whole(tmp_path):
+  # First cluster: worker 0 fails once worker 1 is up; the restart succeeds.
+  d = str(tmp_path)
+  plans = {"worker-0": {"wait_for": ["worker-1"], "exit": 3, "then": [{"dump": d}]},
+           "worker-1": {"sleep": FOREVER, "then": [{"dump": d}]}}
+  code, _, err, seconds = run(plans, max_restarts=2, restart_wait=0)
+  assert code == 0, err
+  assert re.search(r"restart 1 of 2 in 0 s: worker 0 exited with code 3\n", err), err
+  assert "1 restart(s) of 2 used; the causes: worker 0 exited with code 3" in err
+  assert seconds < FOREVER  # worker 1 of the first cluster was stopped, not awaited
+  first, second = re.findall(r"started (.*); ports", err)
+  assert first != second  # new processes (and new free ports)
+  for name in ("worker-0", "worker-1"):
+    with open(os.path.join(d, name + ".json")) as f:
+      assert json.load(f)["restarts"] == 1
+  assert not any(alive(pid) for pid in pids(first).values())
+
+
+@pytest.mark.parametrize("plan, cause", [
+    ({"exit": 3}, "worker 0 exited with code 3"),
+    ({"kill_self": True}, r"worker 0 exited with code -9 \(killed by SIGKILL\)"),
+    ({"exit": 42}, r"every task was preempted \(exit 42\), worker \d first"),
+])
+def test_restarts_stop_at_max_restarts_with_the_last_clusters_code(plan, cause):
+  plans = {"worker-0": plan, "worker-1": {"exit": 42} if plan.get("exit") == 42 else {}}
+  code, _, err, _ = run(plans, max_restarts=2, restart_wait=0)
+  assert code == (42 if plan.get("exit") == 42 else 3 if "exit" in plan else 1), err
+  assert len(re.findall(r"restart \d of 2 in 0 s: " + cause, err)) == 2, err
+  assert "restart 3" not in err
+  assert re.search(r"2 restart\(s\) of 2 used; the causes: " + cause + "; " + cause, err)
+  assert len(re.findall(r"started ", err)) == 3
+
+
+def test_without_max_restarts_nothing_is_restarted():
+  code, _, err, _ = run({"worker-0": {"exit": 3}})
+  assert code == 3 and "restart" not in err
+
+
 def test_bad_arguments_name_the_fix():
   command = [sys.executable, "-c", "pass"]
   with pytest.raises(ValueError, match="no command to launch; put it after '--'"):
@@ -273,6 +316,8 @@ def test_bad_arguments_name_the_fix():
     launch.Launch(command, workers=0)
   with pytest.raises(ValueError, match=r"grace must be a number >= 0 \(seconds\), got -1"):
     launch.Launch(command, grace=-1)
+  with pytest.raises(ValueError, match=r"max_restarts must be an int >= 0, got -1"):
+    launch.Launch(command, max_restarts=-1)
   with pytest.raises(ValueError, match=r"port 70000 is out of range"):
     launch.Launch(command, workers=1, port_base=70000)
 
@@ -314,7 +359,8 @@ def test_cli_help():
   proc = ctl_launch("--help")
   assert proc.returncode == 0
   for text in ("--workers", "--ps", "--host", "--port-base", "--startup-timeout", "--grace",
-               "unauthenticated", "ctl launch --workers 2 -- ctl train"):
+               "--max-restarts", "--restart-wait", "CTL_LAUNCH_RESTARTS", "unauthenticated",
+               "ctl launch --workers 2 -- ctl train"):
     assert text in proc.stdout, text
 
 
@@ -326,8 +372,10 @@ def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
           "open(os.path.join(os.environ['CTL_LAUNCH_READY_DIR'], "
           "'%s-%d' % (t['type'], t['index'])), 'w').close()\n"
           "time.sleep(300)\n")
-  proc = subprocess.Popen([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2", "--",
-                           sys.executable, "-c", task], cwd=ROOT, env=subprocess_env(None),
+  # Stopped by its own signal, the launcher does not restart the cluster.
+  proc = subprocess.Popen([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2",
+                           "--max-restarts", "3", "--", sys.executable, "-c", task],
+                          cwd=ROOT, env=subprocess_env(None),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
     lines = []
@@ -344,4 +392,5 @@ def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
   log = "".join(lines) + rest
   assert proc.returncode == 42, log
   assert "got SIGTERM; sending SIGTERM to worker 0 (pid" in log
+  assert "restart" not in log
   assert not any(alive(pid) for pid in pids(log).values())

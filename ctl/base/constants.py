@@ -14,5 +14,7 @@ READY_DIR_VARIABLE = "CTL_LAUNCH_READY_DIR"
 # Also set by `ctl launch`: its PID and --grace, so a task ends with its launcher.
 LAUNCHER_PID_VARIABLE = "CTL_LAUNCH_PID"
 GRACE_VARIABLE = "CTL_LAUNCH_GRACE"
+# Also set by `ctl launch`: how many times it restarted the cluster (0 at first).
+RESTARTS_VARIABLE = "CTL_LAUNCH_RESTARTS"
 # Seconds a worker waits for its peers to start (0: forever).
 STARTUP_TIMEOUT_VARIABLE = "CTL_STARTUP_TIMEOUT"

@@ -23,11 +23,14 @@ def add_parser(subparsers: Any) -> None:
           f"workers and M ps). Each task gets TF_CONFIG and {launch.READY_DIR_VARIABLE}, and its\n"
           "output lines are prefixed with its name. When a task fails, or is not ready\n"
           "within --startup-timeout, every task is stopped; SIGTERM and SIGINT are\n"
-          "passed on to the tasks as SIGTERM."),
+          "passed on to the tasks as SIGTERM. With --max-restarts N a cluster that\n"
+          "failed, timed out or was preempted is started again, whole, up to N times\n"
+          "(a ctl run resumes from its last checkpoint); each task reads the count\n"
+          f"from {launch.RESTARTS_VARIABLE}."),
       epilog=(
           "exit code: 0 when every task exits 0 (with --ps: the chief); 42 when\n"
           "every task was preempted (rerun to resume); else the failed task's code\n"
-          "(1 if it was killed by a signal).\n\n"
+          "(1 if it was killed by a signal); with restarts, the last cluster's.\n\n"
           "TensorFlow's gRPC servers are unauthenticated: anyone who can reach their\n"
           "ports can run code in the tasks. Keep --host on 127.0.0.1 or a private\n"
           "network.\n\n"
@@ -49,6 +52,13 @@ def add_parser(subparsers: Any) -> None:
   parser.add_argument("--grace", type=float, default=30.0, metavar="S",
                       help="seconds between SIGTERM and SIGKILL when stopping tasks "
                       "(default: %(default)g)")
+  parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                      help="start the whole cluster again up to N times after a task "
+                      "fails or dies, a start-up timeout or a preemption (default: "
+                      "%(default)s)")
+  parser.add_argument("--restart-wait", type=float, default=launch.RESTART_WAIT_SECONDS,
+                      metavar="S", help="seconds between the cluster's end and its "
+                      "restart (default: %(default)g)")
   parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                       help="the command every task runs")
   parser.set_defaults(run=run)
@@ -60,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
   try:
     launcher = launch.Launch(command, workers=args.workers, ps=args.ps, host=args.host,
                              port_base=args.port_base, startup_timeout=args.startup_timeout,
-                             grace=args.grace)
+                             grace=args.grace, max_restarts=args.max_restarts,
+                             restart_wait=args.restart_wait)
   except ValueError as e:
     print(f"ctl launch: error: {e}", file=sys.stderr)
     return 2

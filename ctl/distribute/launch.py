@@ -15,7 +15,10 @@ starts would otherwise leave the others waiting forever), or when the launcher
 itself gets SIGTERM or SIGINT. A task that uses ctl also stops when the
 launcher is gone, even killed with SIGKILL (`watch_launcher`): it sends itself
 SIGTERM, which saves and exits 42, and exits after `grace` seconds if that did
-not end it. POSIX only. TensorFlow is not imported here: the launcher has no
+not end it. With `max_restarts` (`--max-restarts`, as torchrun's), a cluster
+that ended any other way than success or the launcher's own signal is stopped
+and started again, whole, up to that many times: a ctl run resumes from its
+last checkpoint. POSIX only. TensorFlow is not imported here: the launcher has no
 use for it, and starts at once without it.
 """
 
@@ -42,12 +45,16 @@ from ctl.base.constants import GRACE_VARIABLE
 from ctl.base.constants import LAUNCHER_PID_VARIABLE
 from ctl.base.constants import PREEMPTED_EXIT_CODE
 from ctl.base.constants import READY_DIR_VARIABLE
+from ctl.base.constants import RESTARTS_VARIABLE
 
 # How long to wait for processes already sent SIGKILL, and for the output of
 # exited tasks to drain: both should take milliseconds.
 _KILL_WAIT_SECONDS = 10
 _DRAIN_SECONDS = 5
 _POLL_SECONDS = 0.05
+# Between a cluster's end and its restart: time for the ports to be released
+# and for whatever killed a task (a full disk, a busy machine) to pass.
+RESTART_WAIT_SECONDS = 3.0
 
 
 def cluster_spec(workers: int, ps: int = 0, host: str = "127.0.0.1",
@@ -173,12 +180,13 @@ class Launch:
   chief does; the workers and parameter servers serve forever and are then
   stopped); 42 (`ctl.PREEMPTED_EXIT_CODE`) when every task was preempted (exited
   with 42, or 0); on a failure the failed task's code if it is from 1 to 125,
-  else 1.
+  else 1. With restarts, the code of the last cluster started.
   """
 
   def __init__(self, command: Sequence[str], *, workers: int = 2, ps: int = 0,
                host: str = "127.0.0.1", port_base: int | None = None,
                startup_timeout: float = 120.0, grace: float = 30.0,
+               max_restarts: int = 0, restart_wait: float = RESTART_WAIT_SECONDS,
                env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
                stderr: TextIO | None = None):
     """Checks the arguments and picks the ports.
@@ -193,6 +201,11 @@ class Launch:
       startup_timeout: seconds every task has to become ready (make its
         strategy); 0 waits forever.
       grace: seconds a task has between SIGTERM and SIGKILL.
+      max_restarts: how many times to start the whole cluster again after it
+        ended in a failure, a start-up timeout or a preemption (any end but
+        every task's success, or the launcher's own SIGTERM or SIGINT); each
+        task learns the count from `CTL_LAUNCH_RESTARTS`.
+      restart_wait: seconds between the cluster's end and its restart.
       env: the tasks' environment before TF_CONFIG is added (default: ours).
       stdout, stderr: where the tasks' prefixed output and the launcher's
         messages go (default: `sys.stdout`, `sys.stderr`).
@@ -207,6 +220,8 @@ class Launch:
     arguments.integer("ps", ps, minimum=0)
     arguments.number("startup_timeout", startup_timeout, minimum=0, meaning="seconds")
     arguments.number("grace", grace, minimum=0, meaning="seconds")
+    arguments.integer("max_restarts", max_restarts, minimum=0)
+    arguments.number("restart_wait", restart_wait, minimum=0, meaning="seconds")
     count = workers + ps + (1 if ps else 0)
     if port_base is None:
       ports = free_ports(count, host)
@@ -214,10 +229,16 @@ class Launch:
       ports = list(range(port_base, port_base + count))
       check_ports(ports, host)
     self.command = list(command)
+    self.host = host
+    self.port_base = port_base
     self.cluster = cluster_spec(workers, ps, host, ports)
     self.parameter_server = ps > 0
     self.startup_timeout = startup_timeout
     self.grace = grace
+    self.max_restarts = max_restarts
+    self.restart_wait = restart_wait
+    self.restarts = 0  # clusters started again so far
+    self.causes: list[str] = []  # why each cluster before the last one ended
     self.env = dict(os.environ if env is None else env)
     self.stdout = stdout or sys.stdout
     self.stderr = stderr or sys.stderr
@@ -228,21 +249,60 @@ class Launch:
     self._signal = None  # the signal the launcher got, if any
     self._hurry = False  # a second signal came: stop without a grace period
     self._ready_dir = None
+    self._cause = ""  # why the current cluster ended, once it did
 
   def run(self) -> int:
-    """Starts every task and supervises them; returns the launcher's exit code."""
-    self._ready_dir = tempfile.mkdtemp(prefix="ctl-launch-")
+    """Starts every task and supervises them, restarting the cluster up to
+    `max_restarts` times; returns the launcher's exit code."""
     handlers = self._catch_signals()
+    try:
+      while True:
+        code = self._run_cluster()
+        if (code in (0, 127) or self._signal is not None
+            or self.restarts == self.max_restarts):
+          if self.restarts:
+            self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
+                      "the causes: " + "; ".join(self.causes))
+          return code
+        self.restarts += 1
+        self.causes.append(self._cause)
+        self._say(f"restart {self.restarts} of {self.max_restarts} in "
+                  f"{self.restart_wait:g} s: {self._cause}")
+        if not self._wait_to_restart():
+          return code
+    finally:
+      for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+  def _run_cluster(self):
+    """Starts every task once and supervises them; the cluster's exit code."""
+    if self.restarts:
+      if self.port_base is None:  # the old ports may be held a while yet
+        self.cluster = cluster_spec(len(self.cluster.get("worker", ())),
+                                    len(self.cluster.get("ps", ())), self.host)
+      self.tasks = [Task(*t) for t in tasks(self.cluster)]
+      self._exits = queue.Queue()
+      self._threads = []
+      self._cause = ""
+    self._ready_dir = tempfile.mkdtemp(prefix="ctl-launch-")
     try:
       return self._supervise()
     finally:
       self._stop([t for t in self.tasks if t.running], quiet=True)  # never leave any
-      for signum, handler in handlers.items():
-        signal.signal(signum, handler)
       deadline = time.monotonic() + _DRAIN_SECONDS
       for thread in self._threads:
         thread.join(max(0.0, deadline - time.monotonic()))
       shutil.rmtree(self._ready_dir, ignore_errors=True)
+
+  def _wait_to_restart(self):
+    """Sleeps `restart_wait` seconds; False if a signal came meanwhile."""
+    deadline = time.monotonic() + self.restart_wait
+    while time.monotonic() < deadline:
+      if self._signal is not None:
+        self._say(f"got {signal.Signals(self._signal).name}; not restarting")
+        return False
+      time.sleep(_POLL_SECONDS)
+    return self._signal is None
 
   def _supervise(self):
     code = self._start()
@@ -273,6 +333,7 @@ class Launch:
       env[READY_DIR_VARIABLE] = self._ready_dir
       env[LAUNCHER_PID_VARIABLE] = str(os.getpid())
       env[GRACE_VARIABLE] = f"{self.grace:g}"
+      env[RESTARTS_VARIABLE] = str(self.restarts)
       # The tasks write to pipes, which Python would block-buffer: lines would
       # arrive late, and stdout out of step with stderr.
       env.setdefault("PYTHONUNBUFFERED", "1")
@@ -321,6 +382,7 @@ class Launch:
         self._stop([t for t in others if t.running])
         self._say(f"chief exited with code {task.code}; stopped the workers and "
                   "parameter servers")
+        self._cause = f"the chief exited with code {task.code} (preempted)"
         return task.code
       return self._failed(task)
     if task.code == 0:
@@ -341,12 +403,15 @@ class Launch:
       self._say(f"{task} exited with code {PREEMPTED_EXIT_CODE} (preempted) but "
                 f"{_names(stragglers)} did not exit within --grace {self.grace:g} s; "
                 "stopped them")
+      self._cause = f"{task.name} was preempted and {_names(stragglers)} did not follow"
       return 1
     failed = [t for t in self.tasks if t.code not in (0, PREEMPTED_EXIT_CODE)]
     if failed:
       return self._failed(failed[0])
-    self._say(f"every task exited with code 0 or {PREEMPTED_EXIT_CODE} (preempted); "
-              "rerun the same command to resume")
+    rerun = ("the launcher restarts it" if self.restarts < self.max_restarts
+             else "rerun the same command to resume")
+    self._say(f"every task exited with code 0 or {PREEMPTED_EXIT_CODE} (preempted); {rerun}")
+    self._cause = f"every task was preempted (exit {PREEMPTED_EXIT_CODE}), {task.name} first"
     return PREEMPTED_EXIT_CODE
 
   def _failed(self, task):
@@ -354,12 +419,15 @@ class Launch:
     self._stop(running)
     stopped = "; stopped the others" if running else ""
     self._say(f"{task} exited with {describe_exit(task.code)}{stopped}")
+    self._cause = f"{task.name} exited with {describe_exit(task.code)}"
     return task.code if 0 < task.code < 126 else 1
 
   def _startup_timed_out(self):
     late = [t for t in self.tasks if not t.ready and t.running]
     late = late or [t for t in self.tasks if not t.ready]  # one that just exited
     self._stop([t for t in self.tasks if t.running])
+    self._cause = (f"{_names(late)} not ready within --startup-timeout "
+                   f"{self.startup_timeout:g} s")
     self._say(
         f"{_names(late)} did not become ready within --startup-timeout "
         f"{self.startup_timeout:g} s; stopped all tasks. A task is ready once it "
