@@ -896,6 +896,19 @@ def startup_timeout_variable_not_a_number(s):
     ctl.make_strategy("multi_worker")
 
 
+def heartbeat_timeout_zero(s):
+  ctl.make_strategy("multi_worker", heartbeat_timeout=0)
+
+
+def heartbeat_timeout_for_mirrored(s):
+  ctl.make_strategy("mirrored", heartbeat_timeout=120)
+
+
+def heartbeat_timeout_variable_not_a_number(s):
+  with mock.patch.dict(os.environ, {"CTL_HEARTBEAT_TIMEOUT": "1m"}):
+    ctl.make_strategy("multi_worker")
+
+
 def gin_value_of_the_wrong_type(s):
   _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Experiment.batch_size = 'sixty'")
 
@@ -1629,6 +1642,22 @@ CASES = [
          "seconds; set it to e.g. 600",
          startup_timeout_variable_not_a_number, ValueError,
          ("CTL_STARTUP_TIMEOUT='ten minutes' is not a number of seconds", "e.g. 600")),
+    Case("heartbeat-timeout-zero",
+         "ValueError from make_strategy: heartbeat_timeout must be a number >= 1 (seconds), "
+         "got 0",
+         heartbeat_timeout_zero, ValueError,
+         ("heartbeat_timeout must be a number >= 1 (seconds), got 0",)),
+    Case("heartbeat-timeout-for-mirrored",
+         "ValueError from make_strategy: heartbeat_timeout (120) only applies to strategy "
+         "'multi_worker', not 'mirrored'; drop it",
+         heartbeat_timeout_for_mirrored, ValueError,
+         ("heartbeat_timeout (120) only applies to strategy 'multi_worker', not 'mirrored'",
+          "drop it")),
+    Case("heartbeat-timeout-variable-not-a-number",
+         "ValueError from make_strategy: CTL_HEARTBEAT_TIMEOUT='1m' is not a number of "
+         "seconds; set it to e.g. 60",
+         heartbeat_timeout_variable_not_a_number, ValueError,
+         ("CTL_HEARTBEAT_TIMEOUT='1m' is not a number of seconds", "e.g. 60")),
     Case("gin-value-of-the-wrong-type",
          "ctl train exits 2: TypeError: batch_size must be an int >= 1, got "
          "'sixty'. That value comes from `gan.Experiment.batch_size = 'sixty'` (--gin)",

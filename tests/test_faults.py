@@ -83,6 +83,14 @@ FAULTS = [
      "workers again; they resume from ckpt-4, the launcher exits 0, and the run is "
      "equal",
      "steps 5-7 (since ckpt-4), trained again after the restart"),
+    ("test_a_peer_frozen_past_tfs_heartbeat_timeout_is_waited_for",
+     "worker 1 of 2 frozen (SIGSTOP) for 15 s at step 7, as a loaded machine can "
+     "starve a process; TensorFlow alone declares a peer dead after 10 s without "
+     "heartbeats",
+     "ctl's heartbeat timeout (60 s) waits: the run goes on when it is resumed and "
+     "is equal; with CTL_HEARTBEAT_TIMEOUT=3 and an 8 s freeze, both workers stop "
+     "with TensorFlow's error naming the silent task",
+     "none (with the short timeout: steps 5-7, since ckpt-4)"),
     ("test_nan_stops_naming_the_step_and_keeps_the_checkpoint",
      "a NaN in the batch of step 9 (default and mirrored)",
      "exit code 1 with a FloatingPointError naming step 9 and every result; "
@@ -367,6 +375,57 @@ def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, refe
     np.testing.assert_array_equal(worker1[key], value, err_msg=key)
   assert int(worker0["first_step"]) == 4  # the restarted cluster resumed from ckpt-4
   assert_same_run(worker0, reference("default", "--dropout", "0"), atol=1e-5)
+
+
+def freeze_worker_1(work, out, seconds, env=None):
+  """Launches 2 workers, freezes worker 1 for `seconds` at step 7; (exit code, log)."""
+  os.makedirs(work)
+  proc = subprocess.Popen(launched_task_command(work, out, "--pause-at", "7"), cwd=ROOT,
+                          env=subprocess_env(env), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  lines = []
+  try:
+    paused = set()
+    for line in proc.stdout:
+      lines.append(line)
+      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
+      if len(paused) == 2:
+        break
+    assert len(paused) == 2, "".join(lines)[-4000:]
+    pid = int(dict(re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines)))["worker 1"])
+    os.kill(pid, signal.SIGSTOP)  # its heartbeat thread stops too
+    time.sleep(seconds)
+    os.kill(pid, signal.SIGCONT)
+    open(work / "go", "w").close()
+    lines.append(proc.communicate(timeout=300)[0])
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  return proc.returncode, "".join(lines)
+
+
+def test_a_peer_frozen_past_tfs_heartbeat_timeout_is_waited_for(tmp_path, reference):
+  code, log = freeze_worker_1(tmp_path / "work", tmp_path / "out", 15)
+  assert code == 0, log[-4000:]
+  worker0, worker1 = [dict(np.load(f"{tmp_path / 'out'}.{i}.npz")) for i in range(2)]
+  for key, value in worker0.items():
+    np.testing.assert_array_equal(worker1[key], value, err_msg=key)
+  assert_results_equal_from_start(worker0, reference("default", "--dropout", "0"))
+  # The timeout is ours, not TensorFlow's: a short one declares the frozen peer dead.
+  code, log = freeze_worker_1(tmp_path / "short", tmp_path / "short_out", 8,
+                              {"CTL_HEARTBEAT_TIMEOUT": "3"})
+  assert code == 1, log[-4000:]
+  assert "stopped sending heartbeats" in log and "/job:worker/replica:0/task:1" in log, (
+      log[-4000:])
+  assert tf.train.latest_checkpoint(str(tmp_path / "short" / "checkpoints")).endswith("ckpt-4")
+
+
+def assert_results_equal_from_start(results, reference, atol=1e-5):
+  """A run from step 0 equals the reference: every loss and weight, within `atol`."""
+  assert int(results["first_step"]) == 0 and sorted(results) == sorted(reference)
+  for key, value in reference.items():
+    np.testing.assert_allclose(results[key], value, rtol=0, atol=atol, err_msg=key)
 
 
 @pytest.mark.parametrize("strategy", ["default", "mirrored"])

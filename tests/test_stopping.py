@@ -495,3 +495,11 @@ def test_a_signal_ends_the_wait_for_peers(capsys):
 def test_startup_timeout_comes_from_the_argument_the_variable_or_the_default(
     value, env, expected):
   assert peers.startup_timeout(value, env) == expected
+
+
+@pytest.mark.parametrize("value,env,expected", [
+    (None, {}, 60.0), (None, {"CTL_HEARTBEAT_TIMEOUT": "300"}, 300.0),
+    (5, {"CTL_HEARTBEAT_TIMEOUT": "300"}, 5.0)])
+def test_heartbeat_timeout_comes_from_the_argument_the_variable_or_the_default(
+    value, env, expected):
+  assert peers.heartbeat_timeout(value, env) == expected

@@ -51,6 +51,32 @@ def too_late_for_collectives():
           getattr(ctx, "_collective_leader", "") is None)
 
 
+def configure_coordination_service(cluster, heartbeat_timeout_ms):
+  """Sets up the coordination service as MultiWorkerMirroredStrategy would, with our timeout.
+
+  The strategy's constructor (collective_all_reduce_strategy) configures the
+  service only if nothing did before, without a heartbeat timeout, so the
+  service's default applies: 10 s. Done first here, with the same leader and
+  jobs, it keeps ours. Returns False if the service was configured already.
+  """
+  _note_version("tensorflow")
+  # The strategy's module holds the proto module wherever TF keeps it this release.
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.distribute import collective_all_reduce_strategy as mwms  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.distribute import multi_worker_util  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+  ctx = context.context()
+  if ctx.coordination_service is not None:
+    return False
+  spec = tf.train.ClusterSpec(dict(cluster))
+  jobs = [mwms.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+          for job in ("chief", "worker") if job in spec.jobs]
+  ctx.configure_coordination_service(
+      service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
+      coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout_ms))
+  return True
+
+
 def on_internal_platform():
   """Whether TF's preemption handler watches SIGTERM here (not a GCE metadata server).
 

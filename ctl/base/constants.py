@@ -18,3 +18,5 @@ GRACE_VARIABLE = "CTL_LAUNCH_GRACE"
 RESTARTS_VARIABLE = "CTL_LAUNCH_RESTARTS"
 # Seconds a worker waits for its peers to start (0: forever).
 STARTUP_TIMEOUT_VARIABLE = "CTL_STARTUP_TIMEOUT"
+# Seconds of missed heartbeats after which a multi-worker peer is declared dead.
+HEARTBEAT_TIMEOUT_VARIABLE = "CTL_HEARTBEAT_TIMEOUT"

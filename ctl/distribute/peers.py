@@ -16,6 +16,12 @@ that died after it was seen).
 
 The time limit is `make_strategy(startup_timeout=...)`, else the environment
 variable `CTL_STARTUP_TIMEOUT` (seconds; 0 waits forever), else 600 s.
+
+Once training, TensorFlow's coordination service declares a peer dead when it
+has missed its heartbeats for `make_strategy(heartbeat_timeout=...)`, else
+`CTL_HEARTBEAT_TIMEOUT`, else 60 s (TensorFlow's own 10 s fails runs on a
+loaded machine, where a busy peer can be silent that long), and every task then
+stops with an error naming it.
 """
 
 from __future__ import annotations
@@ -33,9 +39,13 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 
 from ctl.base import arguments
+from ctl.base.constants import HEARTBEAT_TIMEOUT_VARIABLE
 from ctl.base.constants import STARTUP_TIMEOUT_VARIABLE
 
 DEFAULT_STARTUP_TIMEOUT = 600.0  # pods of one job may start minutes apart
+# A peer frozen for 25 s (SIGSTOP) failed a 2-worker run under TF's 10 s here
+# (tests/test_faults.py); JAX, XLA's other user of this service, waits 100 s.
+DEFAULT_HEARTBEAT_TIMEOUT = 60.0
 STARTUP_FAILED_EXIT_CODE = 1
 _POLL_SECONDS = 0.5
 
@@ -43,18 +53,31 @@ _POLL_SECONDS = 0.5
 def startup_timeout(value: float | None = None,
                     env: Mapping[str, str] | None = None) -> float:
   """The start-up time limit in seconds: `value`, the variable, or the default."""
+  return _seconds("startup_timeout", value, STARTUP_TIMEOUT_VARIABLE, DEFAULT_STARTUP_TIMEOUT,
+                  env, minimum=0, example="600 (0 waits forever)")
+
+
+def heartbeat_timeout(value: float | None = None,
+                      env: Mapping[str, str] | None = None) -> float:
+  """Seconds without heartbeats before a peer is dead: `value`, the variable, or 60."""
+  return _seconds("heartbeat_timeout", value, HEARTBEAT_TIMEOUT_VARIABLE,
+                  DEFAULT_HEARTBEAT_TIMEOUT, env, minimum=1, example="60")
+
+
+def _seconds(name, value, variable, default, env, *, minimum, example):
   env = os.environ if env is None else env
-  where = "startup_timeout"
-  if value is None and env.get(STARTUP_TIMEOUT_VARIABLE, "").strip():
-    value, where = env[STARTUP_TIMEOUT_VARIABLE], STARTUP_TIMEOUT_VARIABLE
+  where = name
+  if value is None and env.get(variable, "").strip():
+    value, where = env[variable], variable
     try:
       value = float(value)
     except ValueError:
-      raise ValueError(f"{STARTUP_TIMEOUT_VARIABLE}={value!r} is not a number of "
-                       "seconds; set it to e.g. 600 (0 waits forever).") from None
+      raise ValueError(f"{variable}={value!r} is not a number of seconds; set it to "
+                       f"e.g. {example}.") from None
   if value is None:
-    return DEFAULT_STARTUP_TIMEOUT
-  return arguments.number(where, value, minimum=0, meaning="seconds; 0 waits forever")
+    return default
+  meaning = "seconds; 0 waits forever" if minimum == 0 else "seconds"
+  return arguments.number(where, value, minimum=minimum, meaning=meaning)
 
 
 def cluster_peers(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int

@@ -57,8 +57,8 @@ COMMUNICATION = {
 def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
                   devices: str | Sequence[str] | None = None,
                   cross_device_ops: str | None = None, communication: str = "auto",
-                  tpu: str | None = None,
-                  startup_timeout: float | None = None) -> tf.distribute.Strategy:
+                  tpu: str | None = None, startup_timeout: float | None = None,
+                  heartbeat_timeout: float | None = None) -> tf.distribute.Strategy:
   """Returns the `tf.distribute.Strategy` called `name`.
 
   Args:
@@ -82,6 +82,11 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
       and a message naming those that never answered; None reads
       `CTL_STARTUP_TIMEOUT`, else 600; 0 waits forever. SIGTERM and Ctrl-C
       end the wait at once (see `ctl.peers`).
+    heartbeat_timeout: `multi_worker`: seconds a peer may miss its heartbeats
+      before TensorFlow's coordination service declares it dead and every
+      task stops with an error naming it; None reads `CTL_HEARTBEAT_TIMEOUT`,
+      else 60 (TensorFlow's own is 10, which a busy peer on a loaded machine
+      can exceed).
 
   Returns:
     A `tf.distribute.Strategy`; the same one again for the same arguments
@@ -101,7 +106,8 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
       ("devices", devices, None, ("one_device", "mirrored", "central_storage")),
       ("communication", communication, "auto", ("multi_worker",)),
       ("tpu", tpu, None, ("tpu",)),
-      ("startup_timeout", startup_timeout, None, ("multi_worker", "parameter_server"))):
+      ("startup_timeout", startup_timeout, None, ("multi_worker", "parameter_server")),
+      ("heartbeat_timeout", heartbeat_timeout, None, ("multi_worker",))):
     if value != default and name not in users + ("auto",):
       raise ValueError(f"{knob} ({value!r}) only applies to strategy "
                        f"{' or '.join(map(repr, users))}, not {name!r}; drop it.")
@@ -113,6 +119,7 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
                      f"{', '.join(COMMUNICATION)}.")
   if name in ("auto", "multi_worker", "parameter_server"):
     peers.startup_timeout(startup_timeout)  # a bad value fails before any wait
+    peers.heartbeat_timeout(heartbeat_timeout)
     export_tf_config()  # AI Platform's and Vertex AI's names, as TF reads them
   if logical_cpus is not None:
     configure_logical_cpus(logical_cpus)
@@ -129,7 +136,8 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
   if key not in _MADE:
     _MADE[key] = _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
                                  communication=communication, tpu=tpu,
-                                 startup_timeout=startup_timeout)
+                                 startup_timeout=startup_timeout,
+                                 heartbeat_timeout=heartbeat_timeout)
     if name in ("multi_worker", "parameter_server"):
       announce_ready()
   return _MADE[key]
@@ -713,25 +721,31 @@ def _central_storage(devices, **unused):
   return tf.distribute.experimental.CentralStorageStrategy(_replica_devices(devices))
 
 
-def _multi_worker(communication, startup_timeout, **unused):
+def _multi_worker(communication, startup_timeout, heartbeat_timeout, **unused):
   # TF_CONFIG wins over Slurm, as in `choose_strategy`; with neither, TF's
   # default resolver gives a one-worker strategy.
-  resolver, others, me = None, [], None
+  resolver, others, me, training, kind = None, [], None, {}, None
   config = parse_tf_config()
   if config.get("cluster") or "sparseCluster" in config:
     cluster, task = _check_tf_config(config)
     training = {job: cluster[job] for job in ("chief", "worker") if job in cluster}
-    others, me = peers.cluster_peers(training, task["type"], task.get("index", 0))
+    kind = task["type"]
+    others, me = peers.cluster_peers(training, kind, task.get("index", 0))
   elif slurm_step_tasks() > 1:
     resolver = slurm_cluster_resolver()
-    spec = resolver.cluster_spec()
+    training, kind = resolver.cluster_spec().as_dict(), resolver.task_type
     logger.info("multi_worker: Slurm task %s %d of %s", resolver.task_type,
-                resolver.task_id, spec.as_dict())
-    others, me = peers.cluster_peers(spec.as_dict(), resolver.task_type, resolver.task_id)
+                resolver.task_id, training)
+    others, me = peers.cluster_peers(training, resolver.task_type, resolver.task_id)
   options = tf.distribute.experimental.CommunicationOptions(
       implementation=COMMUNICATION[communication])
   if others and _tf_internal.too_late_for_collectives():  # say so now, not after waiting for peers
     raise RuntimeError(_MULTI_WORKER_TOO_LATE)
+  if others and kind in ("chief", "worker"):
+    seconds = peers.heartbeat_timeout(heartbeat_timeout)
+    if not _tf_internal.configure_coordination_service(training, seconds * 1000):
+      logger.warning("multi_worker: the coordination service was configured before ctl "
+                     "could set its heartbeat timeout (%g s); TensorFlow's applies.", seconds)
   timeout = peers.startup_timeout(startup_timeout)
   left = peers.wait_for_peers(others, me, timeout) if others else 0
   # Every peer listens; should one die before joining, TF's constructor would
