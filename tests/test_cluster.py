@@ -430,9 +430,12 @@ def test_slurm_script():
   with open(path) as f:
     text = f.read()
   assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text
-  srun, = [line for line in text.splitlines() if line.startswith("srun ")]
-  assert srun.split()[1:5] == ["ctl", "train", "examples/configs/dcgan.gin", "--strategy"]
-  assert "--strategy auto" in srun and "--workdir" in srun
+  srun, = [line for line in text.replace("\\\n", "").splitlines() if line.startswith("srun ")]
+  assert srun.split()[1:5] == ["ctl", "train", '"${CONFIG:-examples/configs/dcgan.gin}"',
+                               "--strategy"]
+  assert "--strategy auto" in srun and '--workdir "${WORKDIR:-runs/dcgan-slurm}"' in srun
+  assert srun.endswith('"$@"')  # arguments after the script's name reach ctl train
+  assert "#SBATCH --open-mode=append" in text  # a requeued job keeps the first run's log
   assert 'if [ "$code" -eq 42 ]' in text and "scontrol requeue" in text
 
 

@@ -1,0 +1,199 @@
+"""A real Slurm: the shipped batch script on a one-node cluster this file starts.
+
+The fixture writes a `slurm.conf` for one node, `localhost` (127.0.0.1, free
+ports, state and logs under the test's directory, no munge: `auth/none`),
+starts `slurmctld` and `slurmd` in the foreground, waits for the node to be
+idle, and stops both after the tests, checking that no Slurm process of ours is
+left. Debian's `slurmctld`, `slurmd` and `slurm-client` packages provide them
+(`.ci/run` installs them, and sets CTL_REQUIRE_SLURM=1 so that their absence
+fails rather than skips); the daemons run as root, as they do on a cluster.
+
+    python -m pytest tests/test_slurm.py
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import tensorflow as tf
+
+import helpers
+from helpers import ROOT
+from helpers import alive
+
+pytestmark = pytest.mark.slow  # Slurm daemons, and jobs that train
+
+SCRIPT = os.path.join("examples", "cluster", "slurm.sbatch")
+CONFIG = os.path.join("examples", "configs", "dcgan.gin")
+# A run of the tiny GAN long enough to be preempted in the middle: its 300
+# steps take seconds, the signal is sent once ckpt-100 exists.
+STEPS = 300
+RUN = [*helpers.TINY_GAN, "--gin", f"gan.Schedule.total_steps = {STEPS}",
+       "--gin", "gan.Schedule.checkpoint_every = 100",
+       "--gin", "gan.Schedule.samples_every = 300", "--gin", "gan.Schedule.steps_per_loop = 1"]
+# One node, both tasks on it (the script asks for 2 nodes of 8 CPUs each).
+ONE_NODE = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"]
+
+
+def _conf(d, ports):
+  return f"""\
+ClusterName=ctltest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ports[0]}
+SlurmdPort={ports[1]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+# Also how long a requeued job waits before it may start again (default 120 s),
+# and how often the scheduler looks (default 60 s).
+AuthInfo=cred_expire=5
+SchedulerParameters=sched_interval=2
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+ReturnToService=2
+JobRequeue=1
+SlurmdParameters=config_overrides
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+  """The environment that reaches the one-node cluster (`SLURM_CONF`)."""
+  # Skipped on a machine without Slurm, unless CI asks for it (.ci/run installs it).
+  give_up = pytest.fail if os.environ.get("CTL_REQUIRE_SLURM") == "1" else pytest.skip
+  missing = [tool for tool in ("slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
+             if not shutil.which(tool)]
+  if missing:
+    give_up(f"{', '.join(missing)} not found: install Debian's slurmctld, slurmd and "
+            "slurm-client packages (as root: apt-get install slurmctld slurmd slurm-client).")
+  if os.geteuid() != 0:
+    give_up("the one-node Slurm runs its daemons and jobs as root: run the tests as root")
+  d = tmp_path_factory.mktemp("slurm")
+  for sub in ("state", "spool"):
+    os.makedirs(d / sub)
+  conf = d / "slurm.conf"
+  conf.write_text(_conf(d, helpers.free_ports(2)))
+  env = helpers.subprocess_env({"SLURM_CONF": str(conf)})
+  daemons = [subprocess.Popen([daemon, "-D", "-f", str(conf), *extra], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+             for daemon, extra in (("slurmctld", ["-i"]), ("slurmd", ["-N", "localhost"]))]
+  try:
+    deadline = time.monotonic() + 60
+    while _node_state(env) != "idle":
+      if time.monotonic() > deadline or any(p.poll() is not None for p in daemons):
+        logs = "".join((d / f"{n}.log").read_text() if (d / f"{n}.log").exists() else ""
+                       for n in ("slurmctld", "slurmd"))
+        pytest.fail(f"the one-node Slurm did not come up: {_node_state(env)!r}\n{logs[-3000:]}")
+      time.sleep(0.5)
+    yield env
+  finally:
+    subprocess.run(["scancel", "--full", "--user", "root"], env=env, check=False,
+                   capture_output=True)
+    for proc in daemons:
+      proc.send_signal(signal.SIGTERM)
+    for proc in daemons:
+      try:
+        proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    left = subprocess.run(["pgrep", "-f", str(conf)], capture_output=True, text=True).stdout
+    assert not left.split(), f"Slurm processes left behind: {left}"
+    steps = subprocess.run(["pgrep", "-x", "slurmstepd"], capture_output=True, text=True).stdout
+    assert not [pid for pid in steps.split() if alive(int(pid))], steps
+
+
+def _node_state(env):
+  proc = subprocess.run(["sinfo", "--noheader", "--format=%t"], env=env, capture_output=True,
+                        text=True, check=False)
+  return proc.stdout.strip() or proc.stderr.strip()
+
+
+def _job(env, job_id):
+  """`scontrol show job` as a dict of its `Key=Value` fields."""
+  text = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True,
+                        text=True, check=True).stdout
+  return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def submit(env, workdir, log, *args):
+  """Submits the shipped script for one node; the job's id."""
+  proc = subprocess.run(
+      ["sbatch", "--parsable", *ONE_NODE, f"--output={log}", f"--chdir={ROOT}",
+       f"--export=ALL,CONFIG={CONFIG},WORKDIR={workdir},"
+       f"CTL_SLURM_PORT_BASE={helpers.free_ports(1)[0]}",
+       SCRIPT, *RUN, *args], env=env, capture_output=True, text=True, check=True)
+  return proc.stdout.strip().split(";")[0]
+
+
+def wait_until(condition, what, timeout=300):
+  deadline = time.monotonic() + timeout
+  while not condition():
+    assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+    time.sleep(0.2)
+
+
+def finished(env, job_id, log):
+  """Waits for the job's end; its `scontrol` fields."""
+  def done():
+    return _job(env, job_id)["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+  wait_until(done, f"end of job {job_id} (log: {log})")
+  return _job(env, job_id)
+
+
+def test_shipped_script_trains_on_two_tasks_is_preempted_requeued_and_resumes_equal(
+    slurm, tmp_path):
+  # Uninterrupted: two tasks of one step, the cluster from Slurm's variables.
+  straight, straight_log = tmp_path / "straight", tmp_path / "straight.out"
+  job = finished(slurm, submit(slurm, straight, straight_log), straight_log)
+  log = straight_log.read_text()
+  assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
+  assert "strategy 'auto' chose 'multi_worker'" in log and "SLURM_STEP_NUM_TASKS" in log, (
+      log[-4000:])
+  assert log.count(f"ctl train: step {STEPS}") == 1, log[-4000:]  # the chief reports
+
+  # Preempted: SIGTERM to the tasks (scancel's default: every step, not the
+  # batch shell) once ckpt-100 exists; they save and exit 42, the script
+  # requeues the job, and its rerun resumes.
+  work, out = tmp_path / "preempted", tmp_path / "preempted.out"
+  job_id = submit(slurm, work, out)
+  wait_until(lambda: os.path.exists(work / "checkpoints" / "ckpt-100.index"), "ckpt-100")
+  subprocess.run(["scancel", "--signal=TERM", job_id], env=slurm, check=True)
+  job = finished(slurm, job_id, out)
+  log = out.read_text()
+  assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
+  assert job["Restarts"] == "1", job
+  saved = re.findall(r"saved a checkpoint at step (\d+)", log)
+  assert saved and 100 <= int(saved[0]) < STEPS, log[-4000:]
+  assert "resum" in log.lower(), log[-4000:]
+  assert log.count(f"ctl train: step {STEPS}") == 1, log[-4000:]
+
+  # The same numbers: every weight and slot of the final checkpoints.
+  expected = tf.train.load_checkpoint(str(straight / "checkpoints"))
+  actual = tf.train.load_checkpoint(str(work / "checkpoints"))
+  names = sorted(n for n in expected.get_variable_to_shape_map()
+                 if n.startswith(("models/", "optimizers/")))
+  assert names and names == sorted(n for n in actual.get_variable_to_shape_map()
+                                   if n.startswith(("models/", "optimizers/")))
+  for name in names:
+    value = expected.get_tensor(name)
+    if hasattr(value, "dtype") and value.dtype.kind == "f":
+      assert (actual.get_tensor(name) == value).all(), name
