@@ -909,6 +909,14 @@ def heartbeat_timeout_variable_not_a_number(s):
     ctl.make_strategy("multi_worker")
 
 
+def ray_command_as_one_string(s):
+  ctl.ray.train("dcgan --workdir runs/x", num_workers=2)
+
+
+def ray_command_with_a_strategy(s):
+  ctl.ray.train(["dcgan", "--strategy", "mirrored"], num_workers=2)
+
+
 def gin_value_of_the_wrong_type(s):
   _cli("train", CONFIG, "--workdir", str(s.path), "--gin", "gan.Experiment.batch_size = 'sixty'")
 
@@ -1658,6 +1666,17 @@ CASES = [
          "seconds; set it to e.g. 60",
          heartbeat_timeout_variable_not_a_number, ValueError,
          ("CTL_HEARTBEAT_TIMEOUT='1m' is not a number of seconds", "e.g. 60")),
+    Case("ray-command-as-one-string",
+         "TypeError from ctl.ray.train: command must be ctl train's arguments as a list of "
+         "strings (e.g. ['dcgan', '--workdir', 'runs/x']) or a function of the strategy",
+         ray_command_as_one_string, TypeError,
+         ("command must be ctl train's arguments as a list of strings",
+          "got 'dcgan --workdir runs/x'")),
+    Case("ray-command-with-a-strategy",
+         "ValueError from ctl.ray.train: command has --strategy: Ray's workers always run "
+         "'multi_worker'; drop it",
+         ray_command_with_a_strategy, ValueError,
+         ("command has --strategy", "always run 'multi_worker'; drop it")),
     Case("gin-value-of-the-wrong-type",
          "ctl train exits 2: TypeError: batch_size must be an int >= 1, got "
          "'sixty'. That value comes from `gan.Experiment.batch_size = 'sixty'` (--gin)",

@@ -183,7 +183,8 @@ def test_shipped_script_trains_on_two_tasks_is_preempted_requeued_and_resumes_eq
   assert job["Restarts"] == "1", job
   saved = re.findall(r"saved a checkpoint at step (\d+)", log)
   assert saved and 100 <= int(saved[0]) < STEPS, log[-4000:]
-  assert "resum" in log.lower(), log[-4000:]
+  assert f"ctl: restored {work / 'checkpoints' / 'ckpt-'}{saved[0]} (step {saved[0]})" in log, (
+      log[-4000:])  # the requeued job resumed where the preempted one saved
   assert log.count(f"ctl train: step {STEPS}") == 1, log[-4000:]
 
   # The same numbers: every weight and slot of the final checkpoints.
