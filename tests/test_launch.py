@@ -303,6 +303,12 @@ def test_restarts_stop_at_max_restarts_with_the_last_clusters_code(plan, cause):
   assert len(re.findall(r"started ", err)) == 3
 
 
+def test_a_usage_error_is_not_restarted():
+  code, _, err, _ = run({"worker-0": {"exit": 2}}, max_restarts=3, restart_wait=0)
+  assert code == 2 and "restart 1" not in err, err
+  assert "not restarting: exit code 2 is a usage error, which a restart would repeat" in err
+
+
 def test_without_max_restarts_nothing_is_restarted():
   code, _, err, _ = run({"worker-0": {"exit": 3}})
   assert code == 3 and "restart" not in err

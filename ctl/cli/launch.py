@@ -54,8 +54,8 @@ def add_parser(subparsers: Any) -> None:
                       "(default: %(default)g)")
   parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
                       help="start the whole cluster again up to N times after a task "
-                      "fails or dies, a start-up timeout or a preemption (default: "
-                      "%(default)s)")
+                      "fails or dies (but exit 2, a usage error), a start-up timeout or "
+                      "a preemption (default: %(default)s)")
   parser.add_argument("--restart-wait", type=float, default=launch.RESTART_WAIT_SECONDS,
                       metavar="S", help="seconds between the cluster's end and its "
                       "restart (default: %(default)g)")

@@ -52,6 +52,7 @@ from ctl.base.constants import RESTARTS_VARIABLE
 _KILL_WAIT_SECONDS = 10
 _DRAIN_SECONDS = 5
 _POLL_SECONDS = 0.05
+_USAGE_ERROR = 2  # ctl's and argparse's exit code for bad arguments
 # Between a cluster's end and its restart: time for the ports to be released
 # and for whatever killed a task (a full disk, a busy machine) to pass.
 RESTART_WAIT_SECONDS = 3.0
@@ -203,8 +204,9 @@ class Launch:
       grace: seconds a task has between SIGTERM and SIGKILL.
       max_restarts: how many times to start the whole cluster again after it
         ended in a failure, a start-up timeout or a preemption (any end but
-        every task's success, or the launcher's own SIGTERM or SIGINT); each
-        task learns the count from `CTL_LAUNCH_RESTARTS`.
+        every task's success, a usage error's exit code 2, or the launcher's
+        own SIGTERM or SIGINT); each task learns the count from
+        `CTL_LAUNCH_RESTARTS`.
       restart_wait: seconds between the cluster's end and its restart.
       env: the tasks' environment before TF_CONFIG is added (default: ours).
       stdout, stderr: where the tasks' prefixed output and the launcher's
@@ -258,8 +260,13 @@ class Launch:
     try:
       while True:
         code = self._run_cluster()
-        if (code in (0, 127) or self._signal is not None
+        # Not restarted: success, a usage error (exit 2: a bad argument or config
+        # fails the same way again) or a command that cannot run (127).
+        if (code in (0, _USAGE_ERROR, 127) or self._signal is not None
             or self.restarts == self.max_restarts):
+          if code == _USAGE_ERROR and self.restarts < self.max_restarts:
+            self._say(f"not restarting: exit code {_USAGE_ERROR} is a usage error, "
+                      "which a restart would repeat")
           if self.restarts:
             self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
                       "the causes: " + "; ".join(self.causes))
