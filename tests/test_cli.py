@@ -270,6 +270,22 @@ def test_console_command_prints_no_traceback_for_a_misspelt_parameter():
   assert "'gan.Schedule.total_steps'" in proc.stderr
 
 
+@pytest.mark.slow  # `ctl` in subprocesses that import TensorFlow
+@pytest.mark.parametrize("variables, message", [
+    ({"CTL_HEARTBEAT_TIMEOUT": "abc"},
+     "CTL_HEARTBEAT_TIMEOUT='abc' is not a number of seconds; set it to e.g. 60."),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", '
+                   '"index": 2}}'},
+     "TF_CONFIG task 'worker' index 2 is not in the cluster"),
+])
+def test_a_bad_cluster_variable_is_a_usage_error_without_a_traceback(variables, message,
+                                                                     tmp_path):
+  proc = helpers.python(["-m", "ctl.cli", "train", CONFIG, "--strategy", "auto", "--workdir",
+                         str(tmp_path / "run"), *helpers.TINY_GAN], env=variables, check=False)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr and f"ctl train: error: {message}" in proc.stderr
+
+
 def test_a_number_refused_in_the_shared_message_style_names_its_binding(tmp_path):
   # ctl.arguments ends its messages "got 0.": the binding is still found.
   from ctl.tools import experiments

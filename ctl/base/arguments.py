@@ -64,6 +64,12 @@ def _what(kind, minimum, meaning):
   return f"{kind}{bound}" + (f" ({meaning})" if meaning else "")
 
 
+class VariableError(ValueError):
+  """An environment variable ctl reads (TF_CONFIG, CTL_STARTUP_TIMEOUT, ...) has a
+  value it cannot use; the message names the variable, the value and the fix.
+  The `ctl` command reports it as a usage error (exit 2), without a traceback."""
+
+
 def _message(name, what, value, fix):
   fix = fix.rstrip(".")
   return f"{name} must be {what}, got {value!r}." + (f" {fix[0].upper()}{fix[1:]}." if fix else "")

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ctl.base import arguments
+
 USAGE_ERROR = 2  # what argparse exits with for a bad command line
 FAILURE = 1
 
@@ -230,7 +232,7 @@ def _run(args, method, report, **kwargs):
           "no checkpoint argument, so it evaluates only the newest; drop --checkpoint.")
     result = getattr(experiment, method)(workdir, strategy=args.strategy or "default",
                                          **kwargs)
-  except experiments.ConfigError as e:
+  except (experiments.ConfigError, arguments.VariableError) as e:
     return fail(args.command, e, USAGE_ERROR)
   except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError) as e:
     # e.g. eval or export before any checkpoint, an export to a directory

@@ -72,12 +72,17 @@ def _seconds(name, value, variable, default, env, *, minimum, example):
     try:
       value = float(value)
     except ValueError:
-      raise ValueError(f"{variable}={value!r} is not a number of seconds; set it to "
-                       f"e.g. {example}.") from None
+      raise arguments.VariableError(f"{variable}={value!r} is not a number of seconds; "
+                                    f"set it to e.g. {example}.") from None
   if value is None:
     return default
   meaning = "seconds; 0 waits forever" if minimum == 0 else "seconds"
-  return arguments.number(where, value, minimum=minimum, meaning=meaning)
+  try:
+    return arguments.number(where, value, minimum=minimum, meaning=meaning)
+  except ValueError as e:
+    if where == variable:  # the variable's number, out of range
+      raise arguments.VariableError(str(e)) from None
+    raise
 
 
 def cluster_peers(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int

@@ -272,39 +272,40 @@ def _training_workers(cluster):
 def _check_tf_config(config):
   """Returns `(cluster, task)` of a TF_CONFIG with a cluster, or raises naming the fix."""
   if "sparseCluster" in config and not config.get("cluster"):
-    raise ValueError(
+    raise arguments.VariableError(
         "TF_CONFIG has a 'sparseCluster' (Kubeflow TFJob with enableDynamicWorker: "
         "true), which MultiWorkerMirroredStrategy and ParameterServerStrategy "
         "cannot use; set enableDynamicWorker: false in the TFJob spec.")
   cluster = config["cluster"]
   for job, addresses in cluster.items():
     if job not in TASK_TYPES:
-      raise ValueError(f"TF_CONFIG cluster has a job {job!r}; TensorFlow knows only "
+      raise arguments.VariableError(f"TF_CONFIG cluster has a job {job!r}; TensorFlow knows only "
                        f"{', '.join(TASK_TYPES)} (and ctl reads "
                        f"{', '.join(TASK_TYPE_ALIASES)} as theirs). Rename it.")
     if (not isinstance(addresses, list) or not addresses
         or not all(isinstance(a, str) and ":" in a for a in addresses)):
-      raise ValueError(f"TF_CONFIG cluster job {job!r} must be a non-empty list of "
+      raise arguments.VariableError(f"TF_CONFIG cluster job {job!r} must be a non-empty list of "
                        f"'host:port' strings, got {addresses!r}.")
   for job in ("chief", "evaluator"):
     if len(cluster.get(job, ())) > 1:
-      raise ValueError(f"TF_CONFIG cluster has {len(cluster[job])} {job!r} tasks; "
+      raise arguments.VariableError(f"TF_CONFIG cluster has {len(cluster[job])} {job!r} tasks; "
                        f"TensorFlow allows one. Make the others 'worker' tasks.")
   task = config.get("task")
   if not isinstance(task, dict) or "type" not in task:
-    raise ValueError(
+    raise arguments.VariableError(
         f"TF_CONFIG names a cluster but not this process's task (got task={task!r}); "
         'add "task": {"type": "worker", "index": <i>} (Kubeflow and `ctl launch` '
         "set it for each task).")
   kind, index = task["type"], task.get("index", 0)
   if kind not in TASK_TYPES:
-    raise ValueError(f"TF_CONFIG task type {kind!r} is not one of {', '.join(TASK_TYPES)}.")
+    raise arguments.VariableError(f"TF_CONFIG task type {kind!r} is not one of "
+                                  f"{', '.join(TASK_TYPES)}.")
   # TF lets an evaluator be left out of the cluster (it is not part of
   # training), whatever its index: AI Platform may run several.
   count = (len(cluster.get(kind, ())) if kind != "evaluator" or kind in cluster
            else float("inf"))
   if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
-    raise ValueError(f"TF_CONFIG task {kind!r} index {index!r} is not in the cluster, "
+    raise arguments.VariableError(f"TF_CONFIG task {kind!r} index {index!r} is not in the cluster, "
                      f"which has {count} {kind!r} task(s); use 0 to {count - 1}.")
   return cluster, task
 
@@ -387,7 +388,7 @@ def slurm_cluster_resolver(num_gpus: int | None = None, env: Mapping[str, str] |
         "inside an allocation of 2 or more tasks, or set TF_CONFIG.")
   port_base = env.get(SLURM_PORT_BASE_VARIABLE) or SLURM_PORT_BASE
   if not str(port_base).isdigit() or not 0 < int(port_base) < 65536:
-    raise ValueError(f"{SLURM_PORT_BASE_VARIABLE} ({port_base!r}) must be a port "
+    raise arguments.VariableError(f"{SLURM_PORT_BASE_VARIABLE} ({port_base!r}) must be a port "
                      "number, e.g. 23456.")
   if num_gpus is None:
     num_gpus = len(tf.config.list_physical_devices("GPU"))
@@ -635,11 +636,11 @@ def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
   try:
     config = json.loads(text)
   except json.JSONDecodeError as e:
-    raise ValueError(f"{source} is not valid JSON ({e}): {text[:200]!r}. Set it to "
+    raise arguments.VariableError(f"{source} is not valid JSON ({e}): {text[:200]!r}. Set it to "
                      '\'{"cluster": {"worker": ["host:port", ...]}, "task": '
                      '{"type": "worker", "index": 0}}\'.') from None
   if not isinstance(config, dict) or not isinstance(config.get("cluster", {}), dict):
-    raise ValueError(f"{source} must be a JSON object with a 'cluster' object, got "
+    raise arguments.VariableError(f"{source} must be a JSON object with a 'cluster' object, got "
                      f"{text[:200]!r}.")
   return _tensorflow_names(config, source)
 
@@ -656,7 +657,7 @@ def _tensorflow_names(config, source):
   for job, addresses in cluster.items():
     name = TASK_TYPE_ALIASES.get(job, job)
     if name in renamed:
-      raise ValueError(f"{source} cluster names the {name!r} job twice (as "
+      raise arguments.VariableError(f"{source} cluster names the {name!r} job twice (as "
                        f"{[j for j in cluster if TASK_TYPE_ALIASES.get(j, j) == name]}); "
                        f"keep one of them.")
     renamed[name] = addresses
