@@ -11,6 +11,7 @@ these reruns rely on: across strategies, and multi-worker checkpoints.
     python -m pytest tests/test_faults.py
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -293,31 +294,48 @@ def test_failed_checkpoint_write_reports_and_keeps_the_previous(tmp_path, refere
   assert_same_run(resumed, reference("default"))
 
 
-def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, reference):
-  work, out = tmp_path / "work", tmp_path / "out"
-  os.makedirs(work)
-  command = launched_task_command(work, out, "--pause-at", "7")
-  proc = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(None), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  lines = []
+@contextlib.contextmanager
+def killed_if_left(proc):
+  """Kills `proc` on the way out if it still runs (a failed assertion, a timeout)."""
   try:
-    paused = set()
-    for line in proc.stdout:
-      lines.append(line)
-      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
-      if len(paused) == 2:
-        break
-    assert len(paused) == 2, "".join(lines)[-4000:]
-    pids = dict(re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines)))
-    os.kill(int(pids["worker 1"]), signal.SIGKILL)
-    killed = time.monotonic()
-    open(work / "go", "w").close()  # worker 0 goes on, to a peer that is gone
-    lines.append(proc.communicate(timeout=120)[0])
-    seconds = time.monotonic() - killed
+    yield
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait()
+
+
+def launched_and_paused(work, out, *, launch_args=(), env=None):
+  """`ctl launch` of 2 workers that pause at step 7: (process, its output so
+  far, {"worker i": pid}) once both have paused."""
+  os.makedirs(work, exist_ok=True)
+  proc = subprocess.Popen(
+      launched_task_command(work, out, "--pause-at", "7", launch_args=launch_args),
+      cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True)
+  lines, paused = [], set()
+  for line in proc.stdout:
+    lines.append(line)
+    paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
+    if len(paused) == 2:
+      break
+  if len(paused) < 2:
+    proc.kill()
+    proc.wait()
+    raise AssertionError("".join(lines)[-4000:])
+  return proc, lines, {name: int(pid) for name, pid in
+                       re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines))}
+
+
+def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, reference):
+  work, out = tmp_path / "work", tmp_path / "out"
+  proc, lines, pids = launched_and_paused(work, out)
+  with killed_if_left(proc):
+    os.kill(pids["worker 1"], signal.SIGKILL)
+    killed = time.monotonic()
+    open(work / "go", "w").close()  # worker 0 goes on, to a peer that is gone
+    lines.append(proc.communicate(timeout=120)[0])
+    seconds = time.monotonic() - killed
   log = "".join(lines)
   assert proc.returncode == 1, log[-4000:]
   assert (f"ctl launch: worker 1 (pid {pids['worker 1']}) exited with code -9 (killed by "
@@ -340,29 +358,13 @@ def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, refer
 
 def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, reference):
   work, out = tmp_path / "work", tmp_path / "out"
-  os.makedirs(work)
-  command = launched_task_command(work, out, "--pause-at", "7",
-                                  launch_args=("--max-restarts", "1", "--restart-wait", "1"))
-  proc = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(None), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  lines = []
-  try:
-    paused = set()
-    for line in proc.stdout:
-      lines.append(line)
-      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
-      if len(paused) == 2:
-        break
-    assert len(paused) == 2, "".join(lines)[-4000:]
-    pids = dict(re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines)))
-    os.kill(int(pids["worker 1"]), signal.SIGKILL)
+  proc, lines, pids = launched_and_paused(
+      work, out, launch_args=("--max-restarts", "1", "--restart-wait", "1"))
+  with killed_if_left(proc):
+    os.kill(pids["worker 1"], signal.SIGKILL)
     # With `go` there, the restarted workers pass step 7 without pausing.
     open(work / "go", "w").close()
     lines.append(proc.communicate(timeout=300)[0])
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
   log = "".join(lines)
   assert proc.returncode == 0, log[-4000:]
   assert ("ctl launch: restart 1 of 1 in 1 s: worker 1 exited with code -9 (killed by "
@@ -379,29 +381,13 @@ def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, refe
 
 def freeze_worker_1(work, out, seconds, env=None):
   """Launches 2 workers, freezes worker 1 for `seconds` at step 7; (exit code, log)."""
-  os.makedirs(work)
-  proc = subprocess.Popen(launched_task_command(work, out, "--pause-at", "7"), cwd=ROOT,
-                          env=subprocess_env(env), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  lines = []
-  try:
-    paused = set()
-    for line in proc.stdout:
-      lines.append(line)
-      paused.update(re.findall(r"^\[worker (\d)\] PAUSED 7$", line))
-      if len(paused) == 2:
-        break
-    assert len(paused) == 2, "".join(lines)[-4000:]
-    pid = int(dict(re.findall(r"(worker \d) \(pid (\d+)\)", "".join(lines)))["worker 1"])
-    os.kill(pid, signal.SIGSTOP)  # its heartbeat thread stops too
+  proc, lines, pids = launched_and_paused(work, out, env=env)
+  with killed_if_left(proc):
+    os.kill(pids["worker 1"], signal.SIGSTOP)  # its heartbeat thread stops too
     time.sleep(seconds)
-    os.kill(pid, signal.SIGCONT)
+    os.kill(pids["worker 1"], signal.SIGCONT)
     open(work / "go", "w").close()
     lines.append(proc.communicate(timeout=300)[0])
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
   return proc.returncode, "".join(lines)
 
 
