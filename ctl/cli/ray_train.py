@@ -18,14 +18,13 @@ exit 42 included), Ray stops the others and starts every worker again, up to
 `max_failures` times, and the run resumes from the last checkpoint in its work
 directory: give a work directory that every worker sees (on one machine, any;
 on a cluster, the shared filesystem Ray's `storage_path` is on). Relative paths
-are the caller's: each worker starts in the caller's directory where it exists. Needs
-`pip install 'ctl-loops[ray]'`; connects to the cluster `RAY_ADDRESS` names, or
-to one started on this machine (`ray.init()`).
+are the caller's: each worker starts in the caller's directory where it exists.
+Needs `pip install 'ctl-loops[ray]'`; connects to the cluster `RAY_ADDRESS`
+names, or to one started on this machine (`ray.init()`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -33,8 +32,6 @@ from typing import Any
 
 from ctl.base import arguments
 from ctl.base.constants import PREEMPTED_EXIT_CODE
-
-logger = logging.getLogger("ctl")
 
 # Ray sets this in its TensorFlow workers: `tf.keras` is then Keras 2.
 LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
@@ -69,8 +66,8 @@ def train(command: Sequence[str] | Callable[[Any], Any], *, num_workers: int = 2
   Raises:
     ValueError or TypeError: naming a bad argument, before Ray starts.
     ImportError: when Ray Train is not installed, naming the extra.
-    RuntimeError: when the run failed more than `max_failures` times (Ray's
-      error, with the worker's).
+    Ray Train's error (e.g. `ray.train.WorkerGroupError`, with the worker's
+      inside) when the run failed more than `max_failures` times.
   """
   if isinstance(command, (str, bytes)) or not (callable(command) or (
       isinstance(command, Sequence) and all(isinstance(a, str) for a in command))):
