@@ -276,22 +276,25 @@ print("RESULT", isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
 """
 
 
+def two_tasks(envs):
+  """Runs _SLURM_TASK once per environment, together; each one's RESULT fields."""
+  procs = [subprocess.Popen([sys.executable, "-c", _SLURM_TASK], cwd=helpers.ROOT, env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for env in envs]
+  results = []
+  for proc, log in zip(procs, helpers.finish(procs, timeout=120)):
+    assert proc.returncode == 0, log[-3000:]
+    results.append(next(line for line in log.splitlines() if line.startswith("RESULT")).split()[1:])
+  return results
+
+
 @pytest.mark.slow  # two processes that import TensorFlow
 def test_slurm_step_trains_as_two_workers(no_shell_tools):
   """Two processes with the variables srun gives two tasks on one node."""
   base = _free_port_pair()
-  procs = []
-  for rank in range(2):
-    env = dict(helpers.subprocess_env(slurm_env(rank, nodes="localhost", tasks_per_node="2")),
-               CTL_SLURM_PORT_BASE=str(base), PATH=os.environ["PATH"])
-    procs.append(subprocess.Popen([sys.executable, "-c", _SLURM_TASK],
-                                  cwd=helpers.ROOT, env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-  logs = helpers.finish(procs, timeout=120)
-  results = []
-  for proc, log in zip(procs, logs):
-    assert proc.returncode == 0, log[-3000:]
-    results.append(next(line for line in log.splitlines() if line.startswith("RESULT")).split()[1:])
+  results = two_tasks([dict(helpers.subprocess_env(
+      slurm_env(rank, nodes="localhost", tasks_per_node="2")),
+      CTL_SLURM_PORT_BASE=str(base), PATH=os.environ["PATH"]) for rank in range(2)])
   assert results == [["True", "2", "worker", "0", "True", "2.0"],
                      ["True", "2", "worker", "1", "False", "2.0"]]
 
@@ -312,15 +315,7 @@ def test_ai_platform_master_and_vertex_worker_pool_train_as_two_workers():
                                                    "workerpool1": [worker]},
                                        "task": {"type": "workerpool1", "index": 0},
                                        "environment": "cloud", "job": "{}"})}]
-  procs = [subprocess.Popen([sys.executable, "-c", _SLURM_TASK], cwd=helpers.ROOT,
-                            env=helpers.subprocess_env(env), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-           for env in envs]
-  logs = helpers.finish(procs, timeout=120)
-  results = []
-  for proc, log in zip(procs, logs):
-    assert proc.returncode == 0, log[-3000:]
-    results.append(next(line for line in log.splitlines() if line.startswith("RESULT")).split()[1:])
+  results = two_tasks([helpers.subprocess_env(env) for env in envs])
   assert results == [["True", "2", "chief", "0", "True", "2.0"],
                      ["True", "2", "worker", "0", "False", "2.0"]]
 

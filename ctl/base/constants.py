@@ -5,6 +5,8 @@ import it without importing TensorFlow."""
 # Exit code of a run stopped by SIGTERM after saving: TF's restart code, which
 # schedulers that restart on failure take as "rerun me" (ctl.Preempted).
 PREEMPTED_EXIT_CODE = 42
+# What ctl's commands and argparse exit with for a bad argument or config.
+USAGE_ERROR_EXIT_CODE = 2
 # What a shell reports for a program ended by Ctrl-C: 128 + SIGINT.
 INTERRUPTED_EXIT_CODE = 130
 

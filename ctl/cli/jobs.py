@@ -29,8 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ctl.base import arguments
+from ctl.base import constants
 
-USAGE_ERROR = 2  # what argparse exits with for a bad command line
+USAGE_ERROR = constants.USAGE_ERROR_EXIT_CODE  # as argparse for a bad command line
 FAILURE = 1
 
 _TRAIN = """\

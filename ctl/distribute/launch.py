@@ -46,13 +46,13 @@ from ctl.base.constants import LAUNCHER_PID_VARIABLE
 from ctl.base.constants import PREEMPTED_EXIT_CODE
 from ctl.base.constants import READY_DIR_VARIABLE
 from ctl.base.constants import RESTARTS_VARIABLE
+from ctl.base.constants import USAGE_ERROR_EXIT_CODE
 
 # How long to wait for processes already sent SIGKILL, and for the output of
 # exited tasks to drain: both should take milliseconds.
 _KILL_WAIT_SECONDS = 10
 _DRAIN_SECONDS = 5
 _POLL_SECONDS = 0.05
-_USAGE_ERROR = 2  # ctl's and argparse's exit code for bad arguments
 # Between a cluster's end and its restart: time for the ports to be released
 # and for whatever killed a task (a full disk, a busy machine) to pass.
 RESTART_WAIT_SECONDS = 3.0
@@ -262,10 +262,10 @@ class Launch:
         code = self._run_cluster()
         # Not restarted: success, a usage error (exit 2: a bad argument or config
         # fails the same way again) or a command that cannot run (127).
-        if (code in (0, _USAGE_ERROR, 127) or self._signal is not None
+        if (code in (0, USAGE_ERROR_EXIT_CODE, 127) or self._signal is not None
             or self.restarts == self.max_restarts):
-          if code == _USAGE_ERROR and self.restarts < self.max_restarts:
-            self._say(f"not restarting: exit code {_USAGE_ERROR} is a usage error, "
+          if code == USAGE_ERROR_EXIT_CODE and self.restarts < self.max_restarts:
+            self._say(f"not restarting: exit code {USAGE_ERROR_EXIT_CODE} is a usage error, "
                       "which a restart would repeat")
           if self.restarts:
             self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
