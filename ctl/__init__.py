@@ -30,6 +30,7 @@ _EXPORTS = {
     "WorkdirInUse": "workdir", "CheckpointError": "checkpoints",
     "SharedVariableWarning": "state", "History": "history",
     "EachStep": "history", "read_history": "history",
+    "Logger": "loggers", "MLflow": "loggers", "WandB": "loggers",
 }
 _RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
@@ -45,6 +46,8 @@ _MODULES = {
     "stopping": "ctl.loop.stopping", "workdir": "ctl.loop.workdir",
     "history": "ctl.loop.history", "progress": "ctl.loop.progress",
     "schedule": "ctl.loop.schedule", "notebook": "ctl.loop.notebook",
+    "loggers": "ctl.loop.loggers", "manifest": "ctl.loop.manifest",
+    "dry_run": "ctl.loop.dry_run",
     "state": "ctl.parts.state", "steps": "ctl.parts.steps",
     "evaluation": "ctl.parts.evaluation", "export": "ctl.parts.export",
     "data": "ctl.parts.data", "context": "ctl.step.context", "reduction": "ctl.step.reduction",
@@ -91,4 +94,4 @@ __all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
            "PREEMPTED_EXIT_CODE",
            "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse",
            "CheckpointError", "SharedVariableWarning",
-           "History", "EachStep", "read_history"]
+           "History", "EachStep", "read_history", "Logger", "MLflow", "WandB"]

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
   from ctl.loop.actions import Action
   from ctl.loop.actions import Summaries
+  from ctl.loop.loggers import Logger
   from ctl.parts.state import BuildFn
   from ctl.step.context import StepFn
 
@@ -204,7 +205,8 @@ class Runner:
   def fit(self, total_steps: int, workdir: str | None = None, *,
           checkpoint: bool | checkpoints.Checkpoint = True,
           summaries: bool | Summaries = True, actions: Sequence[Action] = (),
-          progress: bool = True) -> history_lib.History:
+          loggers: Sequence[Logger] = (), progress: bool = True,
+          dry_run: bool = False) -> history_lib.History:
     """Trains until the global step is `total_steps`; resumes from `workdir`.
 
     With a `workdir`, training starts from the newest checkpoint in
@@ -230,11 +232,20 @@ class Runner:
         workdir), False, or a `ctl.Summaries(every)`.
       actions: a list of actions run on their schedule and at the end (see
         `ctl.Action`): `ctl.Samples`, `ctl.Evaluate`, `ctl.Export`, or your own.
+      loggers: experiment trackers that also get the run's records (see
+        `ctl.Logger`): `ctl.MLflow(...)`, `ctl.WandB(...)`, or your own; on the
+        chief. TensorBoard and `history.jsonl` are written anyway.
       progress: show a progress bar (log lines when stderr is not a terminal).
+      dry_run: run each part once, tiny, and write nothing that stays: one
+        compiled call of one step, a checkpoint save and restore, every action
+        once (evaluations over a handful of samples); then the runner is put
+        back as it was (see `ctl.dry_run`). Seconds, not an hour in.
 
     Every step's results are appended to `<workdir>/history.jsonl` (on the
     chief; a resume first drops the steps after its checkpoint) and to
-    `runner.history`, which a resumed `fit` starts from the file.
+    `runner.history`, which a resumed `fit` starts from the file. Each fit
+    appends its manifest (versions, seed, strategy, machine, command, gin
+    config, git commit) to `<workdir>/manifest.jsonl`; see `ctl.manifest`.
 
     Returns:
       A `ctl.History`: each result key's per-step values (numpy) for the steps
@@ -242,7 +253,8 @@ class Runner:
     """
     return loop_lib.fit(self.compiled_step, self.history, total_steps, workdir,
                         evaluator=self._evaluator, checkpoint=checkpoint,
-                        summaries=summaries, actions=actions, progress=progress)
+                        summaries=summaries, actions=actions, loggers=loggers,
+                        progress=progress, dry_run=dry_run, seed=self.seed)
 
   def evaluate(self, step_fn: StepFn, data: data_lib.Data, *,
                global_batch_size: int | None = None,

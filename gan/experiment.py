@@ -328,7 +328,8 @@ class ClassifierFID(ctl.Action):
     context.publish(self.results)
     _log.info("classifier FID at step %d: %.3f (KID %.4f, score %.3f; %d samples)",
               context.step, value, self.results["classifier_kid"],
-              self.results["classifier_score"], self.num_samples)
+              self.results["classifier_score"],
+              self.results.get("num_samples", self.num_samples))
 
 
 class EncoderQuality(ctl.Action):
@@ -576,13 +577,15 @@ class Experiment:
     return self._runner(strategy)[0]
 
   def train(self, workdir: str, strategy: Strategy = "default", *,
-            progress: bool = True, profile: tuple[int, int] | None = None) -> ctl.Runner:
+            progress: bool = True, profile: tuple[int, int] | None = None,
+            loggers: Sequence[ctl.Logger] = (), dry_run: bool = False) -> ctl.Runner:
     """Trains to `schedule.total_steps`, resuming from `<workdir>/checkpoints`; the runner.
 
     Writes checkpoints (and the operative gin config beside them), TensorBoard
     events, sample grids from fixed noise (`samples/`), the classifier FID of
     28x28x1 images (`events/eval`) and the export (`export/`) to `workdir`.
-    `profile=(start, steps)` adds a profiler trace of those steps (`ctl.Profile`).
+    `profile=(start, steps)` adds a profiler trace of those steps (`ctl.Profile`);
+    `loggers` and `dry_run` are `Runner.fit`'s.
     """
     runner, image_shape = self._runner(strategy)
     schedule = self.schedule
@@ -607,7 +610,8 @@ class Experiment:
       actions.append(ctl.Profile(*profile))
     runner.fit(schedule.total_steps, workdir,
                checkpoint=ctl.Checkpoint(ctl.Every(steps=schedule.checkpoint_every)),
-               actions=actions, progress=progress)
+               actions=actions, loggers=list(loggers), progress=progress,
+               dry_run=dry_run)
     return runner
 
   def evaluate(self, workdir: str, strategy: Strategy = "default", *,

@@ -98,7 +98,8 @@ def test_profile_says_a_fit_resumed_past_its_whole_window_is_not_profiled(tmp_pa
 
 
 def test_a_trace_that_cannot_be_written_does_not_hide_why_fit_ends(tmp_path, caplog):
-  (tmp_path / "events").write_text("a file where the trace's directory goes")
+  (tmp_path / "events" / "train").mkdir(parents=True)  # the run's events go here,
+  (tmp_path / "events" / "train" / "plugins").write_text("where the trace's directory goes")
   with caplog.at_level(logging.WARNING, logger="ctl"), pytest.raises(FloatingPointError):
     toy.runner(steps_per_loop=2).fit(
         8, str(tmp_path), progress=False, summaries=False,

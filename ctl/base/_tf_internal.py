@@ -195,6 +195,14 @@ def cross_device_ops(strategy):
   return getattr(strategy.extended, "_cross_device_ops", None)
 
 
+def op_determinism_enabled():
+  """Whether `tf.config.experimental.enable_op_determinism()` ran (TF exports
+  the switch but not the reading; the run manifest records it)."""
+  _note_version("tensorflow")
+  from tensorflow.python.framework import config  # pylint: disable=import-outside-toplevel
+  return bool(config.is_op_determinism_enabled())
+
+
 def gin_registry():
   """gin's registry of configurables (gin has no public listing of them).
 

@@ -7,6 +7,8 @@ import it without importing TensorFlow."""
 PREEMPTED_EXIT_CODE = 42
 # What ctl's commands and argparse exit with for a bad argument or config.
 USAGE_ERROR_EXIT_CODE = 2
+# `ctl train --logger NAME`: the experiment trackers ctl.loggers knows by name.
+LOGGER_NAMES = ("mlflow", "wandb")
 # What a shell reports for a program ended by Ctrl-C: 128 + SIGINT.
 INTERRUPTED_EXIT_CODE = 130
 

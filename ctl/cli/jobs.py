@@ -89,6 +89,16 @@ def add_parser(subparsers: Any) -> None:
                           help="capture a TensorFlow profiler trace of STEPS steps from "
                           "step START (e.g. 100:5) into <workdir>/events/train, for "
                           "TensorBoard's Profile tab")
+      parser.add_argument("--logger", action="append", default=[], metavar="NAME",
+                          choices=constants.LOGGER_NAMES,
+                          help="also log the run to an experiment tracker: mlflow "
+                          "(MLFLOW_TRACKING_URI, e.g. sqlite:///runs/mlflow.db) or "
+                          "wandb (offline unless WANDB_MODE=online); repeatable")
+      parser.add_argument("--dry-run", action="store_true",
+                          help="run each part once, tiny (one step, a checkpoint save "
+                          "and restore, every action, evaluations over a handful of "
+                          "samples), write nothing that stays, and report the time each "
+                          "took")
     if name == "export":
       parser.add_argument("--out", metavar="DIR",
                           help="where to export (default: <workdir>/export)")
@@ -140,6 +150,9 @@ def run_train(args: argparse.Namespace) -> int:
     placement = getattr(runner, "placement", None)
     if placement is not None and not placement.is_chief:
       return  # another worker: the chief keeps (and reports) the outputs
+    if args.dry_run:
+      print(f"ctl train --dry-run: every part ran once; nothing was written to {workdir}")
+      return
     step = f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step") else ""
     print(f"ctl train: {step}outputs in {workdir}:")
     for name in ("checkpoints", "events", "samples", "export"):
@@ -147,7 +160,16 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"  {os.path.join(workdir, name)}")
     if getattr(getattr(runner, "compiled_step", None), "ran", False):  # it trained
       warn_unused_bindings("train", "this run")
-  kwargs = {"profile": args.profile} if args.profile else {}  # an experiment may lack it
+  # Each passed only when given: an experiment may lack the option.
+  kwargs = {"profile": args.profile} if args.profile else {}
+  if args.dry_run:
+    kwargs["dry_run"] = True
+  if args.logger:
+    from ctl.loop import loggers  # pylint: disable=import-outside-toplevel
+    try:
+      kwargs["loggers"] = [loggers.by_name(name) for name in dict.fromkeys(args.logger)]
+    except ImportError as e:
+      return fail(args.command, e, USAGE_ERROR)
   return _run(args, "train", report, **kwargs)
 
 
@@ -226,11 +248,7 @@ def _run(args, method, report, **kwargs):
   workdir = args.workdir or default_workdir(args.config)
   try:
     experiment = experiments.make_experiment(make, name, needs=(method,))
-    if "checkpoint" in kwargs and "checkpoint" not in inspect.signature(
-        getattr(experiment, method)).parameters:
-      raise experiments.ConfigError(
-          f"--checkpoint {kwargs['checkpoint']}: {type(experiment).__name__}.{method} takes "
-          "no checkpoint argument, so it evaluates only the newest; drop --checkpoint.")
+    _check_takes(experiment, method, kwargs)
     result = getattr(experiment, method)(workdir, strategy=args.strategy or "default",
                                          **kwargs)
   except (experiments.ConfigError, arguments.VariableError) as e:
@@ -252,6 +270,28 @@ def _run(args, method, report, **kwargs):
     return fail_on_binding(args.command, e, args)
   report(result, workdir)
   return 0
+
+
+# The options passed to an experiment's method only when given: the flag of each.
+_FLAGS = {"checkpoint": "--checkpoint", "profile": "--profile", "dry_run": "--dry-run",
+          "loggers": "--logger"}
+
+
+def _check_takes(experiment, method, kwargs):
+  """Raises ConfigError naming the flag if `experiment.<method>` cannot take
+  one of `kwargs` (an experiment need not support every option)."""
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
+  parameters = inspect.signature(getattr(experiment, method)).parameters
+  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+    return
+  for name in kwargs:
+    if name not in parameters and name in _FLAGS:
+      what = ("so it evaluates only the newest" if name == "checkpoint"
+              else "so this experiment does not support it")
+      raise experiments.ConfigError(
+          f"{_FLAGS[name]}: {type(experiment).__name__}.{method} takes no {name} "
+          f"argument, {what}; drop {_FLAGS[name]}, or add a {name} parameter to "
+          f"{method} and pass it to runner.fit.")
 
 
 def warn_unused_bindings(command: str, what: str, later: str = "") -> None:

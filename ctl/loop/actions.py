@@ -47,6 +47,9 @@ from ctl.loop import stopping
 from ctl.loop.checkpoints import is_kept_name
 from ctl.loop.checkpoints import write_pointer
 from ctl.loop.checkpoints import write_text_atomically
+from ctl.loop.loggers import JsonLines
+from ctl.loop.loggers import Logger
+from ctl.loop.loggers import TensorBoard
 from ctl.loop.schedule import Every
 from ctl.parts import export as export_lib
 from ctl.parts.data import check_evaluation_data
@@ -58,7 +61,6 @@ if TYPE_CHECKING:
   from ctl.distribute.strategies import Placement
   from ctl.loop.checkpoints import Checkpointer
   from ctl.loop.history import History
-  from ctl.loop.history import HistoryFile
   from ctl.loop.workdir import Lock
   from ctl.parts.data import Data
   from ctl.parts.evaluation import Evaluator
@@ -66,6 +68,10 @@ if TYPE_CHECKING:
   from ctl.step.context import StepFn
 
 _log = logging.getLogger("ctl")
+
+# What `fit(dry_run=True)` measures over: a handful of batches and samples.
+DRY_RUN_BATCHES = 2
+DRY_RUN_SAMPLES = 16
 
 
 class FitContext:
@@ -90,9 +96,13 @@ class FitContext:
     is_chief: whether this worker writes summaries, samples and kept files.
     lock: the work directory's `ctl.workdir.Lock` (None off the chief or
       without a workdir).
-    metrics_file: `<workdir>/metrics.jsonl` (a `ctl.history.HistoryFile`; None
-      off the chief or without a workdir): a line per step at which actions
-      reported metrics, `ctl.read_history` reads it.
+    loggers: where the run's records go (`ctl.loggers`), on the chief: the
+      work directory's TensorBoard events and JSON lines files
+      (`history.jsonl`; `metrics.jsonl`, a line per step at which actions
+      reported metrics), then the fit's `loggers=`; [] elsewhere.
+    dry_run: whether this fit is `fit(dry_run=True)`'s: an action that
+      measures over many samples may measure over a handful
+      (`over_samples` and `evaluate` already do).
   """
 
   def __init__(self, state: State, placement: Placement, history: History,
@@ -111,9 +121,12 @@ class FitContext:
     self.examples_per_step = examples_per_step
     self.is_chief: bool = placement.is_chief
     self.lock: Lock | None = None
-    self.metrics_file: HistoryFile | None = None
+    self.loggers: list[Logger] = []
+    self.tensorboard: TensorBoard | None = None  # one of `loggers`, on the chief
+    self.dry_run = False
+    self.timings: list[tuple[str, float]] | None = None  # (part, seconds), in a dry run
     self._evaluator = evaluator
-    self._writers = {}
+    self._noop_writer = None
 
   @property
   def models(self) -> dict[str, keras.Model]:
@@ -144,6 +157,8 @@ class FitContext:
     if self._evaluator is None:
       raise ValueError("this fit has no evaluator: ctl.loop.fit.fit was called without "
                        "evaluator=...; Runner.fit passes its own.")
+    if self.dry_run:
+      num_batches = min(num_batches or DRY_RUN_BATCHES, DRY_RUN_BATCHES)
     return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
 
@@ -155,6 +170,9 @@ class FitContext:
     if self._evaluator is None:
       raise ValueError("this fit has no evaluator: ctl.loop.fit.fit was called without "
                        "evaluator=...; Runner.fit passes its own.")
+    if self.dry_run:
+      num_samples = min(num_samples, DRY_RUN_SAMPLES)
+      batch_size = min(batch_size, num_samples)
     return self._evaluator.over_samples(fn, num_samples, batch_size=batch_size,
                                         moments=moments)
 
@@ -179,10 +197,31 @@ class FitContext:
         tf.summary.scalar(key, value)
 
   def write_metrics(self) -> None:
-    """Appends the metrics reported at this step, if any, to `metrics_file`
-    (the loop calls it once the step's actions have run)."""
-    if self.metrics_file is not None and self.metrics:
-      self.metrics_file.write(self.step, {k: [v] for k, v in self.metrics.items()})
+    """Gives the loggers the metrics reported at this step, if any (the loop
+    calls it once the step's actions have run)."""
+    if self.metrics:
+      self.log("log_metrics", self.step, dict(self.metrics))
+
+  def log_image(self, name: str, image: npt.ArrayLike) -> None:
+    """Gives the loggers an image `[height, width, channels]` of uint8 at this
+    step (TensorBoard writes it to `<workdir>/events/train`)."""
+    self.log("log_image", self.step, name, np.asarray(image))
+
+  def log(self, method: str, *args: Any) -> None:
+    """Calls `method` (a `ctl.Logger` method's name) of every logger. A
+    tracker that fails is dropped, with a warning: the run goes on, and the
+    work directory keeps its records."""
+    for logger in list(self.loggers):
+      if isinstance(logger, (TensorBoard, JsonLines)):  # the workdir's: errors stop the run
+        getattr(logger, method)(*args)
+        continue
+      try:
+        getattr(logger, method)(*args)
+      except Exception as e:  # pylint: disable=broad-except
+        self.loggers.remove(logger)
+        _log.warning("logger %s failed at step %d (%s: %s); it gets nothing more from "
+                     "this fit, the work directory keeps every record.",
+                     type(logger).__name__, self.step, type(e).__name__, e)
 
   @property
   def metrics(self) -> dict[str, float]:
@@ -199,26 +238,17 @@ class FitContext:
     return stopping.agree(self.placement, [flag])[0]
 
   def writer(self, name: str) -> tf.summary.SummaryWriter:
-    """The summary writer of `<workdir>/events/<name>` (a no-op off the chief)."""
-    if name not in self._writers:
-      if self.is_chief and self.workdir:
-        self._writers[name] = tf.summary.create_file_writer(
-            os.path.join(self.workdir, "events", name))
-      else:
-        self._writers[name] = tf.summary.create_noop_writer()
-    return self._writers[name]
+    """The summary writer of `<workdir>/events/<name>` (a no-op off the chief
+    or without a workdir)."""
+    if self.tensorboard is not None:
+      return self.tensorboard.writer(name)
+    if self._noop_writer is None:
+      self._noop_writer = tf.summary.create_noop_writer()
+    return self._noop_writer
 
   def flush(self) -> None:
-    """Writes out what the summary writers hold."""
-    for writer in list(self._writers.values()):
-      writer.flush()
-
-  def close(self) -> None:
-    """Closes the summary writers (`writer()` makes new ones): `fit` calls
-    this however it ends, and when the workdir disappears."""
-    for writer in self._writers.values():
-      writer.close()
-    self._writers = {}
+    """Writes out what the loggers hold (before the process may end)."""
+    self.log("flush")
 
 
 class Action(Protocol):
@@ -350,8 +380,7 @@ class Samples(Action):
     if self.show or (self.show is None and notebook.in_notebook()):
       width = max(grid.shape[1], 256)  # small grids (28x28 digits) drawn larger
       self._shown = notebook.show_png(png.numpy(), self._shown, width=width)
-    with context.writer("train").as_default(step=context.step):
-      tf.summary.image(self.name, grid[None])
+    context.log_image(self.name, grid)
     _log.debug("wrote %s", path)
 
 

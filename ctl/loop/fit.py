@@ -21,11 +21,13 @@ restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -36,7 +38,10 @@ import tensorflow as tf
 from ctl.base import arguments
 from ctl.loop import actions as actions_lib
 from ctl.loop import checkpoints
+from ctl.loop import dry_run as dry_run_lib
 from ctl.loop import history as history_lib
+from ctl.loop import loggers as loggers_lib
+from ctl.loop import manifest as manifest_lib
 from ctl.loop import stopping
 from ctl.loop import workdir as workdir_lib
 from ctl.loop.checkpoints import write_text_atomically
@@ -57,18 +62,23 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
         checkpoint: bool | checkpoints.Checkpoint = True,
         summaries: bool | actions_lib.Summaries = True,
         actions: Sequence[actions_lib.Action] = (),
-        progress: bool = True) -> history_lib.History:
+        loggers: Sequence[loggers_lib.Logger] = (),
+        progress: bool = True, dry_run: bool = False,
+        seed: int | None = None) -> history_lib.History:
   """Trains with `compiled_step` until the global step is `total_steps`; see `Runner.fit`."""
   total_steps = arguments.integer("total_steps", total_steps, minimum=0,
                                   meaning="the global step to train up to")
+  if dry_run not in (True, False):
+    raise TypeError(f"fit(dry_run={dry_run!r}): pass True or False.")
   steps_per_loop = compiled_step.steps_per_loop
-  if total_steps and steps_per_loop > total_steps:
+  if total_steps and steps_per_loop > total_steps and not dry_run:
     # Not an error: the calls are cut to the run, and the numbers are right.
     warnings.warn(
         f"steps_per_loop ({steps_per_loop}) is larger than total_steps "
         f"({total_steps}), the whole run: every compiled call is cut short. Lower "
         f"steps_per_loop to at most {total_steps}, or train for more steps.", stacklevel=3)
-  earlier_run = checkpoint is False and workdir is not None and checkpoints.newest(workdir)
+  earlier_run = (checkpoint is False and workdir is not None and not dry_run
+                 and checkpoints.newest(workdir))
   if earlier_run:
     warnings.warn(
         f"fit(checkpoint=False): {os.path.join(workdir, 'checkpoints')} holds the "
@@ -76,6 +86,21 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
         f"(nor that run's {history_lib.FILE_NAME}, which this run leaves as it is): it "
         "trains from the runner's state. Pass checkpoint=True to resume that run, or "
         "another workdir.", stacklevel=3)
+  loggers = _check_loggers(loggers)
+  if dry_run:
+    return dry_run_lib.run(
+        lambda scratch, dry: _fit(compiled_step, history, total_steps, scratch,
+                                  evaluator=evaluator, checkpoint=checkpoint,
+                                  summaries=summaries, actions=actions, loggers=[],
+                                  progress=False, seed=seed, earlier_run=False, dry=dry),
+        workdir, compiled_step, history, skipped_loggers=loggers)
+  return _fit(compiled_step, history, total_steps, workdir, evaluator=evaluator,
+              checkpoint=checkpoint, summaries=summaries, actions=actions, loggers=loggers,
+              progress=progress, seed=seed, earlier_run=earlier_run)
+
+
+def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint, summaries,
+         actions, loggers, progress, seed, earlier_run, dry=None):
   checkpoint = _option("checkpoint", checkpoint, checkpoints.Checkpoint, workdir)
   summaries = _option("summaries", summaries, actions_lib.Summaries, workdir)
   actions = _check_actions(actions)
@@ -87,6 +112,7 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
       compiled_step.state, compiled_step.placement, history, workdir, evaluator=evaluator,
       examples_per_step=(None if feed.global_batch_size is None
                          else feed.global_batch_size * feed.batches_per_step))
+  context.dry_run = dry is not None
   for action in actions:
     action.check(context)
   context.lock = _lock(context.placement, workdir)  # before restoring: one writer at a time
@@ -96,24 +122,98 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
       checkpointer = checkpoint.open(context.placement, context.state, feed, workdir)
       context.step = context.start_step = checkpointer.restore(repair=True)
     context.checkpointer = checkpointer
+    if dry is not None:
+      total_steps = dry.begin(context)
+    run = _describe(context, compiled_step, total_steps, seed)
     history_file = _open_history(context, write=not earlier_run)
-    context.metrics_file = _open_metrics(context, write=not earlier_run)
-    begun = []
+    metrics_file = _open_metrics(context, write=not earlier_run)
+    begun, status = [], "failed"
     try:
+      _begin_loggers(context, run, history_file, metrics_file, loggers)
       for action in actions:
         if _runs_here(action, context):
           getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
           begun.append(action)
-      return _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions,
-                    progress, history_file)
+      trained = _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions,
+                       progress)
+      if dry is not None:
+        dry.end(checkpointer)
+      status = "finished"
+      return trained
+    except (stopping.Interrupted, stopping.Preempted, KeyboardInterrupt):
+      status = "stopped"
+      raise
     finally:
       _end(begun, context)
-      for file in (history_file, context.metrics_file):
-        if file is not None:
-          file.close()
+      _end_loggers(context, status)
   finally:
     if context.lock is not None:
       context.lock.release()
+
+
+def _check_loggers(loggers):
+  """The user's loggers, each checked against the `ctl.Logger` contract."""
+  if not isinstance(loggers, (list, tuple)):
+    raise TypeError(f"fit(loggers={loggers!r}): pass a list of loggers, e.g. "
+                    "loggers=[ctl.MLflow()].")
+  for logger in loggers:
+    if isinstance(logger, str):
+      raise TypeError(f"fit(loggers=[{logger!r}]): pass a logger, e.g. "
+                      f"ctl.loggers.by_name({logger!r}) or ctl.MLflow(); names are for "
+                      "`ctl train --logger`.")
+    if isinstance(logger, type):
+      raise TypeError(f"logger {logger.__name__} is a class; pass an instance of it, e.g. "
+                      f"{logger.__name__}().")
+    methods = ("begin", "log_steps", "log_metrics", "log_image", "flush", "end")
+    missing = [name for name in methods if not callable(getattr(logger, name, None))]
+    if missing:
+      raise TypeError(f"logger {logger!r} is not a logger: it lacks {', '.join(missing)}. "
+                      "Subclass ctl.Logger and define the methods you need.")
+  return list(loggers)
+
+
+def _describe(context, compiled_step, total_steps, seed):
+  """This fit's `ctl.loggers.Run`: its manifest record, appended to
+  `<workdir>/manifest.jsonl` on the chief, with what a resume changed logged."""
+  feed = compiled_step.feed
+  record = manifest_lib.describe(
+      context.placement, seed=seed, start_step=context.step, total_steps=total_steps,
+      extra={"steps_per_loop": compiled_step.steps_per_loop,
+             "global_batch_size": feed.global_batch_size,
+             "batches_per_step": feed.batches_per_step})
+  if context.workdir and context.is_chief:
+    previous = manifest_lib.last(context.workdir)
+    changes = manifest_lib.differences(previous, record) if context.step > 0 else []
+    if changes:
+      _log.warning("this fit resumes %s at step %d with other settings than the fit "
+                   "before it (%s): %s", context.workdir, context.step,
+                   manifest_lib.FILE_NAME, "; ".join(changes))
+    manifest_lib.append(context.workdir, record)
+  return loggers_lib.Run(context.workdir, context.step, total_steps, record)
+
+
+def _begin_loggers(context, run, history_file, metrics_file, loggers):
+  """The chief's loggers, begun: the work directory's, then the user's."""
+  if not context.is_chief:
+    return
+  if context.workdir is not None:
+    context.tensorboard = loggers_lib.TensorBoard(context.workdir)
+    context.loggers += [context.tensorboard, loggers_lib.JsonLines(history_file, metrics_file)]
+  for logger in context.loggers + list(loggers):
+    logger.begin(run)  # an error here stops the fit before its first step
+    if logger not in context.loggers:
+      context.loggers.append(logger)
+
+
+def _end_loggers(context, status):
+  """Each begun logger's `end`, however `fit` ends; one that fails is named."""
+  for logger in reversed(context.loggers):
+    try:
+      logger.end(status)
+    except Exception as e:  # pylint: disable=broad-except
+      _log.warning("%s.end failed: %s: %s", type(logger).__name__, type(e).__name__, e)
+  context.loggers = []
+  context.tensorboard = None
 
 
 def _option(name, value, kind, workdir):
@@ -220,8 +320,7 @@ def _open_metrics(context, *, write):
   return metrics_file
 
 
-def _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions, progress,
-           history_file):
+def _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions, progress):
   if context.step >= total_steps:
     _log.info("already at step %d of %d: nothing to train", context.step, total_steps)
     if checkpointer and not _finished(context):  # stopped after the last save
@@ -245,15 +344,15 @@ def _train(compiled_step, context, total_steps, checkpoint, checkpointer, action
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
       with stopper.in_call(n), tf.profiler.experimental.Trace(
-          "train", step_num=context.step, _r=1):
+          "train", step_num=context.step, _r=1), _timed(context, f"compiled call of {n} step"
+                                                      f"{'s' if n > 1 else ''}"):
         results = compiled_step.run(n)
       # Kept before the NaN check: the steps up to a NaN, and its own, not the
       # steps after it in the call (they ran on non-finite weights).
       bad = _first_non_finite(results)
       kept = results if bad is None else {k: v[:bad + 1] for k, v in results.items()}
       context.history.append(context.step, kept)
-      if history_file is not None:
-        history_file.write(context.step, kept)
+      context.log("log_steps", context.step, kept)
       _check_finite(results, context.step, checkpointer, bad)
       context.step, context.results = context.step + n, results
       bar.update(context.step, results)
@@ -264,7 +363,7 @@ def _train(compiled_step, context, total_steps, checkpoint, checkpointer, action
       # A signal during the call: save first (a preempted job has little time
       # left), then this step's work, then stop.
       stopper.check(context.step, then=due)
-      _check_workdir(context, checkpointer, history_file)
+      _check_workdir(context, checkpointer)
       if context.step < total_steps:
         due()
     _finish(context, checkpointer, actions, stopper)
@@ -272,7 +371,6 @@ def _train(compiled_step, context, total_steps, checkpoint, checkpointer, action
   finally:
     stopper.close()
     bar.close()
-    context.close()
   return context.history.since(context.start_step)  # the steps this fit trained
 
 
@@ -283,9 +381,11 @@ def _finish(context, checkpointer, actions, stopper):
   before, say, its export finds no mark when rerun and runs them again.
   """
   if checkpointer:
-    _save(checkpointer)
+    with _timed(context, "checkpoint save"):
+      _save(checkpointer)
   for i, action in enumerate(actions):
-    _run(action, context, stopper, after=actions[i + 1:])
+    with _timed(context, type(action).__name__):
+      _run(action, context, stopper, after=actions[i + 1:])
   context.write_metrics()
   if context.workdir and context.is_chief:
     write_text_atomically(_finished_path(context), f"{context.step}\n")
@@ -373,22 +473,32 @@ def _check_writable(directory, workdir):
                   "workdir.") from e
 
 
-def _check_workdir(context, checkpointer, history_file):
+def _check_workdir(context, checkpointer):
   """A work directory deleted or moved mid-run is made again, and written again."""
   if context.lock is None or context.lock.held():
     return
   context.lock.release()
   context.lock = workdir_lib.Lock(context.workdir)
-  context.close()  # TensorBoard writers would go on writing into deleted files
-  for file in (history_file, context.metrics_file):
-    if file is not None:
-      file.reopen()
+  context.log("reopen")  # the files in it are new
   saved = ""
   if checkpointer and context.placement.workers == 1:
     saved = f"; saved {checkpointer.save()}"
   _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
                "again and writing to it from here on%s. What was in it is not there.",
                context.workdir, context.step, saved)
+
+
+@contextlib.contextmanager
+def _timed(context, part):
+  """Times the block as `part` in a dry run (`context.timings`); else nothing."""
+  if context.timings is None:
+    yield
+    return
+  start = time.perf_counter()
+  try:
+    yield
+  finally:
+    context.timings.append((part, time.perf_counter() - start))
 
 
 def _nothing(context):

@@ -69,12 +69,16 @@ class Experiment(Protocol):
     """The runner, untrained (`ctl check` compiles its step)."""
 
   def train(self, workdir: str, strategy: str | tf.distribute.Strategy = "default", *,
-            profile: tuple[int, int] | None = None) -> Runner:
+            profile: tuple[int, int] | None = None, loggers: Sequence[Any] = (),
+            dry_run: bool = False) -> Runner:
     """Trains, resuming from the newest checkpoint in the work directory; the runner.
 
-    `ctl train --profile START:STEPS` passes `profile=(start, steps)` (and only
-    then: an experiment without the option still trains); add `ctl.Profile(start,
-    steps)` to the fit's actions.
+    Each option is passed only when its flag is given (an experiment without
+    it still trains, and the flag is refused naming it):
+    `ctl train --profile START:STEPS` passes `profile=(start, steps)`: add
+    `ctl.Profile(start, steps)` to the fit's actions; `--logger NAME` passes
+    `loggers=[...]` and `--dry-run` passes `dry_run=True`: pass them to
+    `runner.fit`.
     """
 
   def evaluate(self, workdir: str,

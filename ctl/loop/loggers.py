@@ -1,0 +1,491 @@
+"""Where a run's records go: TensorBoard, `history.jsonl`, MLflow, Weights & Biases.
+
+    runner.fit(10_000, "runs/x", loggers=[ctl.MLflow("sqlite:///runs/mlflow.db")])
+    runner.fit(10_000, "runs/x", loggers=[ctl.WandB(project="gans")])   # offline by default
+    # ctl train dcgan --logger mlflow --logger wandb
+
+Every logger meets one contract (`Logger`), called by `fit` on the chief only:
+`begin(run)` as a fit starts (the run's manifest and parameters; a resumed
+run continues the tracker's run of the same work directory), `log_steps` after
+every compiled call with each step's results, `log_metrics` once a step's
+actions have run with the metrics they reported (`FitContext.report`),
+`log_image` for each sample grid, `flush`, and `end(status)` however the fit
+ends. Trackers are loggers rather than actions because they are not work on a
+schedule: they receive everything the run records, when it is recorded.
+
+The work directory's own records are loggers too, which `fit` always keeps
+when it has a workdir: `TensorBoard` (the manifest as text, the sample grids;
+its scalars are `ctl.Summaries`' means on its schedule and the metrics actions
+`publish`) and `JsonLines` (`history.jsonl`, every step; `metrics.jsonl`).
+
+A tracker keeps, in `<workdir>/trackers/<name>.json`, the id of its run and
+the last step it logged: a resumed fit logs to the same run and skips the
+steps and metrics that run already holds (a tracker cannot take back what it
+stored, so those steps keep the values first logged; a deterministic run
+trains them again to the same values). A tracker that fails after its
+`begin` is dropped with a warning: the training goes on, its records stay in
+the work directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import secrets
+import string
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+
+import numpy as np
+
+from ctl.base import constants
+from ctl.loop import manifest as manifest_lib
+from ctl.loop.checkpoints import write_text_atomically
+
+if TYPE_CHECKING:
+  import tensorflow as tf
+
+  from ctl.loop.history import HistoryFile
+
+_log = logging.getLogger("ctl")
+
+
+@dataclasses.dataclass
+class Run:
+  """What a logger is told as a fit starts.
+
+  Attributes:
+    workdir: the work directory (None: nothing is written there).
+    start_step: the step the fit starts from (above 0: it resumes).
+    total_steps: the step it trains up to.
+    manifest: the fit's record (`ctl.manifest.describe`).
+  """
+  workdir: str | None
+  start_step: int
+  total_steps: int
+  manifest: dict[str, Any]
+
+  @property
+  def params(self) -> dict[str, str]:
+    """The manifest as flat name -> text pairs: the seed, the strategy, the
+    versions, each gin binding (`gin.<binding>`), ..."""
+    return manifest_lib.params(self.manifest)
+
+  @property
+  def name(self) -> str:
+    """The run's name in a tracker: its work directory's last two parts."""
+    if not self.workdir:
+      return "ctl"
+    parts = os.path.normpath(os.path.abspath(self.workdir)).split(os.sep)
+    return "/".join(parts[-2:])
+
+
+class Logger:
+  """What `fit(loggers=[...])` sends a run's records to. Subclass it and
+  define the methods you need; the others do nothing.
+
+  Each is called on the chief only, in this order: `begin` once per fit,
+  then `log_steps`, `log_metrics` and `log_image` as training goes, `flush`
+  when the process may end (a signal) and `end` once however the fit ends.
+  """
+
+  def begin(self, run: Run) -> None:
+    """Called as a fit starts, after its checkpoint is restored; an error here
+    stops the fit before its first step."""
+
+  def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
+    """Every step's results: `results[key][i]` is step `first_step + i`'s value
+    (the step as `ctx.step` was while it ran)."""
+
+  def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+    """The metrics actions reported at `step` (the global step reached)."""
+
+  def log_image(self, step: int, name: str, image: np.ndarray) -> None:
+    """An image `[height, width, channels]` of uint8 (a sample grid) at `step`."""
+
+  def flush(self) -> None:
+    """Writes out what is buffered."""
+
+  def reopen(self) -> None:
+    """The work directory was deleted and made again: files in it are new."""
+
+  def end(self, status: str) -> None:
+    """Called once as the fit ends: `status` is "finished", "stopped" (a
+    signal) or "failed"."""
+
+
+class TensorBoard(Logger):
+  """TensorBoard event files in `<workdir>/events/<name>`; see the module docstring."""
+
+  def __init__(self, workdir: str):
+    self.workdir = workdir
+    self._writers: dict[str, tf.summary.SummaryWriter] = {}
+
+  def writer(self, name: str) -> tf.summary.SummaryWriter:
+    """The summary writer of `<workdir>/events/<name>`, made on first use."""
+    if name not in self._writers:
+      import tensorflow as tf  # pylint: disable=import-outside-toplevel
+      self._writers[name] = tf.summary.create_file_writer(
+          os.path.join(self.workdir, "events", name))
+    return self._writers[name]
+
+  def begin(self, run: Run) -> None:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    with self.writer("train").as_default(step=run.start_step):
+      tf.summary.text("manifest", manifest_lib.text(run.manifest))
+
+  def log_image(self, step: int, name: str, image: np.ndarray) -> None:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    with self.writer("train").as_default(step=step):
+      tf.summary.image(name, image[None])
+
+  def flush(self) -> None:
+    for writer in list(self._writers.values()):
+      writer.flush()
+
+  def reopen(self) -> None:
+    self.close()  # they would go on writing into deleted files
+
+  def end(self, status: str) -> None:
+    self.close()
+
+  def close(self) -> None:
+    """Closes the writers; `writer` makes new ones."""
+    for writer in self._writers.values():
+      writer.close()
+    self._writers = {}
+
+
+class JsonLines(Logger):
+  """`<workdir>/history.jsonl` (every step) and `<workdir>/metrics.jsonl`
+  (the metrics reported, a line per step that had any), opened by `fit`,
+  which drops their lines after the step a resume starts from."""
+
+  def __init__(self, history_file: HistoryFile | None, metrics_file: HistoryFile | None):
+    self.files = [f for f in (history_file, metrics_file) if f is not None]
+    self._history, self._metrics = history_file, metrics_file
+
+  def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
+    if self._history is not None:
+      self._history.write(first_step, results)
+
+  def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+    if self._metrics is not None:
+      self._metrics.write(step, {k: [v] for k, v in metrics.items()})
+
+  def reopen(self) -> None:
+    for file in self.files:
+      file.reopen()
+
+  def end(self, status: str) -> None:
+    for file in self.files:
+      file.close()
+
+
+class Tracker(Logger):
+  """A logger that keeps its records in an experiment tracker, one tracker
+  run per work directory, resumed with it (see the module docstring).
+
+  Subclasses define `start(run, run_id)`, `send_steps(rows)`,
+  `send_metrics(step, metrics)`, `send_image(step, name, image)` and
+  `finish(status)`, and may refine `logged_through`.
+  """
+  name = "tracker"
+
+  def __init__(self) -> None:
+    self._state_path: str | None = None
+    self._state: dict[str, Any] = {}
+
+  def begin(self, run: Run) -> None:
+    self._state_path = (os.path.join(run.workdir, "trackers", f"{self.name}.json")
+                        if run.workdir else None)
+    previous = self._read_state() if run.start_step > 0 else {}
+    self._state = dict(previous)  # what `logged_through` may read
+    run_id = self.start(run, previous.get("run_id"))
+    resumed = run_id == previous.get("run_id")
+    if not resumed:
+      self._state = {}
+    self._state["run_id"] = run_id
+    for kind in ("steps", "metrics"):
+      self._state[kind] = max(self._state.get(kind, -1), self.logged_through(kind))
+    self._state.setdefault("images", {})
+    self._write_state()
+    _log.info("%s: %s run %s%s", self.name, "resumed" if resumed else "started", run_id,
+              f", logged through step {self._state['steps']}" if resumed else "")
+
+  def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
+    columns = {k: np.asarray(v, np.float64).reshape(-1) for k, v in results.items()}
+    count = max((len(v) for v in columns.values()), default=0)
+    rows = [(first_step + i, {k: float(v[i]) for k, v in columns.items() if i < len(v)})
+            for i in range(count) if first_step + i > self._state["steps"]]
+    if rows:
+      self.send_steps(rows)
+      self._mark("steps", rows[-1][0])
+
+  def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+    if step > self._state["metrics"] and metrics:
+      self.send_metrics(step, {k: float(v) for k, v in metrics.items()})
+      self._mark("metrics", step)
+
+  def log_image(self, step: int, name: str, image: np.ndarray) -> None:
+    images = self._state["images"]  # the last step of each image's name
+    if step > images.get(name, -1):
+      self.send_image(step, name, image)
+      images[name] = step
+      self._write_state()
+
+  def end(self, status: str) -> None:
+    self.finish(status)
+
+  def logged_through(self, kind: str) -> int:
+    """The last step of `kind` ("steps" or "metrics") the tracker's run holds,
+    if it can tell (-1: it cannot, or none)."""
+    del kind
+    return -1
+
+  def start(self, run: Run, run_id: str | None) -> str:
+    """Starts the tracker's run, or resumes `run_id`; returns the run's id."""
+    raise NotImplementedError
+
+  def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+    raise NotImplementedError
+
+  def send_metrics(self, step: int, metrics: dict[str, float]) -> None:
+    raise NotImplementedError
+
+  def send_image(self, step: int, name: str, image: np.ndarray) -> None:
+    raise NotImplementedError
+
+  def finish(self, status: str) -> None:
+    raise NotImplementedError
+
+  def _mark(self, kind, step):
+    self._state[kind] = step
+    self._write_state()
+
+  def _read_state(self):
+    if self._state_path is None:
+      return {}
+    try:
+      with open(self._state_path, encoding="utf-8") as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return {}
+
+  def _write_state(self):
+    if self._state_path is not None:
+      write_text_atomically(self._state_path, json.dumps(self._state) + "\n")
+
+
+# MLflow refuses a parameter value longer than this (MLflow 2.11 and later).
+_MLFLOW_PARAM_LENGTH = 6000
+# And more than this many metrics in one log_batch call.
+_MLFLOW_BATCH = 1000
+
+
+class MLflow(Tracker):
+  """Logs to MLflow: parameters (the manifest, the gin bindings), every step's
+  results and the reported metrics as metrics, sample grids as images, and
+  each fit's manifest as an artifact `manifest/<start step>.json`.
+
+  Args:
+    tracking_uri: the tracking store, e.g. "sqlite:///runs/mlflow.db" (a local
+      file: works offline; `mlflow ui --backend-store-uri` shows it) or an
+      MLflow server's address; None: MLflow's own default (the environment
+      variable MLFLOW_TRACKING_URI, else its default store).
+    experiment: the MLflow experiment's name (made if missing); None: the
+      environment variable MLFLOW_EXPERIMENT_NAME, else "ctl".
+    run_name: the run's name; None: the work directory's last two parts.
+  """
+  name = "mlflow"
+
+  def __init__(self, tracking_uri: str | None = None, *, experiment: str | None = None,
+               run_name: str | None = None):
+    super().__init__()
+    _require("mlflow", "mlflow")
+    self.tracking_uri = tracking_uri
+    self.experiment = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "ctl"
+    self.run_name = run_name
+    self._client = self._run_id = None
+
+  def start(self, run: Run, run_id: str | None) -> str:
+    import mlflow  # pylint: disable=import-outside-toplevel
+    from mlflow.entities import Param  # pylint: disable=import-outside-toplevel
+    from mlflow.exceptions import MlflowException  # pylint: disable=import-outside-toplevel
+    uri = self.tracking_uri or mlflow.get_tracking_uri()
+    self._client = mlflow.MlflowClient(uri)
+    known = {}
+    if run_id is not None:
+      try:
+        known = self._client.get_run(run_id).data.params
+        self._client.update_run(run_id, status="RUNNING")
+      except MlflowException:
+        _log.warning("mlflow: run %s of %s is not in %s; starting a new run", run_id,
+                     run.workdir, uri)
+        run_id = None
+    if run_id is None:
+      found = self._client.get_experiment_by_name(self.experiment)
+      experiment_id = (found.experiment_id if found is not None
+                       else self._client.create_experiment(
+                           self.experiment, artifact_location=_artifacts_beside(uri)))
+      run_id = self._client.create_run(
+          experiment_id, run_name=self.run_name or run.name,
+          tags={"ctl.workdir": os.path.abspath(run.workdir) if run.workdir else ""},
+      ).info.run_id
+    self._run_id = run_id
+    params, changed = [], []
+    for key, value in run.params.items():
+      value = value[:_MLFLOW_PARAM_LENGTH]
+      if key not in known:
+        params.append(Param(key, value))
+      elif known[key] != value:
+        changed.append(key)
+    if changed:  # MLflow's parameters cannot change; the manifest artifact has both
+      _log.warning("mlflow: this fit changes parameters the run already holds (%s); they "
+                   "keep their first values, the manifest artifact of each fit has its "
+                   "own", ", ".join(sorted(changed)))
+    for i in range(0, len(params), 100):  # MLflow takes at most 100 per call
+      self._client.log_batch(run_id, params=params[i:i + 100])
+    self._client.log_text(run_id, json.dumps(run.manifest, indent=2, default=str),
+                          f"manifest/{run.start_step:08d}.json")
+    return run_id
+
+  def logged_through(self, kind: str) -> int:
+    keys = self._state.get(f"{kind}_keys", [])
+    return max((m.step for key in keys
+                for m in self._client.get_metric_history(self._run_id, key)), default=-1)
+
+  def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+    self._send([(step, values) for step, values in rows], "steps_keys")
+
+  def send_metrics(self, step: int, metrics: dict[str, float]) -> None:
+    self._send([(step, metrics)], "metrics_keys")
+
+  def _send(self, rows, keys_name):
+    from mlflow.entities import Metric  # pylint: disable=import-outside-toplevel
+    now = int(time.time() * 1000)
+    metrics = [Metric(_mlflow_key(key), value, now, step)
+               for step, values in rows for key, value in values.items()]
+    keys = sorted({m.key for m in metrics} | set(self._state.get(keys_name, [])))
+    if keys != self._state.get(keys_name):  # before sending: a resume asks for them
+      self._state[keys_name] = keys
+      self._write_state()
+    for i in range(0, len(metrics), _MLFLOW_BATCH):
+      self._client.log_batch(self._run_id, metrics=metrics[i:i + _MLFLOW_BATCH])
+
+  def send_image(self, step: int, name: str, image: np.ndarray) -> None:
+    self._client.log_image(self._run_id, image, key=name, step=step)
+
+  def finish(self, status: str) -> None:
+    if self._client is not None and self._run_id is not None:
+      self._client.set_terminated(self._run_id, status={
+          "finished": "FINISHED", "stopped": "KILLED"}.get(status, "FAILED"))
+
+
+def _artifacts_beside(uri):
+  """For a SQLite store, `mlartifacts/` beside its file (MLflow's default is
+  `./mlruns` in whatever directory the run starts in); else MLflow's default."""
+  prefix = "sqlite:///"
+  if not uri.startswith(prefix):
+    return None
+  folder = os.path.dirname(os.path.abspath(uri[len(prefix):]))
+  return "file://" + os.path.join(folder, "mlartifacts")
+
+
+def _mlflow_key(key):
+  """MLflow's metric names allow letters, digits and `_-. /` only."""
+  return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in key)
+
+
+class WandB(Tracker):
+  """Logs to Weights & Biases: the manifest and gin bindings as the run's
+  config, every step's results and the reported metrics by step, sample grids
+  as images.
+
+  Args:
+    project: the W&B project; None: the environment variable WANDB_PROJECT,
+      else "ctl".
+    mode: "offline" (the default: files only, in `<dir>/wandb/`, uploaded
+      later with `wandb sync`), "online" (needs `wandb login`), or "disabled".
+    dir: where W&B writes its files; None: the work directory.
+    entity, name, tags: as `wandb.init`'s (name: the work directory's last two
+      parts by default).
+  """
+  name = "wandb"
+
+  def __init__(self, project: str | None = None, *, mode: str = "offline",
+               dir: str | None = None, entity: str | None = None,  # noqa: A002 (wandb's)
+               name: str | None = None, tags: list[str] | None = None):
+    super().__init__()
+    _require("wandb", "wandb")
+    if mode not in ("offline", "online", "disabled"):
+      raise ValueError(f"ctl.WandB(mode={mode!r}): pass 'offline' (the default), 'online' "
+                       "or 'disabled'.")
+    self.project = project or os.environ.get("WANDB_PROJECT") or "ctl"
+    self.mode, self.dir, self.entity = mode, dir, entity
+    self.run_name, self.tags = name, tags
+    self._run = None
+
+  def start(self, run: Run, run_id: str | None) -> str:
+    import wandb  # pylint: disable=import-outside-toplevel
+    directory = self.dir or run.workdir or "."
+    os.makedirs(directory, exist_ok=True)
+    self._run = wandb.init(
+        project=self.project, entity=self.entity, mode=self.mode, dir=directory,
+        id=run_id or _new_id(), resume="allow",
+        name=self.run_name or run.name, tags=self.tags, reinit="create_new",
+        settings=wandb.Settings(silent=True, console="off"))
+    self._run.config.update(run.params, allow_val_change=True)
+    return self._run.id
+
+  def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+    for step, values in rows:
+      self._run.log({k: v for k, v in values.items() if math.isfinite(v)} or values,
+                    step=step)
+
+  def send_metrics(self, step: int, metrics: dict[str, float]) -> None:
+    self._run.log(metrics, step=step)
+
+  def send_image(self, step: int, name: str, image: np.ndarray) -> None:
+    import wandb  # pylint: disable=import-outside-toplevel
+    self._run.log({name: wandb.Image(image[..., 0] if image.shape[-1] == 1 else image)},
+                  step=step)
+
+  def finish(self, status: str) -> None:
+    if self._run is not None:
+      self._run.finish(exit_code=0 if status == "finished" else 1)
+      self._run = None
+
+
+def _new_id():
+  """A new W&B run id: 8 lowercase letters and digits, as W&B makes them."""
+  alphabet = string.ascii_lowercase + string.digits
+  return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+# `ctl train --logger NAME`: the trackers by name (each reads its own
+# environment variables: MLFLOW_TRACKING_URI, WANDB_PROJECT, WANDB_MODE, ...).
+NAMES = dict(zip(constants.LOGGER_NAMES, (MLflow, WandB)))
+
+
+def by_name(name: str) -> Logger:
+  """The tracker `name` (`NAMES`) with its defaults; raises ValueError naming
+  the choices, ImportError naming the extra to install."""
+  if name not in NAMES:
+    raise ValueError(f"--logger {name!r}: choose from {', '.join(sorted(NAMES))} "
+                     "(TensorBoard and history.jsonl are always written).")
+  if name == "wandb":
+    return WandB(mode=os.environ.get("WANDB_MODE", "offline"))
+  return NAMES[name]()
+
+
+def _require(module, extra):
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  if importlib.util.find_spec(module) is None:
+    raise ImportError(f"ctl.{'MLflow' if module == 'mlflow' else 'WandB'} needs the "
+                      f"{module} package: pip install 'ctl-loops[{extra}]'.")
