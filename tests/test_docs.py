@@ -61,7 +61,8 @@ def _copy_of_the_docs(tmp_path):
   for name in SOURCES:
     path = os.path.join(ROOT, name)
     if os.path.isdir(path):
-      shutil.copytree(path, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+      shutil.copytree(path, tmp_path / name,  # sources and text: no data
+                      ignore=shutil.ignore_patterns("__pycache__", "*.npz", "*.h5"))
     else:
       shutil.copy(path, tmp_path / name)
   return tmp_path
