@@ -1,4 +1,4 @@
-"""Does Keras 3's `fit` train multi-worker under Ray Train? README's claim, re-checked.
+"""Does Keras 3's `fit` train multi-worker under Ray Train? docs/strategies.md's claim, re-checked.
 
     python bench/ray_keras_fit.py     # needs pip install 'ctl-loops[ray]'; a few minutes
 

@@ -68,6 +68,7 @@ def markdown(records):
     out.append(f"Kernel ceiling ({kernel['kernel']}, forward and backward, float32): "
                f"{kernel['ceiling_gflop_per_s']:.1f} GFLOP/s" + ("." if speed is None else
                f"; its forward in bfloat16 runs at {speed:.2f}x float32's speed."))
+    out.append("")  # a Markdown list needs a blank line before it
   for r in rows:
     if "input_wait_share" in r:
       out.append(f"- {r['workload']} ({r['strategy']}): input wait "

@@ -81,7 +81,7 @@ def main(argv=None):
   p.add_argument("--steps", type=int, default=2800, help="train up to this step")
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
   p.add_argument("--strategy", default="default", choices=ctl.STRATEGY_NAMES,
-                 help="tf.distribute strategy (README: Strategies)")
+                 help="tf.distribute strategy (docs/strategies.md)")
   p.add_argument("--logical-cpus", type=int, help="split the CPU for mirrored")
   p.add_argument("--steps-per-loop", type=int, default=100,
                  help="steps in one compiled call")

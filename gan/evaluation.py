@@ -543,7 +543,7 @@ def reference_outputs(split: str = "test", num_samples: int | None = None, *,
 
   Returns:
     {"features": float64 [N, 64], "logits": float64 [N, 10], "labels": [N],
-     "moments": their features' `Moments`, "num_samples": N, "split": split}.
+      "moments": their features' `Moments`, "num_samples": N, "split": split}.
   """
   from gan import data as data_lib
   images, labels = data_lib.load_mnist(split)

@@ -337,14 +337,16 @@ class EncoderQuality(ctl.Action):
 
   Reports, on every replica's share of the 5,000 training and 5,000 held-out
   digits (`ctl.Runner.over_samples`):
-    - encoder_1nn_accuracy: the held-out digits classified by their nearest
-      training digit in the encoder's codes (Donahue et al. 2017's measure of
-      the features), beside pixels_1nn_accuracy (the same in raw pixels: 0.933)
-      and random_encoder_1nn_accuracy (a copy of the encoder with fresh
-      random weights, seeded): features worth learning beat both;
-    - reconstruction_ratio: the mean distance ||x - G(E(x))|| of held-out
-      digits over the mean distance of random pairs of them (1: no better
-      than another digit; 0: exact).
+
+  - encoder_1nn_accuracy: the held-out digits classified by their nearest
+    training digit in the encoder's codes (Donahue et al. 2017's measure of
+    the features), beside pixels_1nn_accuracy (the same in raw pixels: 0.933)
+    and random_encoder_1nn_accuracy (a copy of the encoder with fresh
+    random weights, seeded): features worth learning beat both;
+  - reconstruction_ratio: the mean distance ||x - G(E(x))|| of held-out
+    digits over the mean distance of random pairs of them (1: no better
+    than another digit; 0: exact).
+
   Written to `events/eval` and reported to `context.metrics`.
   """
 

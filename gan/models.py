@@ -72,7 +72,7 @@ class LeakyReLU(layers.Layer):
   a slope >= 0 the output has the input's sign, so the gradient (one
   LeakyReluGrad op, as before) can read the output, as ReLU's does; the BiasAdd
   then has one consumer and the remapper succeeds. Same values and gradients
-  (second derivatives too); measured on the DCGAN step: no slower (README,
+  (second derivatives too); measured on the DCGAN step: no slower (docs/strategies.md,
   "Quiet by default").
   """
 

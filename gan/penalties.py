@@ -47,7 +47,7 @@ def _squared_input_gradient_norm(discriminator, images):
 def wasserstein_gradient_penalty(ctx: ctl.StepContext, discriminator: Discriminator,
                                  real: tf.Tensor, fake: tf.Tensor, *,
                                  weight: float = 10.0) -> tf.Tensor:
-  """weight * (|grad D(x_hat)| - 1)^2 at x_hat = e*real + (1-e)*fake, e ~ U[0, 1] per example.
+  """`weight * (|grad D(x_hat)| - 1)^2` at `x_hat = e*real + (1-e)*fake`, e ~ U[0, 1] per example.
 
   Gulrajani et al., "Improved Training of Wasserstein GANs", 2017
   (arXiv:1704.00028), Algorithm 1, with their lambda = 10. `e` comes from

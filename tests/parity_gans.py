@@ -15,7 +15,7 @@ under every seed. $PARITY_GAN picks the step:
                       the generator, a projection in the discriminator)
   bigan_lion          BiGAN: generator, encoder and a joint discriminator, with Lion
 
-Each step's optimizers hold a different mix of the options README's table lists
+Each step's optimizers hold a different mix of the options docs/step.md's table lists
 (`OPTIMIZERS`), six or more per step: each option (clipnorm, global_clipnorm,
 clipvalue, weight_decay, use_ema, a LossScaleOptimizer, ExponentialDecay and
 CosineDecay schedules) in at least two steps, each optimizer (Adam, AdamW,

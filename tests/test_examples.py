@@ -1,5 +1,7 @@
-"""The main job and README's example run, for a few steps, in fresh processes."""
+"""The main job and the guides' examples (README's too) run, for a few steps, in fresh
+processes."""
 
+import glob
 import json
 import os
 import re
@@ -68,10 +70,31 @@ def test_ctrl_c_saves_and_exits_with_130_without_a_traceback(tmp_path):
   assert "Traceback" not in stderr, stderr[-3000:]
 
 
-def test_readme_example_runs(tmp_path):
-  with open(os.path.join(helpers.ROOT, "README.md")) as f:
-    blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-  # The quick look, the outer loop, showing ctl's log lines, an action of one's
+# The guides whose ```python blocks run, in the order they run: the step contract's
+# quick look (README's example too), then the outer loop's, which goes on from it.
+GUIDES = ("docs/step.md", "docs/outer-loop.md")
+
+
+def _python_blocks(path):
+  with open(os.path.join(helpers.ROOT, path)) as f:
+    return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+
+
+def test_guides_python_blocks_all_run_here():
+  with_blocks = sorted(os.path.relpath(path, helpers.ROOT)
+                       for path in glob.glob(os.path.join(helpers.ROOT, "docs", "**", "*.md"),
+                                             recursive=True)
+                       if _python_blocks(os.path.relpath(path, helpers.ROOT)))
+  assert with_blocks == sorted(GUIDES), (
+      f"{with_blocks}: each guide with a ```python block must run in "
+      "test_guide_examples_run; add it to GUIDES, in the order its code runs")
+  # README's example is the step contract's, word for word.
+  assert _python_blocks("README.md") == _python_blocks("docs/step.md")[:1]
+
+
+def test_guide_examples_run(tmp_path):
+  blocks = [block for guide in GUIDES for block in _python_blocks(guide)]
+  # The quick look; the outer loop, showing ctl's log lines, an action of one's
   # own, every step's numbers.
   assert len(blocks) == 5
   code = "\n".join(textwrap.dedent(block) for block in blocks)
@@ -84,6 +107,6 @@ def test_readme_example_runs(tmp_path):
            "\nassert list(runner.history.steps) == list(range(12)), runner.history"
            "\nassert len(pandas.read_json(" + repr(str(tmp_path / "history.jsonl"))
            + ", lines=True)) == 12\nprint('ok')\n")
-  script = tmp_path / "readme_example.py"
+  script = tmp_path / "guide_examples.py"
   script.write_text(code)
   assert helpers.python([str(script)]).stdout.strip().endswith("ok")

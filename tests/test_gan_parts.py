@@ -234,11 +234,11 @@ ctl.Runner(step, build, data.repeat().batch(16, drop_remainder=True), strategy=s
 @pytest.mark.slow
 def test_an_embedding_under_a_lazy_penalty_fails_under_mirrored_and_the_error_names_the_fix(
     tmp_path):
-  """What gan.dcgan_discriminator's Dense projection avoids (README, optimizer
-  options): TF sums an Embedding's sparse gradient over replicas with all-gathers,
+  """What gan.dcgan_discriminator's Dense projection avoids (docs/step.md,
+  Optimizer options): TF sums an Embedding's sparse gradient over replicas with all-gathers,
   which a lazy penalty's tf.cond before them makes mismatch (TF 2.21). In a process
   of its own: the failed collective leaves every later one in that process aborted.
-  If TF fixes it, this fails: drop the note (ctl/parts/steps.py) and README's row."""
+  If TF fixes it, this fails: drop the note (ctl/parts/steps.py) and docs/step.md's row."""
   script = tmp_path / "embedding_under_a_lazy_penalty.py"
   script.write_text(_EMBEDDING_UNDER_A_LAZY_PENALTY)
   proc = helpers.python([str(script)], check=False)
@@ -441,7 +441,7 @@ def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_d
 
 
 def test_bindings_reach_the_experiments_default_models_and_not_its_default_optimizers():
-  """README (gan): the default generator and discriminator are called through gin,
+  """docs/gan.md: the default generator and discriminator are called through gin,
   so their bindings apply as through `@gan.dcgan_generator`; the default
   optimizers pass their rate themselves, so a rate bound on `keras.optimizers.Adam`
   changes nothing and ctl lists it, until the optimizers are bound by reference."""

@@ -3,10 +3,10 @@
 Five ordinary GAN steps (tests/parity_gans.py: WGAN-GP with an encoder, with and
 without a synchronized batch norm and micro-batches, a hinge SN-GAN, a
 conditional GAN, a BiGAN with Lion), each with its own mix of the optimizer
-options README lists (every option in at least two of them), on seeds 0-4,
+options docs/step.md lists (every option in at least two of them), on seeds 0-4,
 `STEPS` steps, against `mirrored:2`: every one is called rounding, decided in
 float64. (`python bench/parity_suite.py` runs the same matrix at 10 steps, the
-figures README quotes; 5 here keep CI's time. Fewer steps amplify rounding
+figures docs/parity.md quotes; 5 here keep CI's time. Fewer steps amplify rounding
 less, so the bench's 10 are the stricter test of false alarms.)
 (tests/test_parity_planted.py: the other way, every planted bug is found.)
 

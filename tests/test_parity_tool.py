@@ -1,4 +1,4 @@
-"""`ctl parity` as a user runs it: the README's example, a .gin experiment, a step
+"""`ctl parity` as a user runs it: docs/parity.md's example, a .gin experiment, a step
 that float64 cannot replay, and the mistakes refused before anything runs.
 
 (tests/test_parity_suite.py checks its verdicts on ordinary GANs and planted
@@ -33,8 +33,8 @@ def verdicts(stdout):
 
 
 def test_the_command_on_the_wgan_gp_example():
-  """The README's example: a WGAN-GP with an encoder, 5 critic updates per step,
-  Adam, against compiled, mirrored and multi_worker (5 steps, README's 10 in
+  """docs/parity.md's example: a WGAN-GP with an encoder, 5 critic updates per step,
+  Adam, against compiled, mirrored and multi_worker (5 steps, the guide's 10 in
   half the time)."""
   proc = helpers.ctl("parity", os.path.join(helpers.ROOT, "examples", "parity_wgan_gp.py"),
                      "--against", "compiled,mirrored:2,multi_worker:2",

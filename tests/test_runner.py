@@ -392,7 +392,7 @@ def test_seed_fixes_the_initial_weights():
 
 
 def test_the_seed_fixes_the_draws_and_two_calls_differ(mirrored):
-  """README's Seeds paragraph: the numbers each example draws, by run."""
+  """docs/step.md's Seeds section: the numbers each example draws, by run."""
   def step(ctx, x):
     first, second = ctx.normal([1])[:, 0], ctx.normal([1])[:, 0]
     # Example i's draw, placed in row i of the global batch (a share, summed).

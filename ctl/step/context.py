@@ -239,13 +239,14 @@ class StepContext:
     """Applies one update of `optimizer` that lowers `loss`.
 
     Two forms, as Keras 2's `Optimizer.minimize` had:
-      * `loss` a tensor computed under `tape` (one forward pass can feed several
-        updates: pass the same persistent tape);
-      * `loss` a function returning the loss: of no arguments, or of the batch
-        when `batch=` is given. This form also compiles with `jit_compile=True`
-        under `mirrored` and `multi_worker`, where XLA cannot hold the
-        cross-replica gradient sum: the runner then compiles the loss and its
-        gradient and applies them outside XLA.
+
+    * `loss` a tensor computed under `tape` (one forward pass can feed several
+      updates: pass the same persistent tape);
+    * `loss` a function returning the loss: of no arguments, or of the batch
+      when `batch=` is given. This form also compiles with `jit_compile=True`
+      under `mirrored` and `multi_worker`, where XLA cannot hold the
+      cross-replica gradient sum: the runner then compiles the loss and its
+      gradient and applies them outside XLA.
 
     Gradient accumulation: with `batch=` and `micro_batches=k`, the loss
     function runs on `k` slices of this replica's batch in turn, one forward
