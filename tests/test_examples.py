@@ -71,8 +71,9 @@ def test_ctrl_c_saves_and_exits_with_130_without_a_traceback(tmp_path):
 
 
 # The guides whose ```python blocks run, in the order they run: the step contract's
-# quick look (README's example too), then the outer loop's, which goes on from it.
-GUIDES = ("docs/step.md", "docs/outer-loop.md")
+# quick look (README's example too), then the outer loop's, which goes on from it,
+# then the research workflow's (a dry run, trackers).
+GUIDES = ("docs/step.md", "docs/outer-loop.md", "docs/workflow.md")
 
 
 def _python_blocks(path):
@@ -95,8 +96,8 @@ def test_guides_python_blocks_all_run_here():
 def test_guide_examples_run(tmp_path):
   blocks = [block for guide in GUIDES for block in _python_blocks(guide)]
   # The quick look; the outer loop, showing ctl's log lines, an action of one's
-  # own, every step's numbers.
-  assert len(blocks) == 5
+  # own, every step's numbers; a dry run and trackers.
+  assert len(blocks) == 6
   code = "\n".join(textwrap.dedent(block) for block in blocks)
   code = code.replace("runner.train(1000)", "runner.train(4)")
   code = code.replace("runner.fit(2000,", "runner.fit(8,").replace("runner.fit(2500,",
@@ -106,7 +107,11 @@ def test_guide_examples_run(tmp_path):
            "\nassert 0 < metrics['real_score'] < 1, metrics"
            "\nassert list(runner.history.steps) == list(range(12)), runner.history"
            "\nassert len(pandas.read_json(" + repr(str(tmp_path / "history.jsonl"))
-           + ", lines=True)) == 12\nprint('ok')\n")
+           + ", lines=True)) == 12"
+           "\nimport mlflow\nclient = mlflow.MlflowClient(store)"
+           "\nruns = client.search_runs([client.get_experiment_by_name('ctl').experiment_id])"
+           "\nassert [run.info.status for run in runs] == ['FINISHED'], runs"
+           "\nprint('ok')\n")
   script = tmp_path / "guide_examples.py"
   script.write_text(code)
   assert helpers.python([str(script)]).stdout.strip().endswith("ok")

@@ -184,9 +184,10 @@ def _determinism(tf):
 
 def _git():
   """The commit of the code that runs, where it is in a git work tree: the
-  directory of the script that was run (else the current one), and ctl's own
-  source when that is a checkout elsewhere. A tree with changes is `dirty`."""
-  script = sys.argv[0] if sys.argv and os.path.isfile(sys.argv[0]) else ""
+  directory of the Python script that was run (else the current one: a
+  command such as `ctl train` runs the configs found from there), and ctl's
+  own source when that is a checkout elsewhere. A tree with changes is `dirty`."""
+  script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else ""
   found = {}
   for name, directory in (("code", os.path.dirname(os.path.abspath(script)) if script
                            else os.getcwd()),
