@@ -100,14 +100,20 @@ class Runner:
     batches_per_step: batches each step takes (e.g. one per critic update).
 
   Attributes:
-    models, optimizers: name -> `keras.Model` / optimizer, as `build` returned them.
+    models: name -> `keras.Model`, as `build` returned them.
+    optimizers: name -> optimizer, as `build` returned them.
     global_step: int64 variable, the steps trained.
     history: every step's results so far (`ctl.History`); `train` and `fit` append.
-    strategy, seed, eager, steps_per_loop: as given (a strategy name made into one).
-    placement, state, feed, compiled_step: the parts the runner made, which the
-      loop and the tools take: the `ctl.strategies.Placement`, the
-      `ctl.state.State`, the training data's `ctl.data.Feed`, and the compiled
-      step (`ctl.steps.TrainStep`: `run(n)`, `replica_step`, `trace_count`).
+    strategy: as given (a strategy name made into one).
+    seed: as given.
+    eager: as given.
+    steps_per_loop: as given.
+    placement: where the step runs (`ctl.strategies.Placement`).
+    state: the models, optimizers and step counter (`ctl.state.State`).
+    feed: the training data's `ctl.data.Feed`.
+    compiled_step: the compiled step (`ctl.steps.TrainStep`: `run(n)`,
+      `replica_step`, `trace_count`). These four are the parts the runner made,
+      which the loop and the tools take.
   """
 
   def __init__(self, step_fn: StepFn, build: BuildFn, data: data_lib.Data, *,
