@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import glob
+import json
 import math
 import os
 import re
@@ -180,13 +181,13 @@ def run_result(run: sweep.Run, best_modes: Mapping[str, str] | None = None,
     if not points:
       continue
     final[metric] = points[-1][1]
-    step = max(step, points[-1][0])
+    step = max(step, int(points[-1][0]))
     mode = best_mode(metric, best_modes)
     if mode is not None:
       best[metric] = (min if mode == "min" else max)(value for _, value in points)
   steps = _rows(os.path.join(run.workdir, history_lib.FILE_NAME))
   if steps:
-    step = max(step, steps[-1]["step"] + 1)  # `ctx.step` as the last step ran, from 0
+    step = max(step, int(steps[-1]["step"]) + 1)  # `ctx.step` as the last step ran, from 0
   for key in dict.fromkeys(k for row in steps for k in row if k != "step"):
     values = [row[key] for row in steps[-last_steps:] if key in row and math.isfinite(row[key])]
     if values:
@@ -195,11 +196,21 @@ def run_result(run: sweep.Run, best_modes: Mapping[str, str] | None = None,
 
 
 def _rows(path):
-  """The rows of a metrics.jsonl or history.jsonl (none if there is no file)."""
+  """The rows of a metrics.jsonl or history.jsonl, each value a float64 as written
+  (`ctl.read_history` keeps float32); a line cut short by a crash is left out,
+  as `ctl.read_history` leaves it out; none if there is no file."""
+  rows = []
   try:
-    return list(history_lib.read_history(path).rows())
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        try:
+          row = json.loads(line)
+          rows.append({k: math.nan if v is None else float(v) for k, v in row.items()})
+        except (ValueError, TypeError, AttributeError):
+          continue
   except FileNotFoundError:
-    return []
+    pass
+  return [row for row in rows if "step" in row]
 
 
 def summarize(runs: Sequence[sweep.Run], best_modes: Mapping[str, str] | None = None,
