@@ -137,14 +137,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
   if args.slurm_array:
     return _write_slurm_array(args, runs, directory)
-  if args.table_only:
-    return _write_table(args, axes, runs, directory, modes)
-  code = _train_all(args, runs if args.only_index is None else [runs[args.only_index]])
-  if args.only_index is not None or code in (constants.INTERRUPTED_EXIT_CODE,
-                                             constants.PREEMPTED_EXIT_CODE):
-    return code
-  table_code = _write_table(args, axes, runs, directory, modes)
-  return code or table_code
+  try:
+    if args.table_only:
+      return _write_table(args, axes, runs, directory, modes)
+    code = _train_all(args, runs if args.only_index is None else [runs[args.only_index]])
+    if args.only_index is not None or code in (constants.INTERRUPTED_EXIT_CODE,
+                                               constants.PREEMPTED_EXIT_CODE):
+      return code
+    return _write_table(args, axes, runs, directory, modes) or code
+  except KeyboardInterrupt:  # while no run was in progress (e.g. writing the table)
+    _say("interrupted; rerun the same command to finish (finished runs are skipped).")
+    return constants.INTERRUPTED_EXIT_CODE
 
 
 def _check_arguments(args):
@@ -287,6 +290,7 @@ class _Forwarder:
     self.child = None
     self.received = None
     self._previous = {}
+    self._forwarded = False  # to the child in progress
 
   def __enter__(self):
     for signum in self.SIGNALS:
@@ -301,10 +305,23 @@ class _Forwarder:
     for signum, previous in self._previous.items():
       signal.signal(signum, previous)
 
+  def run(self, command: list[str], log: Any) -> int:
+    """Runs `command` in a session of its own, output to the file `log`; its exit code."""
+    self._forwarded = False
+    self.child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    if self.received and not self._forwarded:  # came while it started: it saves at once
+      self.child.send_signal(self.received)
+    try:
+      return self.child.wait()
+    finally:
+      self.child = None
+
   def _on_signal(self, signum, frame):
     del frame
     self.received = self.received or signum
     if self.child is not None and self.child.poll() is None:
+      self._forwarded = True
       self.child.send_signal(signum)
 
 
@@ -328,12 +345,12 @@ def _train_all(args, runs):
         _say(f"{label}: finished in {seconds:.0f} s")
       else:
         failed.append((one, code))
-        _say(f"{label}: failed (exit code {code}) after {seconds:.0f} s; the end of "
+        _say(f"{label}: failed ({_exit(code)}) after {seconds:.0f} s; the end of "
              f"{one.log}:\n{_tail(one.log)}")
   if forwarder.received:
     return _stopped(forwarder.received, None, None)
   if failed:
-    listed = "\n".join(f"  {one.name} (exit code {code}): {one.log}" for one, code in failed)
+    listed = "\n".join(f"  {one.name} ({_exit(code)}): {one.log}" for one, code in failed)
     _say(f"{len(failed)} of {total} runs failed:\n{listed}\nrerun the same command to "
          "retry them (the finished runs are skipped).")
     return failed[-1][1] if args.only_index is not None else jobs.FAILURE
@@ -351,13 +368,7 @@ def _train_one(args, one, label, forwarder):
     log.write(f"# ctl sweep, {time.strftime('%Y-%m-%d %H:%M:%S')}: "
               f"{shlex.join(['ctl', *command])}\n")
     log.flush()
-    forwarder.child = subprocess.Popen(
-        [sys.executable, "-m", "ctl.cli", *command], stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True)
-    if forwarder.received:  # came while it started: it saves at once
-      forwarder.child.send_signal(forwarder.received)
-    code = forwarder.child.wait()
-    forwarder.child = None
+    code = forwarder.run([sys.executable, "-m", "ctl.cli", *command], log)
   return code, time.monotonic() - start
 
 
@@ -368,12 +379,22 @@ def _stopped(signum, one, code):
     _say(f"{what}; rerun the same command to train the rest.")
   else:
     saved = code in (constants.INTERRUPTED_EXIT_CODE, constants.PREEMPTED_EXIT_CODE)
-    _say(f"{what}: {one.name} stopped (exit code {code}"
+    _say(f"{what}: {one.name} stopped ({_exit(code)}"
          f"{', saved' if saved else ''}); rerun the same command to resume it and "
          f"train the rest (log: {one.log}).")
   if signum == signal.SIGINT:
     return constants.INTERRUPTED_EXIT_CODE
   return constants.PREEMPTED_EXIT_CODE if code == constants.PREEMPTED_EXIT_CODE else 128 + signum
+
+
+def _exit(code):
+  """How a run's process ended: "exit code 1", or "killed by SIGKILL"."""
+  if code < 0:
+    try:
+      return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+      return f"killed by signal {-code}"
+  return f"exit code {code}"
 
 
 def _tail(path, lines=15):
