@@ -275,7 +275,7 @@ def test_the_csv_has_a_row_per_combination_and_metric(tmp_path):
   assert float(rows[0]["final_mean"]) == 18.0 and float(rows[0]["best_mean"]) == 12.0
   assert rows[0]["best_mode"] == "min" and (rows[0]["finished"], rows[0]["seeds"]) == ("2", "3")
   assert rows[1]["final_std"] == "" and rows[2]["best_mean"] == ""
-  assert rows[4]["final_mean"] == "" and rows[4]["finished"] == "2"
+  assert rows[4]["final_mean"] == "" and (rows[4]["n"], rows[4]["finished"]) == ("0", "2")
 
 
 @pytest.mark.parametrize("metric, mode", [

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import tokenize
 from collections.abc import Sequence
 from typing import Any
@@ -42,7 +43,7 @@ from gin import config_parser
 
 RECORD_FILE = "sweep.json"
 LOG_FILE = "train.log"
-# Exported names are kept this short at most: a path component must stay
+# Combination names are kept this short at most: a path component must stay
 # under the filesystem's 255 bytes with room for the rest.
 _MAX_NAME = 100
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -282,7 +283,8 @@ def write_record(directory: str, new: dict[str, Any]) -> None:
             f"another --sweep-dir, or the same {what} to resume or extend that sweep.")
     new = dict(new, combinations={**old.get("combinations", {}), **new["combinations"]})
   os.makedirs(directory, exist_ok=True)
-  temporary = f"{path}.{os.getpid()}.tmp"  # array tasks may write it at once
+  # Array tasks on several hosts may write it at once (the same content).
+  temporary = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
   with open(temporary, "w") as f:
     json.dump(new, f, indent=1)
     f.write("\n")

@@ -124,6 +124,7 @@ class Table:
 
   @property
   def metrics(self) -> list[str]:
+    """The metrics of the rows, in their order."""
     return list(dict.fromkeys(row.metric for row in self.rows))
 
   def markdown(self) -> str:
@@ -136,28 +137,29 @@ class Table:
       best = "–" if row.best is None else f"{row.best} ({row.mode})"
       values = [_cell(row.combination.values[b]) for b in self.bindings]
       lines.append("| " + " | ".join([row.metric, *values, str(row.final), best,
-                                       f"{row.finished}/{row.seeds}"]) + " |")
+                                       f"{row.final.n}/{row.seeds}"]) + " |")
     if len(lines) == 2:
       lines.append("| (no run has finished) |" + " |" * (len(header) - 1))
     lines += ["", f"Mean ± standard deviation over the seeds that finished (seeds: "
-              "finished/asked). final: at a run's last evaluation; best: the lowest "
+              "those with a value / asked). final: at a run's last evaluation; best: the lowest "
               "(min) or highest (max) over its evaluations. train/KEY: the mean of the "
               f"training result KEY over a run's last {self.last_steps} steps."]
     return "\n".join(lines) + "\n"
 
   def write_csv(self, path: str) -> None:
     """The rows as CSV: metric, each binding's value, the combination's name,
-    final_mean, final_std, best_mean, best_std, best_mode, finished, seeds
-    (an empty cell where there is no number)."""
+    final_mean, final_std, best_mean, best_std, best_mode, n (the seeds with
+    a value), finished (the seeds that finished), seeds (asked); an empty
+    cell where there is no number."""
     with open(path, "w", newline="") as f:
       writer = csv.writer(f)
       writer.writerow(["metric", *self.bindings, "combination", "final_mean", "final_std",
-                       "best_mean", "best_std", "best_mode", "finished", "seeds"])
+                       "best_mean", "best_std", "best_mode", "n", "finished", "seeds"])
       for row in self.rows:
         best = row.best or Stat(math.nan, None, 0)
         writer.writerow([row.metric, *(row.combination.values[b] for b in self.bindings),
                          row.combination.name, *_csv_stat(row.final), *_csv_stat(best),
-                         row.mode or "", row.finished, row.seeds])
+                         row.mode or "", row.final.n, row.finished, row.seeds])
 
 
 def _cell(text):
