@@ -5,7 +5,7 @@ errors, its job list and Slurm array script (nothing trains), and tabulate
 runs written by hand. The slow ones run the real thing: a tiny GAN swept over
 2 generator widths x 2 seeds, its table, CSV and TensorBoard HParams data
 read back as TensorBoard reads them, reruns that skip and resume, a failed
-run, and Ctrl-C.
+run, and Ctrl-C. (tests/test_slurm.py runs the Slurm array script on a real Slurm.)
 """
 
 import csv
@@ -16,7 +16,6 @@ import shlex
 import signal
 import statistics
 import subprocess
-import sys
 import time
 
 import pytest
@@ -26,7 +25,6 @@ from ctl.tools import sweep
 from ctl.tools import sweep_table
 
 import helpers
-import test_slurm
 from helpers import ROOT
 
 CONFIG = os.path.join("examples", "configs", "dcgan.gin")  # for subprocesses, run in ROOT
@@ -42,7 +40,6 @@ for _binding in helpers.TINY_GAN[1::2]:  # ["--gin", binding, ...]
   if _binding != "gan.dcgan_generator.width = 8":
     TINY += ["--gin", _CHANGED.get(_binding, _binding)]
 WIDTHS = "gan.dcgan_generator.width=[8, 16]"
-slurm = test_slurm.slurm  # the fixture of a one-node Slurm, for the array's test
 
 
 def _errors(capsys, *args):
@@ -436,41 +433,3 @@ def test_ctrl_c_stops_the_run_in_progress_after_it_saved_and_then_the_sweep(tmp_
   assert "Ctrl-C: saved a checkpoint at step" in log
   assert not sweep.finished(str(workdir))
 
-
-# The Slurm array on a real, one-node Slurm (tests/test_slurm.py's fixture).
-
-@pytest.mark.slow
-def test_the_slurm_array_trains_a_run_per_task_requeues_a_preempted_one_then_the_table(
-    slurm, tmp_path, monkeypatch, capsys):
-  monkeypatch.chdir(ROOT)  # CONFIG is relative; so is it in the tasks (sbatch --chdir)
-  directory, script = tmp_path / "sweep", tmp_path / "sweep.sbatch"
-  # Long enough to be preempted in the middle: 300 steps, a checkpoint every 100.
-  steps = ["--gin", "gan.Schedule.total_steps = 300", "--gin",
-           "gan.Schedule.checkpoint_every = 100", "--gin", "gan.Schedule.fid_every = 300",
-           "--gin", "gan.Schedule.samples_every = 300", "--gin",
-           "gan.Schedule.steps_per_loop = 1"]
-  args = [CONFIG, "--grid", WIDTHS, "--sweep-dir", str(directory), *TINY, *steps]
-  assert cli.main(["sweep", *args, "--slurm-array", str(script)]) == 0
-  # `ctl` as the tasks find it: this interpreter's, running this checkout (PYTHONPATH).
-  env = dict(slurm, PATH=os.path.dirname(sys.executable) + os.pathsep + slurm["PATH"])
-  job = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", str(script)], env=env,
-                       capture_output=True, text=True, check=True).stdout.strip()
-  first = directory / "width=8" / "seed-0"
-  test_slurm.wait_until(lambda: (first / "checkpoints" / "ckpt-100.index").exists(), "ckpt-100")
-  subprocess.run(["scancel", "--signal=TERM", f"{job}_0"], env=env, check=True)
-  tasks = [test_slurm.finished(env, f"{job}_{i}", directory / f"slurm-{job}_{i}.out")
-           for i in (0, 1)]
-  logs = [(directory / f"slurm-{job}_{i}.out").read_text() for i in (0, 1)]
-  for task, log in zip(tasks, logs):
-    assert task["JobState"] == "COMPLETED" and task["ExitCode"] == "0:0", log[-3000:]
-  assert tasks[0]["Restarts"] == "1" and tasks[1]["Restarts"] == "0", tasks
-  assert "SIGTERM: width=8/seed-0 stopped (exit code 42, saved)" in logs[0], logs[0][-3000:]
-  assert "run 0: width=8/seed-0: resuming" in logs[0]
-  assert "run 1: width=16/seed-0: finished in" in logs[1]
-  assert "Ctrl-C" not in (first / "train.log").read_text()
-  # The table of what the array trained.
-  capsys.readouterr()
-  assert cli.main(["sweep", *args, "--table-only"]) == 0
-  table = capsys.readouterr().out
-  assert "| classifier_fid | 8 |" in table and "| classifier_fid | 16 |" in table
-  assert table.count(" | 1/1 |") == len(table.splitlines()) - 4  # header, rule, blank, note
