@@ -1,4 +1,5 @@
-"""A real Slurm: the shipped batch script on a one-node cluster this file starts.
+"""A real Slurm: the shipped batch script, and a `ctl sweep --slurm-array` script, on a
+one-node cluster this file starts.
 
 The fixture writes a `slurm.conf` for one node, `localhost` (127.0.0.1, free
 ports, state and logs under the test's directory, no munge: `auth/none`),
@@ -16,10 +17,13 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 import tensorflow as tf
+
+from ctl import cli
 
 import helpers
 from helpers import ROOT
@@ -198,3 +202,37 @@ def test_shipped_script_trains_on_two_tasks_is_preempted_requeued_and_resumes_eq
     value = expected.get_tensor(name)
     if hasattr(value, "dtype") and value.dtype.kind == "f":
       assert (actual.get_tensor(name) == value).all(), name
+
+
+def test_a_sweeps_array_trains_a_run_per_task_requeues_a_preempted_one_then_the_table(
+    slurm, tmp_path, monkeypatch, capsys):
+  # `ctl sweep --slurm-array` (tests/test_sweep.py has the rest of ctl sweep): 2
+  # generator widths, a task each; task 0 is sent SIGTERM after its step-100
+  # checkpoint, which the sweep passes on to its `ctl train`.
+  monkeypatch.chdir(ROOT)  # CONFIG is relative; so is it in the tasks (sbatch --chdir)
+  directory, script = tmp_path / "sweep", tmp_path / "sweep.sbatch"
+  args = [CONFIG, "--grid", "gan.dcgan_generator.width=[8, 16]", "--sweep-dir",
+          str(directory), *RUN, "--gin", f"gan.Schedule.fid_every = {STEPS}"]
+  assert cli.main(["sweep", *args, "--slurm-array", str(script)]) == 0
+  # `ctl` as the tasks find it: this interpreter's, running this checkout (PYTHONPATH).
+  env = dict(slurm, PATH=os.path.dirname(sys.executable) + os.pathsep + slurm["PATH"])
+  job = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", str(script)], env=env,
+                       capture_output=True, text=True, check=True).stdout.strip()
+  first = directory / "width=8" / "seed-0"
+  wait_until(lambda: (first / "checkpoints" / "ckpt-100.index").exists(), "ckpt-100")
+  subprocess.run(["scancel", "--signal=TERM", f"{job}_0"], env=env, check=True)
+  tasks = [finished(env, f"{job}_{i}", directory / f"slurm-{job}_{i}.out") for i in (0, 1)]
+  logs = [(directory / f"slurm-{job}_{i}.out").read_text() for i in (0, 1)]
+  for task, log in zip(tasks, logs):
+    assert task["JobState"] == "COMPLETED" and task["ExitCode"] == "0:0", log[-3000:]
+  assert tasks[0]["Restarts"] == "1" and tasks[1]["Restarts"] == "0", tasks
+  assert "SIGTERM: width=8/seed-0 stopped (exit code 42, saved)" in logs[0], logs[0][-3000:]
+  assert "run 0: width=8/seed-0: resuming" in logs[0]
+  assert "run 1: width=16/seed-0: finished in" in logs[1]
+  assert "SIGTERM: saved a checkpoint at step" in (first / "train.log").read_text()
+  # The table of what the array trained.
+  capsys.readouterr()
+  assert cli.main(["sweep", *args, "--table-only"]) == 0
+  table = capsys.readouterr().out
+  assert "| classifier_fid | 8 |" in table and "| classifier_fid | 16 |" in table
+  assert table.count(" | 1/1 |") == len(table.splitlines()) - 4  # header, rule, blank, note

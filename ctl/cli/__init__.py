@@ -3,6 +3,7 @@
     ctl train dcgan --strategy mirrored             # a config the GAN kit ships, by name
     ctl eval examples/configs/dcgan.gin --workdir runs/dcgan   # or any .gin file, by path
     ctl check dcgan                                 # what would fail on a TPU
+    ctl sweep dcgan --grid "gan.Experiment.batch_size=[32, 64]" --seeds 3   # mean ± std
     ctl parity my_gan.py --against mirrored:2       # same numbers, up to rounding?
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
 
@@ -32,9 +33,10 @@ from ctl.cli import launch
 from ctl.cli import parity
 from ctl.cli import quiet
 from ctl.cli import records
+from ctl.cli import sweep
 
 # The modules that add subcommands, in the order `ctl --help` lists them.
-_SUBCOMMANDS = (jobs, check, parity, launch, records)
+_SUBCOMMANDS = (jobs, sweep, check, parity, launch, records)
 _VERBOSE_HELP = (f"show TensorFlow's own log lines too (hidden by default), also in the "
                  f"processes ctl starts; the same as {quiet.VERBOSE_VARIABLE}=1")
 

@@ -243,6 +243,15 @@ def resolve_experiment(name: str) -> Callable[[], Any]:
   return gin.get_configurable(configurable.selector)
 
 
+def gin_name(make: Callable[[], Any]) -> str | None:
+  """The name gin knows `make` by (what `resolve_experiment` returned), e.g.
+  `gan.Experiment`, or None if gin does not know it."""
+  for selector, configurable in _tf_internal.gin_registry().items():
+    if make is configurable.wrapped or make is configurable.wrapper:
+      return selector
+  return None
+
+
 def default_experiment() -> str:
   """`module:attribute` of the experiment registered under `ENTRY_POINTS`.
 
