@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import time
 
+import gin
 import pytest
 
 from ctl import cli
@@ -185,6 +186,9 @@ def test_the_job_list_is_one_ctl_train_command_per_run(tmp_path, capsys, monkeyp
   record = sweep.read_record(directory)
   assert record["combinations"]["width=16"] == {"gan.dcgan_generator.width": "16"}
   assert record["seed_binding"] == "gan.Experiment.seed"
+  # Checking the config parsed it here: gin is left as found, unlocked and empty
+  # (a locked config refuses the configurables later code in this process registers).
+  assert not gin.config_is_locked() and gin.config_str() == ""
 
 
 def test_the_slurm_array_runs_one_run_per_task_and_requeues_a_preempted_one(tmp_path, capsys):

@@ -210,6 +210,17 @@ def _check_config(args, axes, seeds):
           f"the experiment {name} is not registered with gin, so ctl sweep cannot bind its "
           "seed; pass --seed-binding with the gin parameter that seeds a run.")
     seed_binding = f"{gin_name}.seed"
+  try:
+    _parse_each(config, args, axes, seed_binding, seeds)
+  finally:  # the runs parse it in their own processes: leave gin as it was found
+    import gin  # pylint: disable=import-outside-toplevel
+    gin.clear_config()
+  return seed_binding
+
+
+def _parse_each(config, args, axes, seed_binding, seeds):
+  """Parses `config` with the seed's binding, then with each grid value alone."""
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   experiments.parse_gin([config], args.gin)
   try:
     experiments.parse_gin([config], [*args.gin, f"{seed_binding} = {seeds[0]}"])
@@ -223,7 +234,6 @@ def _check_config(args, axes, seeds):
         experiments.parse_gin([config], [*args.gin, f"{axis.binding} = {value}"])
       except experiments.ConfigError as e:
         raise experiments.ConfigError(f"--grid {axis.text!r}, value {value}: {e}") from None
-  return seed_binding
 
 
 def _train_command(args, one):
