@@ -82,6 +82,15 @@ def test_a_dry_run_of_a_started_run_restores_its_checkpoint_and_writes_nothing(t
   assert after == before
 
 
+def test_a_dry_run_of_a_resume_under_another_seed_says_so(tmp_path, caplog):
+  test_outer_loop.runner(seed=0).fit(8, str(tmp_path), progress=False)
+  with caplog.at_level(logging.INFO, logger="ctl"):
+    test_outer_loop.runner(seed=1).fit(8, str(tmp_path), dry_run=True)
+  assert f"this fit resumes {tmp_path} at step 8" in caplog.text
+  assert "seed was 0 and is now 1" in caplog.text
+  assert "the real run would train nothing" in caplog.text  # it is at total_steps
+
+
 def test_a_dry_run_shows_a_bug_of_the_end_in_seconds_and_leaves_nothing(tmp_path):
   runner = test_outer_loop.runner()
   with pytest.raises(ZeroDivisionError, match="divides by zero"):

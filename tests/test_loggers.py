@@ -185,6 +185,42 @@ def test_a_tracker_that_cannot_begin_stops_the_fit_before_its_first_step(tmp_pat
   assert ctl.read_history(str(tmp_path)).steps.size == 0
 
 
+class Unreachable(ctl.loggers.Tracker):
+  """A tracker whose server does not answer."""
+  name = "unreachable"
+
+  def start(self, run, run_id):
+    raise ConnectionError("http://127.0.0.1:9: connection refused\nretries exhausted")
+
+
+def test_a_tracker_that_cannot_start_is_one_error_naming_it_and_no_fit_is_recorded(tmp_path):
+  with pytest.raises(ctl.loggers.TrackerError,
+                     match=r"^unreachable: could not start a run \(ConnectionError: "
+                           r"http://127.0.0.1:9: connection refused\); fix the tracker's "
+                           r"address or drop the logger. Nothing was trained.$"):
+    train(tmp_path, 12, [Unreachable()])
+  assert ctl.manifest.read(str(tmp_path)) == []  # no record of a fit that never ran
+
+
+@pytest.mark.slow
+def test_a_fit_killed_before_its_first_save_leaves_no_mlflow_run_running(tmp_path):
+  """Killed before any checkpoint, a rerun starts at step 0 with a run of its
+  own; the killed fit's run is marked KILLED rather than left RUNNING."""
+  pytest.importorskip("mlflow")
+  import mlflow
+  store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+  train(tmp_path / "run", 4, [ctl.MLflow(store)])
+  client = mlflow.MlflowClient(store)
+  killed = client.search_runs([client.get_experiment_by_name("ctl").experiment_id])[0]
+  client.update_run(killed.info.run_id, status="RUNNING")  # as a SIGKILL leaves it
+  shutil.rmtree(tmp_path / "run" / "checkpoints")  # before its first save
+  train(tmp_path / "run", 4, [ctl.MLflow(store)])
+  runs = client.search_runs([client.get_experiment_by_name("ctl").experiment_id])
+  status = {run.info.run_id: run.info.status for run in runs}
+  assert status.pop(killed.info.run_id) == "KILLED"
+  assert list(status.values()) == ["FINISHED"]
+
+
 @pytest.mark.parametrize("loggers, message", [
     ("mlflow", "pass a list of loggers"),
     (["mlflow"], r"ctl.loggers.by_name\('mlflow'\)"),

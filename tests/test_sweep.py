@@ -134,6 +134,11 @@ def test_the_plan_puts_each_run_in_its_combination_and_seed_directory(tmp_path):
     (["--best-mode", "classifier_fid"], "give METRIC=min or METRIC=max"),
     (["--strategy", "mirored"], "did you mean 'mirrored'"),
     (["--only-index", "4", "--grid", WIDTHS], "this sweep has 2 runs; give 0 to 1"),
+    # The seed is --seeds': a grid or a binding of it would be overridden, silently.
+    (["--grid", "gan.Experiment.seed=[1, 2]"], "which --seeds sets (it would override these "
+     "values); pass --seeds 1,2 instead"),
+    (["--gin", "gan.Experiment.seed = 3"], "which --seeds sets (it would override this "
+     "binding)"),
 ])
 def test_a_mistake_in_the_command_exits_2_with_one_line(tmp_path, capsys, args, says):
   code, err = _errors(capsys, os.path.join(ROOT, CONFIG), "--sweep-dir", str(tmp_path / "s"),
@@ -170,14 +175,15 @@ def test_the_job_list_is_one_ctl_train_command_per_run(tmp_path, capsys, monkeyp
   monkeypatch.chdir(ROOT)  # CONFIG is relative
   directory = str(tmp_path / "sweep")
   assert cli.main(["sweep", CONFIG, "--grid", WIDTHS, "--seeds", "2", "--sweep-dir", directory,
-                   "--gin", "STEPS = 10", "--strategy", "mirrored", "--job-list"]) == 0
+                   "--gin", "STEPS = 10", "--strategy", "mirrored", "--logger", "mlflow",
+                   "--job-list"]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 4
   commands = [shlex.split(line) for line in lines]
   assert all(c[:3] == ["ctl", "train", CONFIG] for c in commands)
   first = commands[0]
   assert first[first.index("--workdir") + 1] == os.path.join(directory, "width=8", "seed-0")
-  assert first[-2:] == ["--strategy", "mirrored"]
+  assert first[-4:] == ["--strategy", "mirrored", "--logger", "mlflow"]
   gins = [first[i + 1] for i, arg in enumerate(first) if arg == "--gin"]
   assert gins == ["STEPS = 10", "gan.dcgan_generator.width = 8", "gan.Experiment.seed = 0"]
   last = commands[3]
@@ -189,6 +195,18 @@ def test_the_job_list_is_one_ctl_train_command_per_run(tmp_path, capsys, monkeyp
   # Checking the config parsed it here: gin is left as found, unlocked and empty
   # (a locked config refuses the configurables later code in this process registers).
   assert not gin.config_is_locked() and gin.config_str() == ""
+
+
+def test_a_table_of_no_finished_run_leaves_the_sweeps_table_as_it_is(tmp_path, capsys,
+                                                                     monkeypatch):
+  """--table-only with a grid other than the sweep's (a grid dropped, a value
+  mistyped) finds no finished run: it says so and keeps results.md."""
+  monkeypatch.chdir(ROOT)  # CONFIG is relative
+  (tmp_path / "results.md").write_text("the sweep's table\n")
+  assert cli.main(["sweep", CONFIG, "--grid", WIDTHS, "--sweep-dir", str(tmp_path),
+                   "--table-only"]) == 1
+  assert "no run of this sweep has finished" in capsys.readouterr().err
+  assert (tmp_path / "results.md").read_text() == "the sweep's table\n"
 
 
 def test_the_slurm_array_runs_one_run_per_task_and_requeues_a_preempted_one(tmp_path, capsys):

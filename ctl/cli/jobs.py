@@ -243,6 +243,7 @@ def _run(args, method, report, **kwargs):
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
   from ctl.loop import checkpoints  # pylint: disable=import-outside-toplevel
+  from ctl.loop import loggers  # pylint: disable=import-outside-toplevel
   from ctl.loop import stopping  # pylint: disable=import-outside-toplevel
   from ctl.loop import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   workdir = args.workdir or default_workdir(args.config)
@@ -253,7 +254,8 @@ def _run(args, method, report, **kwargs):
                                          **kwargs)
   except (experiments.ConfigError, arguments.VariableError) as e:
     return fail(args.command, e, USAGE_ERROR)
-  except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError) as e:
+  except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError,
+          loggers.TrackerError) as e:
     # e.g. eval or export before any checkpoint, an export to a directory
     # that cannot be written; another run in the workdir; no checkpoint there
     # that reads, or one of another experiment

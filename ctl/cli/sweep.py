@@ -84,6 +84,10 @@ def add_parser(subparsers: Any) -> None:
                       "ctl train")
   parser.add_argument("--logical-cpus", type=int, metavar="N", help="each run's "
                       "--logical-cpus, as for ctl train")
+  parser.add_argument("--logger", action="append", default=[], metavar="NAME",
+                      choices=constants.LOGGER_NAMES,
+                      help="each run's --logger, as for ctl train: mlflow or wandb "
+                      "(repeatable)")
   parser.add_argument("--best-mode", action="append", default=[], metavar="METRIC=MODE",
                       help="min or max: whether METRIC's best is its lowest or highest "
                       "value (default: from its name, e.g. min for fid, kid and *loss*, "
@@ -210,12 +214,31 @@ def _check_config(args, axes, seeds):
           f"the experiment {name} is not registered with gin, so ctl sweep cannot bind its "
           "seed; pass --seed-binding with the gin parameter that seeds a run.")
     seed_binding = f"{gin_name}.seed"
+  _check_seed_unbound(args, axes, seed_binding)
   try:
     _parse_each(config, args, axes, seed_binding, seeds)
   finally:  # the runs parse it in their own processes: leave gin as it was found
     import gin  # pylint: disable=import-outside-toplevel
     gin.clear_config()
   return seed_binding
+
+
+def _check_seed_unbound(args, axes, seed_binding):
+  """Raises ConfigError if a grid or a --gin binding sets the seed: each run's
+  seed binding comes last and would silently win."""
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
+  bound = lambda binding: binding.replace(" ", "") == seed_binding  # noqa: E731
+  for axis in axes:
+    if bound(axis.binding):
+      raise experiments.ConfigError(
+          f"--grid {axis.text!r}: {seed_binding} is each run's seed, which --seeds sets "
+          f"(it would override these values); pass --seeds "
+          f"{','.join(v.strip() for v in axis.values)} instead.")
+  for binding in args.gin:
+    if bound(binding.partition("=")[0]):
+      raise experiments.ConfigError(
+          f"--gin {binding!r}: {seed_binding} is each run's seed, which --seeds sets (it "
+          "would override this binding); drop it and pass --seeds, e.g. --seeds 3,4.")
 
 
 def _parse_each(config, args, axes, seed_binding, seeds):
@@ -246,6 +269,8 @@ def _train_command(args, one):
     options += ["--strategy", args.strategy]
   if args.logical_cpus is not None:
     options += ["--logical-cpus", str(args.logical_cpus)]
+  for name in dict.fromkeys(args.logger):
+    options += ["--logger", name]
   return sweep.train_command(args.config, args.gin, one, options)
 
 
@@ -253,7 +278,7 @@ def _sweep_command(args):
   """This sweep as a `ctl sweep` command, its cluster options aside."""
   command = ["ctl", "sweep", args.config]
   for option, values in (("--grid", args.grid), ("--gin", args.gin),
-                         ("--best-mode", args.best_mode)):
+                         ("--best-mode", args.best_mode), ("--logger", args.logger)):
     for value in values:
       command += [option, value]
   command += ["--seeds", args.seeds]
@@ -422,6 +447,11 @@ def _write_table(args, axes, runs, directory, modes):
       m.strip() for m in args.metrics.split(",") if m.strip()]
   table = sweep_table.summarize(runs, modes, args.last_steps or sweep_table.LAST_STEPS,
                                 metrics)
+  if not table.results and os.path.exists(os.path.join(directory, "results.md")):
+    _say(f"no run of this sweep has finished in {directory}, so its results.md is left "
+         "as it is; check --grid, --gin and --seeds against the command that trained "
+         "it (sweep.json holds its grids).")
+    return jobs.FAILURE
   reported = {m for result in table.results for m in result.final}
   missing = [m for m in metrics or () if m not in reported]
   if missing and table.results:

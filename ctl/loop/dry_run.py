@@ -43,8 +43,9 @@ _log = logging.getLogger("ctl")
 class DryRun:
   """What a dry run measured: `timings`, a (part, seconds) pair per part run."""
 
-  def __init__(self) -> None:
+  def __init__(self, workdir: str | None = None) -> None:
     self.timings: list[tuple[str, float]] = []
+    self.workdir = workdir  # the real run's, which the dry run leaves untouched
 
   @contextlib.contextmanager
   def timed(self, part: str) -> Iterator[None]:
@@ -67,11 +68,11 @@ class DryRun:
         checkpointer.restore()
 
 
-def run(fit_in: Callable[[str, DryRun], History], workdir: str | None,
+def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_steps: int,
         compiled_step: TrainStep, history: History, skipped_loggers: list[Logger]) -> History:
   """Runs `fit_in(scratch_workdir, dry_run)` and puts the runner back; returns
   the history of the step it trained."""
-  dry = DryRun()
+  dry = DryRun(workdir)
   started = time.perf_counter()
   scratch = tempfile.mkdtemp(prefix="ctl-dry-run-")
   state, feed = compiled_step.state, compiled_step.feed
@@ -83,8 +84,11 @@ def run(fit_in: Callable[[str, DryRun], History], workdir: str | None,
     newest = checkpoints.newest(workdir) if workdir else None
     if newest:  # what the real run resumes from: read, never written
       with dry.timed(f"restore {newest}"):
-        checkpoints.Checkpointer(compiled_step.placement, state, feed,
-                                 os.path.join(workdir, "checkpoints")).restore()
+        step = checkpoints.Checkpointer(compiled_step.placement, state, feed,
+                                        os.path.join(workdir, "checkpoints")).restore()
+      if step >= total_steps:
+        _log.info("dry run: %s is at step %d, which is total_steps: the real run would "
+                  "train nothing; the dry run trains one step past it", workdir, step)
     trained = fit_in(os.path.join(scratch, "run"), dry)
   finally:
     for v, value in zip(variables, values):
@@ -95,8 +99,9 @@ def run(fit_in: Callable[[str, DryRun], History], workdir: str | None,
     shutil.rmtree(scratch, ignore_errors=True)
   parts = "; ".join(f"{part} {seconds:.2f} s" for part, seconds in dry.timings)
   skipped = ", ".join(type(logger).__name__ for logger in skipped_loggers)
-  _log.info("dry run: every part ran once in %.1f s (%s)%s; the runner is back at step "
-            "%d and %s is untouched", time.perf_counter() - started, parts,
+  _log.info("dry run: every part ran once in %.1f s (%s)%s; the runner is back as it was "
+            "before the dry run (step %d) and %s is untouched",
+            time.perf_counter() - started, parts,
             f"; not started: {skipped}" if skipped else "", first_step,
             workdir or "no work directory")
   return trained

@@ -93,7 +93,7 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
                                   evaluator=evaluator, checkpoint=checkpoint,
                                   summaries=summaries, actions=actions, loggers=[],
                                   progress=False, seed=seed, earlier_run=False, dry=dry),
-        workdir, compiled_step, history, skipped_loggers=loggers)
+        workdir, total_steps, compiled_step, history, skipped_loggers=loggers)
   return _fit(compiled_step, history, total_steps, workdir, evaluator=evaluator,
               checkpoint=checkpoint, summaries=summaries, actions=actions, loggers=loggers,
               progress=progress, seed=seed, earlier_run=earlier_run)
@@ -124,12 +124,15 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
     context.checkpointer = checkpointer
     if dry is not None:
       total_steps = dry.begin(context)
-    run = _describe(context, compiled_step, total_steps, seed)
+    run = _describe(context, compiled_step, total_steps, seed,
+                    previous_from=dry.workdir if dry is not None else context.workdir)
     history_file = _open_history(context, write=not earlier_run)
     metrics_file = _open_metrics(context, write=not earlier_run)
     begun, status = [], "failed"
     try:
       _begin_loggers(context, run, history_file, metrics_file, loggers)
+      if context.workdir and context.is_chief:  # once the trackers took the fit
+        manifest_lib.append(context.workdir, run.manifest)
       for action in actions:
         if _runs_here(action, context):
           getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
@@ -172,23 +175,22 @@ def _check_loggers(loggers):
   return list(loggers)
 
 
-def _describe(context, compiled_step, total_steps, seed):
-  """This fit's `ctl.loggers.Run`: its manifest record, appended to
-  `<workdir>/manifest.jsonl` on the chief, with what a resume changed logged."""
+def _describe(context, compiled_step, total_steps, seed, previous_from):
+  """This fit's `ctl.loggers.Run`, with its manifest record; what it changes
+  from the newest record in `previous_from` (the work directory; a dry run's
+  real one), when it resumes, is logged on the chief."""
   feed = compiled_step.feed
   record = manifest_lib.describe(
       context.placement, seed=seed, start_step=context.step, total_steps=total_steps,
       extra={"steps_per_loop": compiled_step.steps_per_loop,
              "global_batch_size": feed.global_batch_size,
              "batches_per_step": feed.batches_per_step})
-  if context.workdir and context.is_chief:
-    previous = manifest_lib.last(context.workdir)
-    changes = manifest_lib.differences(previous, record) if context.step > 0 else []
+  if previous_from and context.is_chief and context.step > 0:
+    changes = manifest_lib.differences(manifest_lib.last(previous_from), record)
     if changes:
       _log.warning("this fit resumes %s at step %d with other settings than the fit "
-                   "before it (%s): %s", context.workdir, context.step,
+                   "before it (%s): %s", previous_from, context.step,
                    manifest_lib.FILE_NAME, "; ".join(changes))
-    manifest_lib.append(context.workdir, record)
   return loggers_lib.Run(context.workdir, context.step, total_steps, record)
 
 

@@ -187,6 +187,11 @@ class JsonLines(Logger):
       file.close()
 
 
+class TrackerError(RuntimeError):
+  """A tracker could not start its run (`Logger.begin`): the fit stops before
+  its first step; the message names the tracker and the fix."""
+
+
 class Tracker(Logger):
   """A logger that keeps its records in an experiment tracker, one tracker
   run per work directory, resumed with it (see the module docstring).
@@ -204,9 +209,17 @@ class Tracker(Logger):
   def begin(self, run: Run) -> None:
     self._state_path = (os.path.join(run.workdir, "trackers", f"{self.name}.json")
                         if run.workdir else None)
-    previous = self._read_state() if run.start_step > 0 else {}
+    previous = self._read_state()
+    if run.start_step == 0 and previous.get("run_id"):  # a run killed before its first save
+      self.abandon(previous["run_id"])
+      previous = {}
     self._state = dict(previous)  # what `logged_through` may read
-    run_id = self.start(run, previous.get("run_id"))
+    try:
+      run_id = self.start(run, previous.get("run_id"))
+    except Exception as e:  # pylint: disable=broad-except
+      raise TrackerError(f"{self.name}: could not start a run ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}); fix the tracker's "
+                         f"address or drop the logger. Nothing was trained.") from e
     resumed = run_id == previous.get("run_id")
     if not resumed:
       self._state = {}
@@ -215,8 +228,9 @@ class Tracker(Logger):
       self._state[kind] = max(self._state.get(kind, -1), self.logged_through(kind))
     self._state.setdefault("images", {})
     self._write_state()
-    _log.info("%s: %s run %s%s", self.name, "resumed" if resumed else "started", run_id,
-              f", logged through step {self._state['steps']}" if resumed else "")
+    _log.info("%s: %s run %s in %s%s", self.name, "resumed" if resumed else "started",
+              run_id, self.where(), f", logged through step {self._state['steps']}"
+              if resumed else "")
 
   def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
     columns = {k: np.asarray(v, np.float64).reshape(-1) for k, v in results.items()}
@@ -251,6 +265,15 @@ class Tracker(Logger):
   def start(self, run: Run, run_id: str | None) -> str:
     """Starts the tracker's run, or resumes `run_id`; returns the run's id."""
     raise NotImplementedError
+
+  def abandon(self, run_id: str) -> None:
+    """Marks `run_id`, of a fit that ended before its first checkpoint, as
+    ended (a new fit from step 0 starts a run of its own)."""
+    del run_id
+
+  def where(self) -> str:
+    """Where the tracker keeps its runs, for the log."""
+    return "?"
 
   def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
     raise NotImplementedError
@@ -355,6 +378,18 @@ class MLflow(Tracker):
                           f"manifest/{run.start_step:08d}.json")
     return run_id
 
+  def where(self) -> str:
+    return self._client.tracking_uri if self._client is not None else "?"
+
+  def abandon(self, run_id: str) -> None:
+    import mlflow  # pylint: disable=import-outside-toplevel
+    client = mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
+    try:
+      if client.get_run(run_id).info.status == "RUNNING":
+        client.set_terminated(run_id, status="KILLED")
+    except Exception:  # pylint: disable=broad-except
+      pass  # gone from the store, or the store unreachable: start says so
+
   def logged_through(self, kind: str) -> int:
     keys = self._state.get(f"{kind}_keys", [])
     return max((m.step for key in keys
@@ -442,6 +477,9 @@ class WandB(Tracker):
         settings=wandb.Settings(silent=True, console="off"))
     self._run.config.update(run.params, allow_val_change=True)
     return self._run.id
+
+  def where(self) -> str:
+    return self._run.dir if self._run is not None else "?"
 
   def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
     for step, values in rows:

@@ -66,6 +66,7 @@ def describe(placement: Placement, *, seed: int | None, start_step: int,
                   "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]},
       "determinism": _determinism(tf),
       "command": list(sys.argv),
+      "cwd": os.getcwd(),  # where the command's relative paths start
       "git": _git(),
   }
   config, bindings = _gin()
@@ -126,7 +127,8 @@ def params(record: dict[str, Any]) -> dict[str, str]:
   `seed`, `strategy.replicas`, `versions.tensorflow`, `gin.<binding>`, ...;
   not the fit's own start and end steps (each fit's record holds them)."""
   flat = _flat({key: value for key, value in record.items()  # not what each fit has
-                if key not in ("gin", "command", "time", "start_step", "total_steps")})
+                if key not in ("gin", "command", "cwd", "time", "start_step",
+                               "total_steps")})
   flat["command"] = " ".join(record.get("command", []))
   for name, value in record.get("gin", {}).get("bindings", {}).items():
     flat[f"gin.{name}"] = value
