@@ -47,14 +47,9 @@ class DryRun:
     self.timings: list[tuple[str, float]] = []
     self.workdir = workdir  # the real run's, which the dry run leaves untouched
 
-  @contextlib.contextmanager
-  def timed(self, part: str) -> Iterator[None]:
+  def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
     """Adds the time the block takes to `timings` as `part`."""
-    start = time.perf_counter()
-    try:
-      yield
-    finally:
-      self.timings.append((part, time.perf_counter() - start))
+    return timed(self.timings, part)
 
   def begin(self, context: FitContext) -> int:
     """The step the dry run's fit trains to: one step past the start."""
@@ -66,6 +61,19 @@ class DryRun:
     if checkpointer is not None:
       with self.timed(f"restore {os.path.basename(checkpointer.latest or '')}".strip()):
         checkpointer.restore()
+
+
+@contextlib.contextmanager
+def timed(timings: list[tuple[str, float]] | None, part: str) -> Iterator[None]:
+  """Appends (part, seconds the block took) to `timings`; None: times nothing."""
+  if timings is None:
+    yield
+    return
+  start = time.perf_counter()
+  try:
+    yield
+  finally:
+    timings.append((part, time.perf_counter() - start))
 
 
 def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_steps: int,

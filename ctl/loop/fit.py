@@ -21,13 +21,11 @@ restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import os
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -490,17 +488,9 @@ def _check_workdir(context, checkpointer):
                context.workdir, context.step, saved)
 
 
-@contextlib.contextmanager
 def _timed(context, part):
   """Times the block as `part` in a dry run (`context.timings`); else nothing."""
-  if context.timings is None:
-    yield
-    return
-  start = time.perf_counter()
-  try:
-    yield
-  finally:
-    context.timings.append((part, time.perf_counter() - start))
+  return dry_run_lib.timed(context.timings, part)
 
 
 def _nothing(context):

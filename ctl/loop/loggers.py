@@ -29,6 +29,7 @@ the work directory.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import logging
@@ -192,13 +193,14 @@ class TrackerError(RuntimeError):
   its first step; the message names the tracker and the fix."""
 
 
-class Tracker(Logger):
+class Tracker(Logger, abc.ABC):
   """A logger that keeps its records in an experiment tracker, one tracker
   run per work directory, resumed with it (see the module docstring).
 
-  Subclasses define `start(run, run_id)`, `send_steps(rows)`,
+  Subclasses define the abstract `start(run, run_id)`, `send_steps(rows)`,
   `send_metrics(step, metrics)`, `send_image(step, name, image)` and
-  `finish(status)`, and may refine `logged_through`.
+  `finish(status)` (a class lacking one cannot be made), and may refine
+  `logged_through`, `abandon` and `where`.
   """
   name = "tracker"
 
@@ -262,9 +264,9 @@ class Tracker(Logger):
     del kind
     return -1
 
+  @abc.abstractmethod
   def start(self, run: Run, run_id: str | None) -> str:
     """Starts the tracker's run, or resumes `run_id`; returns the run's id."""
-    raise NotImplementedError
 
   def abandon(self, run_id: str) -> None:
     """Marks `run_id`, of a fit that ended before its first checkpoint, as
@@ -275,17 +277,21 @@ class Tracker(Logger):
     """Where the tracker keeps its runs, for the log."""
     return "?"
 
+  @abc.abstractmethod
   def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-    raise NotImplementedError
+    """Stores `rows`, each (step, {result: value}), steps not stored before."""
 
+  @abc.abstractmethod
   def send_metrics(self, step: int, metrics: dict[str, float]) -> None:
-    raise NotImplementedError
+    """Stores the metrics reported at `step`."""
 
+  @abc.abstractmethod
   def send_image(self, step: int, name: str, image: np.ndarray) -> None:
-    raise NotImplementedError
+    """Stores image `name` ([height, width, channels] of uint8) at `step`."""
 
+  @abc.abstractmethod
   def finish(self, status: str) -> None:
-    raise NotImplementedError
+    """Ends the tracker's run with `status` ("finished", "stopped", "failed")."""
 
   def _mark(self, kind, step):
     self._state[kind] = step
