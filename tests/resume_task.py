@@ -12,7 +12,10 @@ signal the process at a known step; `--pause-in` says where it waits: in an
 action between compiled calls (`action`, the default), inside the compiled
 call of step k (`call`), in the first batch of an evaluation at step k
 (`eval`), inside the save of ckpt-k (`save`) or inside an export at step k
-(`export`); it then prints "PAUSED <where> k". `--delete-workdir-at k` deletes
+(`export`); it then prints "PAUSED <where> k". `eval-python` does not wait:
+the evaluation at step k reads its data through Python (a
+`tf.numpy_function` taking 20 ms an element, as a PIL decoding would), prints
+"PAUSED eval-python k" at its first element and goes on reading. `--delete-workdir-at k` deletes
 the work directory after step k. `--crash-in-save-at k` kills the process
 (SIGKILL) inside the save of the step-k checkpoint, after the checkpoint's files are
 written but before the file naming the newest checkpoint is updated.
@@ -55,7 +58,7 @@ def parse_args():
   p.add_argument("--checkpoint-every", type=int, default=4)
   p.add_argument("--steps-per-loop", type=int, default=3)
   p.add_argument("--pause-at", type=int)
-  p.add_argument("--pause-in", choices=["action", "call", "eval", "save", "export"],
+  p.add_argument("--pause-in", choices=["action", "call", "eval", "eval-python", "save", "export"],
                  default="action")
   p.add_argument("--delete-workdir-at", type=int)
   p.add_argument("--crash-in-save-at", type=int)
@@ -180,6 +183,30 @@ def evaluate_pausing_at(step, workdir):
   return ctl.Evaluate(eval_step, data, ctl.Every(steps=step))
 
 
+def evaluate_through_python_at(step):
+  """A ctl.Evaluate at `step` whose data come through a slow Python function,
+  with more batches than it can read before a test's signal."""
+  import tensorflow as tf
+
+  def decode(index):
+    if index == 0:
+      print(f"PAUSED eval-python {step}", flush=True)
+    time.sleep(0.02)
+    return np.full([FEATURES], index % 7, "float32")
+
+  def eval_step(ctx, real):
+    logits = ctx.models["discriminator"](real)[:, 0]
+    return {"real_score": ctx.average(tf.sigmoid(logits))}
+
+  def python(index):
+    row = tf.numpy_function(decode, [index], tf.float32)
+    row.set_shape([FEATURES])
+    return row
+
+  data = tf.data.Dataset.range(100_000).map(python).batch(GLOBAL_BATCH).prefetch(2)
+  return ctl.Evaluate(eval_step, data, ctl.Every(steps=step))
+
+
 def pause_in_export(workdir):
   """Makes every export wait (in Python, between its two files) for `go`."""
   import keras
@@ -270,6 +297,8 @@ def main():
     actions.append(Pause(pause, args.workdir))
   if pause and where == "eval":
     actions.append(evaluate_pausing_at(pause, args.workdir))
+  if pause and where == "eval-python":
+    actions.append(evaluate_through_python_at(pause))
   if pause and where == "save":
     pause_in_save(pause, args.workdir)
   if pause and where == "export":

@@ -94,6 +94,17 @@ MATRIX = [
          "the evaluation's batch never comes (a pipeline that yields nothing): after "
          "ctl.stopping.STUCK_SECONDS (5 s) a thread saves a checkpoint and ends the process "
          "(in a notebook it saves and keeps the kernel)", "42 / 130", "none"),
+    Cell("SIGTERM, SIGINT or SIGHUP, 10 times each", "evaluation",
+         "test_a_stop_during_an_evaluation_reading_through_python_always_exits",
+         "the evaluation's data come through Python (a tf.numpy_function, as a PIL "
+         "decoding): every try saves and exits with its code, within seconds. The "
+         "abandoned evaluation's iterator is kept, never freed: freeing it waits for its "
+         "pipeline's thread, which needs the interpreter lock the freeing thread holds",
+         "42 / 130 / 42", "none"),
+    Cell("a further SIGTERM or SIGHUP (a closed terminal sends two)", "evaluation",
+         "test_a_stop_during_an_evaluation_reading_through_python_always_exits",
+         "ignored once the run has saved and is exiting: the exit code stays 42 (`ctl "
+         "train` after Ctrl-C ignores Ctrl-C, SIGTERM and SIGHUP too: 130)", "42", "none"),
     Cell("SIGTERM", "checkpoint save", "test_a_signal_during_a_save_lets_it_finish",
          "the save finishes, then the run exits", "42", "none"),
     Cell("SIGTERM", "export", "test_a_signal_during_an_export_abandons_it",
@@ -386,6 +397,30 @@ def test_a_signal_during_evaluation_abandons_it(tmp_path, name):
   assert "Evaluate abandoned at step 6 by a signal" in log
   assert newest(work) == 6
   assert not os.path.exists(work / "events" / "eval")  # no metrics of a partial evaluation
+
+
+def test_a_stop_during_an_evaluation_reading_through_python_always_exits(tmp_path):
+  """Each signal 10 times, at a random moment of an evaluation whose data come
+  through a slow Python function; SIGTERM and SIGHUP sent again while the run
+  exits. Each try is a process forked from one that imported TensorFlow
+  (tests/signal_tries.py), exiting through the interpreter's own exit."""
+  tries = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "tests", "signal_tries.py"), "--tries",
+       "SIGTERM,SIGINT,SIGHUP", "--repeat", "10", "--again", "SIGTERM,SIGHUP", "--dir",
+       str(tmp_path), "--", "--steps", "12", "--pause-in", "eval-python", "--pause-at", "1"],
+      cwd=ROOT, env=subprocess_env(None), capture_output=True, text=True, timeout=900)
+  records = [json.loads(line) for line in tries.stdout.splitlines()]
+  assert len(records) == 30, tries.stderr[-3000:]
+  codes = {"SIGTERM": ctl.PREEMPTED_EXIT_CODE, "SIGINT": ctl.INTERRUPTED_EXIT_CODE,
+           "SIGHUP": ctl.PREEMPTED_EXIT_CODE}
+  for record in records:
+    assert record["exit"] == codes[record["signal"]], record
+    assert "Evaluate abandoned at step 1 by a signal" in record["tail"], record
+    assert newest(tmp_path / f"try-{record['try']}") == 1, record
+  assert sum(record["again"] for record in records) == 20
+  seconds = sorted(record["seconds"] for record in records)
+  print(f"\ntime to stop, a signal during an evaluation reading through Python (30 tries): "
+        f"median {seconds[15]:.2f} s, longest {seconds[-1]:.2f} s")
 
 
 @pytest.mark.parametrize("name", SIGNALS)

@@ -261,6 +261,8 @@ def _run(args, method, report, **kwargs):
     # that reads, or one of another experiment
     return fail(args.command, e, FAILURE)
   except stopping.Interrupted as e:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the code stays 130
+      signal.signal(signum, signal.SIG_IGN)
     print(f"ctl {args.command}: {e}", file=sys.stderr)
     if args.command == "train":  # raised after a compiled call: the step was traced
       warn_unused_bindings("train", "this run", " up to the Ctrl-C")

@@ -125,6 +125,7 @@ class Stopper:
     self._seconds_per_step = None  # of the last compiled call
     self._call_ended = threading.Event()
     self._quitting = False  # a second Ctrl-C: save after the call, then stop
+    self._exiting = False  # Preempted was raised: the process exits with 42
     # called before a signal thread ends the process
     self.before_exit: Callable[[], None] | None = None
     self._previous = {}
@@ -179,15 +180,15 @@ class Stopper:
       except Abandoned:
         pass
     if preempted or sigterm:
-      raise Preempted(step, saved)
+      raise self._preempted(step, saved)
     raise Interrupted(step, saved)
 
   def check_after_end(self, step: int) -> None:
     """After the end's actions: the end saved; exit as the signal asks."""
     if self._tf_handler is not None and self._tf_handler.received():
-      raise Preempted(step)
+      raise self._preempted(step)
     if self._sigterm:
-      raise Preempted(step, self.checkpointer is not None)
+      raise self._preempted(step, self.checkpointer is not None)
     if self._sigint:
       raise Interrupted(step, self.checkpointer is not None)
 
@@ -241,14 +242,22 @@ class Stopper:
       sys.unraisablehook = previous_hook
 
   def close(self) -> None:
-    """Puts back the handlers that were there before."""
+    """Puts back the handlers that were there before; after a SIGTERM's stop
+    (`Preempted`: the process is exiting with 42), a further SIGTERM or SIGHUP
+    (a closed terminal often sends two) is ignored instead, so that the code stays."""
     for signum, handler in self._previous.items():
+      if self._exiting and signum in (signal.SIGTERM, signal.SIGHUP):
+        handler = _already_stopping
       signal.signal(signum, handler)
     self._previous = {}
     if self._wakeup is not None:
       self._wakeup.close()
     if self._tf_handler is not None:
       self._tf_handler.close()
+
+  def _preempted(self, step, saved=True):
+    self._exiting = True
+    return Preempted(step, saved)
 
   def _catch(self, signum, handler):
     self._previous.setdefault(signum, signal.getsignal(signum))
@@ -438,6 +447,13 @@ class Stopper:
               f"{'saving a checkpoint, then ' if saving else ''}running the actions "
               "due at that step (a second signal skips them), then stopping")
     _write(f"ctl: {name}: {when}{again}.")
+
+
+def _already_stopping(signum, frame):
+  """SIGTERM or SIGHUP after `Preempted`: the run is saved and the process is
+  exiting with 42; the signal is let go (a function, not SIG_IGN, which would
+  read as `nohup` to whatever handles signals next in this process)."""
+  del signum, frame
 
 
 def agree(placement: Placement, flags: Sequence[bool]) -> list[bool]:

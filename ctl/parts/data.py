@@ -15,6 +15,8 @@ cannot be in TF 2.21). TPUs and dataset functions use TF's distributed datasets.
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import inspect
 import warnings
 from collections.abc import Callable
@@ -409,6 +411,29 @@ def prefetched(dataset: tf.data.Dataset) -> tf.data.Dataset:
   options = tf.data.Options()
   options.autotune.enabled = False
   return dataset.with_options(options)
+
+
+# Iterators left mid-read (an evaluation stopped by a signal or an error),
+# kept for the life of the process. Freeing an iterator waits for its
+# pipeline's threads, and one of them inside Python (a `tf.numpy_function`, a
+# `tf.py_function`, `from_generator`: a PIL decoding) needs the interpreter
+# lock that the freeing thread holds: the process would hang, at once, or at
+# exit, where Python ends such a thread where it waits (seen: "exiting with
+# code 42", and no exit). Finished iterators are safe: their pipelines ended.
+_abandoned = []
+
+
+def abandon(iterator: Iterator[Any]) -> None:
+  """Keeps `iterator`, left mid-read, from ever being freed (see `_abandoned`)."""
+  if not _abandoned:
+    atexit.register(_keep_abandoned)
+  _abandoned.append(iterator)
+
+
+def _keep_abandoned():
+  # At exit Python empties every module's globals, this list too: one more
+  # reference, never given back, keeps it (the process is ending).
+  ctypes.pythonapi.Py_IncRef(ctypes.py_object(_abandoned))
 
 
 def _step_input(fetch, batches_per_step):

@@ -122,32 +122,28 @@ class Evaluator:
           "schedules training steps. Evaluate a checkpoint in another process "
           "under 'default' (e.g. `ctl eval`), or call the models directly in an "
           "action (a ctl.Action run on the coordinator).")
-    key = (step_fn, data, global_batch_size)
+    bound = num_batches
+    if bound is None and _length_unknown(data):
+      bound = UNKNOWN_LENGTH_BATCHES
+    key = (step_fn, data, global_batch_size, bound)
     if key not in self._compiled:
+      source = data
       if self._float_dtype != tf.float32:
-        data = data_lib.cast_floats(data, self._float_dtype)
-      feed = data_lib.make_feed(data, self._placement, global_batch_size=global_batch_size)
+        source = data_lib.cast_floats(source, self._float_dtype)
+      if bound is not None and isinstance(source, tf.data.Dataset):
+        source = source.take(bound)  # it ends in the pipeline (`_read`)
+      feed = data_lib.make_feed(source, self._placement, global_batch_size=global_batch_size)
       self._compiled[key] = (feed, self._one_batch_fn(step_fn, feed))
       while len(self._compiled) > _EVALUATIONS_KEPT:  # a new dataset per call
         del self._compiled[next(iter(self._compiled))]
     feed, one_batch = self._compiled[key]
-    bound = num_batches
-    if bound is None and _length_unknown(data):
-      bound = UNKNOWN_LENGTH_BATCHES
     iterator = feed.make_iterator()
-    totals, examples, batches = {}, 0.0, 0
-    with _said_if_quiet() as beat:
-      while bound is None or batches < bound:
-        try:
-          results, rows = one_batch(iterator)
-        except tf.errors.OutOfRangeError:
-          break
-        batches += 1
-        beat(batches)
-        rows = float(rows)
-        for k, v in results.items():
-          totals[k] = totals.get(k, 0.0) + float(v) * rows
-        examples += rows
+    try:
+      totals, examples, batches = _read(
+          iterator, one_batch, None if isinstance(data, tf.data.Dataset) else bound)
+    except BaseException:  # a signal, an error: the pipeline may be mid-read
+      data_lib.abandon(iterator)
+      raise
     if not examples:
       raise ValueError("evaluate: data gave no batch; pass a dataset with at least "
                        "one (and without .repeat(), which never ends).")
@@ -264,6 +260,32 @@ class Evaluator:
 
     return one_batch if self._eager else steps_lib.OneTrace(
         tf.function(one_batch, autograph=False))
+
+
+def _read(iterator, one_batch, bound):
+  """Runs `one_batch` over `iterator` to its end, or `bound` batches; returns
+  each result's sum over the rows, the rows and the batches.
+
+  A dataset is cut by its own `take`, so its pipeline has ended when the
+  iterator is freed; one cut here (a dataset function's) may be mid-read and
+  is kept instead (`ctl.parts.data.abandon`).
+  """
+  totals, examples, batches = {}, 0.0, 0
+  with _said_if_quiet() as beat:
+    while bound is None or batches < bound:
+      try:
+        results, rows = one_batch(iterator)
+      except tf.errors.OutOfRangeError:
+        break
+      batches += 1
+      beat(batches)
+      rows = float(rows)
+      for k, v in results.items():
+        totals[k] = totals.get(k, 0.0) + float(v) * rows
+      examples += rows
+    else:
+      data_lib.abandon(iterator)
+  return totals, examples, batches
 
 
 def _check_sample_outputs(outputs, rows, moments):
