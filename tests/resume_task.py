@@ -19,6 +19,7 @@ the evaluation at step k reads its data through Python (a
 the work directory after step k. `--crash-in-save-at k` kills the process
 (SIGKILL) inside the save of the step-k checkpoint, after the checkpoint's files are
 written but before the file naming the newest checkpoint is updated.
+`--resume-from k` goes back to ckpt-k (`ctl.Checkpoint(resume_from=k)`).
 `--fail-export-at k` exports the generator at step k under a file-size limit,
 so the export's first file fails to be written with EFBIG.
 `--fail-save-after-step k` limits, after the step-k checkpoint, the size of
@@ -65,6 +66,7 @@ def parse_args():
   p.add_argument("--fail-save-after-step", type=int)
   p.add_argument("--fail-export-at", type=int)
   p.add_argument("--nan-at", type=int)
+  p.add_argument("--resume-from", type=int)
   p.add_argument("--dropout", type=float, default=0.25)
   p.add_argument("--out", required=True)
   p.add_argument("--out-every-worker", action="store_true")
@@ -313,7 +315,8 @@ def main():
     actions.append(DeleteWorkdir(args.delete_workdir_at, args.workdir))
   try:
     history = runner.fit(args.steps, args.workdir, actions=actions, progress=False,
-                         checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)))
+                         checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every),
+                                                   resume_from=args.resume_from))
   except ctl.Interrupted as e:  # as the `ctl` command does
     print(f"INTERRUPTED: {e}", flush=True)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)

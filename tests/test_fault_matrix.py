@@ -18,6 +18,7 @@ work ever finishing.
 
 import contextlib
 import fcntl
+import importlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ import tensorflow as tf
 from test_faults import wait_for
 
 import ctl
+from ctl.loop import checkpoints
 
 from helpers import RESUME_TASK
 from helpers import ROOT
@@ -162,14 +164,72 @@ MATRIX = [
          "none (what was in the old directory is gone)"),
     Cell("checkpoint folder not quite right", "start-up",
          "test_a_checkpoint_folder_not_quite_right_restores_the_best_and_deletes_nothing",
-         "the newest checkpoint that reads whole is restored, with a warning naming each "
-         "one passed over and why: without the `checkpoint` file (or with one TF cannot "
-         "read), the newest found from the files; with it naming a checkpoint whose files "
-         "are gone, or the newest's data truncated or overwritten or its index damaged, "
-         "the one before (the damaged files moved into checkpoints/damaged/, the "
-         "`checkpoint` file written again); `finished_step` missing or wrong, or the "
-         "workdir copied with or without its lock: as if untouched. Nothing is deleted",
+         "the newest checkpoint that reads whole is restored, whatever the `checkpoint` "
+         "file says, with a warning naming each one passed over and why: without that "
+         "file (or with one TF cannot read), or with one set back to an older checkpoint "
+         "(a stale copy: the newer ones are restored, not trained over), the newest found "
+         "from the files; with it naming a checkpoint whose files are gone, or the "
+         "newest's data truncated or overwritten or its index damaged, the one before "
+         "(the damaged files moved into checkpoints/damaged/, the `checkpoint` file "
+         "written again); `finished_step` missing or wrong, or the workdir copied with "
+         "or without its lock: as if untouched. Nothing is deleted",
          "0", "since the restored checkpoint (none when the newest is whole)"),
+    Cell("going back to an older checkpoint on purpose", "start-up",
+         "test_going_back_to_an_older_checkpoint_sets_the_newer_aside",
+         "`ctl train --resume-from 4` / `Checkpoint(resume_from=4)`: the newer "
+         "checkpoints move, with the records as they were and the trackers' notes, into "
+         "checkpoints/after-ckpt-4/ (`ctl eval --checkpoint after-ckpt-4` reads them); "
+         "the run trains from step 4; a rerun with the option resumes from its own newest",
+         "0", "none (set aside, not deleted)"),
+    Cell("history.jsonl cut mid-line (steps 6 to 11 gone, ckpt-12 restored)", "start-up",
+         "test_history.py::test_a_history_cut_mid_line_names_the_line_and_marks_the_steps_lost",
+         "a warning names the cut line and its step, and the steps that are not trained "
+         "again; they are marked lost in the file (`{\"step\": 6, \"lost_through\": "
+         "11}`), which `ctl.read_history` names; the next resume says nothing more", "0",
+         "the values of those steps (a tracker's run may hold them)"),
+    Cell("history.jsonl holding a garbage line", "start-up",
+         "test_history.py::test_a_garbage_line_in_a_history_is_named_not_dropped_silently",
+         "named by `ctl.read_history` and at the resume (its line number and the step "
+         "missing), which marks the step lost", "0", "that step's values"),
+    Cell("metrics.jsonl cut mid-line (the evaluations of steps 8 and 12 gone)", "start-up",
+         "test_history.py::test_metrics_cut_mid_line_are_put_back_from_tensorboard",
+         "the resume names the cut line and puts the lost metrics back from TensorBoard's "
+         "events (float32 values), in step order", "0", "none"),
+    Cell("manifest.jsonl cut mid-line", "start-up",
+         "test_loggers.py::test_a_manifest_cut_mid_line_keeps_every_other_record",
+         "the next fit's record starts a line of its own; `ctl.manifest.read` gives every "
+         "other record and names the cut line", "0", "the cut record"),
+    Cell("a tracker's note (trackers/<name>.json) empty or garbage", "start-up",
+         "test_loggers.py::test_a_damaged_tracker_note_resumes_the_same_tracker_run",
+         "a warning; the same tracker run is resumed, found by the work directory "
+         "(MLflow: its `ctl.workdir` tag, the logged keys from the run's tags; W&B: its "
+         "folder), each step logged once; none found: says it starts a new one", "0",
+         "none"),
+    Cell("SIGHUP (closed terminal) to `ctl parity --against multi_worker:2`",
+         "inside a compiled call",
+         "test_parity_tool.py::test_a_closed_terminal_stops_parity_and_the_workers_it_launched",
+         "every run, the launcher and its workers are stopped; no process is left", "129",
+         "none (parity saves nothing)"),
+    Cell("SIGINT, SIGTERM or SIGHUP to `ctl eval --across`", "evaluation",
+         "test_sample_evaluation.py::test_ctl_eval_across_stopped_leaves_no_process_behind",
+         "the evaluation in progress (launcher and workers too) is stopped; no process is "
+         "left", "130 / 143 / 129", "none"),
+    Cell("Ctrl-C or SIGHUP to `ctl sweep`", "inside a compiled call",
+         "test_sweep.py::test_a_signal_stops_the_run_in_progress_after_it_saved_and_then_the_sweep",
+         "passed on to the run in progress, which saves; the sweep stops with its code",
+         "130 / 42", "none"),
+    Cell("SIGKILL to `ctl sweep`", "inside a compiled call",
+         "test_sweep.py::test_a_killed_sweep_leaves_no_run_behind",
+         "its run sees it gone within a second (as a launched task its launcher), saves "
+         "and exits 42; no process is left (ctl parity's and eval --across's runs too)",
+         "-9", "none"),
+    Cell("disk full", "checkpoint save",
+         "test_a_save_that_fills_the_disk_leaves_no_partial_files",
+         "wherever the save fails (TF's first write, its merge, the `checkpoint` file), "
+         "its partial files are removed (a whole checkpoint whose `checkpoint` file could "
+         "not be updated is kept, and said so); an OSError names the newest complete "
+         "checkpoint; freeing space and rerunning resumes", "1",
+         "since the previous checkpoint"),
     Cell("checkpoint folder not quite right", "checkpoint save",
          "test_checkpoints_found_without_the_pointer_file_are_kept_as_before",
          "the checkpoints found without the `checkpoint` file are kept as before: `keep` "
@@ -601,7 +661,7 @@ def test_killing_the_launcher_stops_its_workers(tmp_path):
     # SIGTERM, whose handler runs before the paused action next looks for `go`).
     deadline = killed + 60  # bounds on waits, not the claim (see the report)
     logs = [tmp_path / f"stderr.{pid}" for pid in workers]
-    while not all("is gone; stopping this task" in p.read_text() for p in logs):
+    while not all("is gone; stopping (SIGTERM" in p.read_text() for p in logs):
       assert time.monotonic() < deadline, [p.read_text()[-2000:] for p in logs]
       time.sleep(0.05)
     go(work)
@@ -673,6 +733,12 @@ def _remove(*paths):
     os.remove(path)
 
 
+def _point_at(work, step):
+  """The `checkpoint` file as an older copy of it reads: naming ckpt-`step` the newest."""
+  (work / "checkpoints" / "checkpoint").write_text(
+      f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n')
+
+
 def _lock_of_a_live_run(work):
   """A lock file as a copy taken while the run went on holds: its holder lives."""
   with open(work / ".ctl-lock", "w") as f:
@@ -690,6 +756,12 @@ FOLDER_FAULTS = {  # name: (the change, the step restored, what the log says)
     "pointer naming a missing checkpoint": (
         lambda w: _remove(w / (CKPT + ".index"), w / (CKPT + DATA)), 8,
         "ckpt-12 is skipped: its index file ckpt-12.index is not there"),
+    "pointer set back (a stale copy)": (
+        lambda w: _point_at(w, 4), 12,
+        "names ckpt-4 as the newest checkpoint, but ckpt-8, ckpt-12 are newer"),
+    "pointer set back, the newest damaged": (
+        lambda w: (_point_at(w, 4), _cut(w / (CKPT + DATA))), 8,
+        "ckpt-12 is skipped: OutOfRangeError"),
     "newest data truncated": (lambda w: _cut(w / (CKPT + DATA)), 8,
                               "ckpt-12 is skipped: OutOfRangeError"),
     "newest data overwritten": (lambda w: _overwrite_middle(w / (CKPT + DATA)), 8,
@@ -737,6 +809,83 @@ def test_a_checkpoint_folder_not_quite_right_restores_the_best_and_deletes_nothi
   with caplog.at_level("WARNING", logger="ctl"):
     assert _folder_fit(work, 16)[0] == 12
   assert "skipped" not in caplog.text and "checkpoint, which names" not in caplog.text
+
+
+def test_going_back_to_an_older_checkpoint_sets_the_newer_aside(finished_run, tmp_path,
+                                                                caplog):
+  """`Checkpoint(resume_from=4)`: ckpt-8 and ckpt-12 are moved aside with the records
+  as they were, the run trains from step 4, and a rerun with the same option resumes
+  from its own newest; a step with no checkpoint is refused, naming those there."""
+  work = tmp_path / "work"
+  shutil.copytree(finished_run, work)
+  before = {n: v for n, v in _files(work).items() if n.startswith("ckpt-")}
+  history_before = (work / "history.jsonl").read_text()
+
+  def fit(resume_from, total_steps=12):
+    history = _folder_runner().fit(
+        total_steps, str(work), progress=False,
+        checkpoint=ctl.Checkpoint(ctl.Every(steps=4), resume_from=resume_from))
+    return int(history.steps[0]) if len(history.steps) else total_steps
+
+  with caplog.at_level("WARNING", logger="ctl"):
+    assert fit(4) == 4
+  aside = work / "checkpoints" / "after-ckpt-4"
+  assert "resume_from=4: moved ckpt-8, ckpt-12 and the run's records" in caplog.text
+  assert {n: v for n, v in _files(work).items() if n.startswith("ckpt-")
+          and (aside / n).exists()} == {n: v for n, v in before.items() if "-4." not in n}
+  assert (aside / "history.jsonl").read_text() == history_before
+  assert (aside / "finished_step").read_text() == "12\n"
+  assert checkpoints.newest(str(work), "after-ckpt-4").endswith("ckpt-12")  # ctl eval reads it
+  assert newest(work) == 12 and (work / "checkpoints" / "finished_step").exists()
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):  # the same option, rerun: not again
+    assert fit(4, 16) == 12
+  assert "went back to ckpt-4 before" in caplog.text
+  with pytest.raises(checkpoints.CheckpointError, match=r"resume_from=5: ckpt-5 of .* "
+                     r"cannot be restored \(it is not there\); the checkpoints there are of "
+                     r"steps 8, 12, 16"):
+    fit(5, 16)
+  assert newest(work) == 16  # nothing moved
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (a disk that fills): root")
+def test_a_save_that_fills_the_disk_leaves_no_partial_files(tmp_path):
+  """ckpt-8 saved onto a disk with 0, 1, ... pages free beyond what ckpt-4 uses: each
+  save fails somewhere (TF's first write, its index, its merge of the two, the
+  `checkpoint` file) until it fits. After each failure no file of ckpt-8 is left
+  (the merge's left a data file as large as the checkpoint, which filled the disk
+  again at the next save), and `checkpoint` still names ckpt-4."""
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], check=True)
+  try:
+    runner = _folder_runner()
+    directory = str(disk / "checkpoints")
+    checkpointer = checkpoints.Checkpointer(runner.placement, runner.state, runner.feed,
+                                            directory)
+    runner.state.global_step.assign(4)
+    checkpointer.save()
+    stat = os.statvfs(disk)
+    used = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    failed_in = []
+    for pages in range(12):
+      subprocess.run(["mount", "-o", f"remount,size={used + pages * stat.f_frsize}",
+                      str(disk)], check=True)
+      runner.state.global_step.assign(8)
+      try:
+        checkpointer.save()
+      except OSError as e:
+        failed_in.append(re.search(r"\[Op:(\w+)\]|(checkpoint\.tmp)", str(e)).group(0))
+        assert "Its partial files were removed" in str(e) or "written whole" in str(e), e
+        left = [n for n in os.listdir(directory) if n.startswith(("ckpt-8", "checkpoint."))]
+        assert left == [] or "written whole" in str(e), (left, e)
+        assert checkpoints.newest(str(disk)).endswith("ckpt-8" if left else "ckpt-4")
+        continue
+      break
+    assert "[Op:MergeV2Checkpoints]" in failed_in, failed_in
+    assert checkpoints.newest(str(disk)).endswith("ckpt-8")  # saved once the disk had room
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
 
 
 def test_checkpoints_found_without_the_pointer_file_are_kept_as_before(finished_run,
@@ -840,9 +989,10 @@ def test_the_matrix_lists_every_test_here_and_every_cell():
   listed = {cell.test for cell in MATRIX if cell.test and "::" not in cell.test}
   assert listed == here - {"test_the_matrix_lists_every_test_here_and_every_cell"}, (
       sorted(here - listed))
-  import test_faults  # pylint: disable=import-outside-toplevel
-  elsewhere = {cell.test.split("::")[1] for cell in MATRIX if cell.test and "::" in cell.test}
-  assert elsewhere <= set(vars(test_faults)), sorted(elsewhere - set(vars(test_faults)))
+  for cell in MATRIX:  # "test_x.py::name": a test of another file
+    if cell.test and "::" in cell.test:
+      module, name = cell.test.split("::")
+      assert hasattr(importlib.import_module(module[:-len(".py")]), name), cell.test
   for cell in MATRIX:
     assert cell.phase in PHASES + ("(any other)",), cell
     assert bool(cell.test) == bool(cell.exit_code), cell

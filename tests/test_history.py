@@ -228,3 +228,90 @@ def test_lines_hold_float32_exactly(tmp_path):
   file.write(0, {"x": values})
   file.close()
   np.testing.assert_array_equal(ctl.read_history(str(tmp_path))["x"], values)
+
+
+def _cut_at(path, step, keep=0.5):
+  """Cuts `path` in the middle of the line of `step` (as a crash or a full disk
+  leaves it): that line half there, the later ones gone."""
+  with open(path) as f:
+    text = f.read()
+  start = text.index(f'{{"step": {step},')
+  end = text.index("\n", start)
+  with open(path, "w") as f:
+    f.write(text[:start + int((end - start) * keep)])
+
+
+class Score(ctl.Action):
+  """Every 4 steps, a metric published (metrics.jsonl and TensorBoard), as ctl.Evaluate."""
+  collective = False
+
+  def __init__(self):
+    self.every = ctl.Every(steps=4)
+
+  def __call__(self, context):
+    context.publish({"score": 1.0 / (1 + context.step)})
+
+
+def _fit(workdir, total_steps):
+  return runner().fit(total_steps, workdir, progress=False, actions=[Score()],
+                      checkpoint=ctl.Checkpoint(ctl.Every(steps=4)))
+
+
+def test_a_history_cut_mid_line_names_the_line_and_marks_the_steps_lost(tmp_path, caplog):
+  """Cut in the line of step 6 with the checkpoint at 12: steps 6 to 11 are not
+  trained again, so they are marked lost, said at the resume and by read_history."""
+  _fit(tmp_path, 12)
+  _cut_at(tmp_path / "history.jsonl", 6)
+  with caplog.at_level("WARNING", logger="ctl"):
+    _fit(tmp_path, 16)
+  assert "history.jsonl: dropped line 7 (step 6), cut short or unreadable" in caplog.text
+  assert "history.jsonl holds no line of steps 6 to 11, trained before step 12" in caplog.text
+  rows = lines(tmp_path)
+  assert rows[6] == {"step": 6, "lost_through": 11}
+  assert [row["step"] for row in rows] == list(range(7)) + list(range(12, 16))
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):
+    history = ctl.read_history(str(tmp_path))
+  assert list(history.steps) == list(range(6)) + list(range(12, 16))
+  assert "no values of steps 6 to 11 (lost in a damaged file" in caplog.text
+  pandas = pytest.importorskip("pandas")
+  frame = pandas.read_json(tmp_path / "history.jsonl", lines=True)
+  assert list(frame.step) == [row["step"] for row in rows]
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):  # said once: the next resume is quiet
+    _fit(tmp_path, 20)
+  assert "history.jsonl" not in caplog.text
+
+
+def test_a_garbage_line_in_a_history_is_named_not_dropped_silently(tmp_path, caplog):
+  _fit(tmp_path, 12)
+  rows = (tmp_path / "history.jsonl").read_text().splitlines()
+  rows[3] = "\x00\x00 garbage"
+  (tmp_path / "history.jsonl").write_text("\n".join(rows) + "\n")
+  with caplog.at_level("WARNING", logger="ctl"):
+    history = ctl.read_history(str(tmp_path))
+  assert "left out line 4 (no step), cut short or unreadable" in caplog.text
+  assert "no values of step 3 (not in the file)" in caplog.text
+  assert list(history.steps) == [0, 1, 2] + list(range(4, 12))
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):
+    _fit(tmp_path, 16)
+  assert "dropped line 4 (no step)" in caplog.text
+  assert "holds no line of step 3, trained before step 12" in caplog.text
+  assert lines(tmp_path)[3] == {"step": 3, "lost_through": 3}
+
+
+def test_metrics_cut_mid_line_are_put_back_from_tensorboard(tmp_path, caplog):
+  """metrics.jsonl cut in the line of step 8 (12's gone too): the resume from ckpt-12
+  puts both back from TensorBoard's events, where each was published."""
+  _fit(tmp_path, 12)
+  expected = (tmp_path / "metrics.jsonl").read_text().splitlines()
+  _cut_at(tmp_path / "metrics.jsonl", 8)
+  with caplog.at_level("WARNING", logger="ctl"):
+    _fit(tmp_path, 16)
+  assert "metrics.jsonl: dropped line 2 (step 8), cut short or unreadable" in caplog.text
+  assert "put back the metrics of steps 8, 12 from TensorBoard's events" in caplog.text
+  rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [row["step"] for row in rows] == [4, 8, 12, 16]
+  for row, line in zip(rows, expected):
+    assert row["score"] == pytest.approx(json.loads(line)["score"], rel=1e-7)  # float32

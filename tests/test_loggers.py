@@ -8,6 +8,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 
@@ -281,6 +282,48 @@ def test_each_fit_appends_its_manifest_and_a_resume_under_another_seed_says_so(
   texts = {e.step: e.tensor_proto.string_val[0].decode() for e in
            accumulator.Tensors("manifest")}
   assert sorted(texts) == [0, 4] and '"seed": 1' in texts[4]
+
+
+def test_a_manifest_cut_mid_line_keeps_every_other_record(tmp_path, caplog):
+  """The next fit's record is not glued to the cut line: read gives it, and names the cut."""
+  train(tmp_path, 4, [])
+  train(tmp_path, 8, [])
+  path = tmp_path / "manifest.jsonl"
+  text = path.read_text()
+  path.write_text(text[:len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the 2nd cut
+  train(tmp_path, 12, [])
+  with caplog.at_level(logging.WARNING, logger="ctl"):
+    records = ctl.manifest.read(str(tmp_path))
+  assert [r["start_step"] for r in records] == [0, 8]
+  assert "manifest.jsonl: left out line 2, cut short or unreadable" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tracker,note", [("mlflow", ""), ("mlflow", "{garbage"),
+                                          ("wandb", "")])
+def test_a_damaged_tracker_note_resumes_the_same_tracker_run(tmp_path, caplog, tracker, note):
+  """The note in trackers/ empty or garbage: the resume finds the run of this work
+  directory in the tracker (MLflow: by its tag; W&B: its folder) and logs to it,
+  each step once."""
+  pytest.importorskip(tracker)
+  workdir = tmp_path / "run"
+  store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+  make = (lambda: ctl.MLflow(store)) if tracker == "mlflow" else ctl.WandB
+  train(workdir, 12, [make()])
+  crash_after_step_12(workdir)
+  (workdir / "trackers" / f"{tracker}.json").write_text(note)
+  with caplog.at_level(logging.WARNING, logger="ctl"):
+    train(workdir, 16, [make()])
+  assert re.search(rf"{tracker}.json cannot be read \((empty|JSONDecodeError)\); resuming "
+                   rf"the {tracker} run \w+ of this work directory, found in", caplog.text)
+  if tracker == "mlflow":
+    _, metrics, _, _, runs, status = mlflow_records(store)
+    assert (runs, status) == (1, "FINISHED")
+    assert [step for step, _ in metrics["generator_loss"]] == list(range(16))
+  else:
+    _, metrics, _, files, runs = wandb_records(str(workdir))
+    assert runs == 1 and len(files) == 2
+    assert sorted({step for step, _ in metrics["generator_loss"]}) == list(range(16))
 
 
 @pytest.mark.slow

@@ -94,6 +94,11 @@ def add_parser(subparsers: Any) -> None:
                           help="also log the run to an experiment tracker: mlflow "
                           "(MLFLOW_TRACKING_URI, e.g. sqlite:///runs/mlflow.db) or "
                           "wandb (offline unless WANDB_MODE=online); repeatable")
+      parser.add_argument("--resume-from", type=int, metavar="STEP",
+                          help="go back: resume from the checkpoint of step STEP although "
+                          "newer ones exist; they are moved, with the run's records as "
+                          "they were, into <workdir>/checkpoints/after-ckpt-STEP/ (once: "
+                          "rerun with it, the run resumes from its newest again)")
       parser.add_argument("--dry-run", action="store_true",
                           help="run each part once, tiny (one step, a checkpoint save "
                           "and restore, every action, evaluations over a handful of "
@@ -164,6 +169,8 @@ def run_train(args: argparse.Namespace) -> int:
   kwargs = {"profile": args.profile} if args.profile else {}
   if args.dry_run:
     kwargs["dry_run"] = True
+  if args.resume_from is not None:
+    kwargs["resume_from"] = args.resume_from
   if args.logger:
     from ctl.loop import loggers  # pylint: disable=import-outside-toplevel
     try:
@@ -278,7 +285,7 @@ def _run(args, method, report, **kwargs):
 
 # The options passed to an experiment's method only when given: the flag of each.
 _FLAGS = {"checkpoint": "--checkpoint", "profile": "--profile", "dry_run": "--dry-run",
-          "loggers": "--logger"}
+          "loggers": "--logger", "resume_from": "--resume-from"}
 
 
 def _check_takes(experiment, method, kwargs):

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import gin
@@ -88,15 +89,25 @@ class Checkpoint:
     restore_data: False starts the data again from its beginning on resume
       instead of where the checkpoint left it: needed to resume with another
       batch size (the models and optimizers are restored either way).
+    resume_from: go back: resume from the checkpoint of this step although
+      newer ones exist. They are moved, with a copy of the run's records and
+      its trackers' notes, into `checkpoints/after-ckpt-<step>/` (nothing is
+      deleted; `ctl eval --checkpoint after-ckpt-<step>` evaluates the newest
+      of them), once: while that folder is there, a rerun with the same
+      option resumes from the newest checkpoint, i.e. what it trained since.
   """
 
   def __init__(self, every: Every | None = None, keep: int = 3, *,
-               restore_data: bool = True):
+               restore_data: bool = True, resume_from: int | None = None):
     check_every("Checkpoint", every)
     arguments.integer("Checkpoint: keep", keep, minimum=1)
+    if resume_from is not None:
+      arguments.integer("Checkpoint: resume_from", resume_from, minimum=0,
+                        meaning="the step of the checkpoint to go back to")
     self.every = every or Every(steps=1000, seconds=600)
     self.keep = keep
     self.restore_data = restore_data
+    self.resume_from = resume_from
 
   def open(self, placement: Placement, state: State, feed: Feed,
            workdir: str) -> Checkpointer:
@@ -215,12 +226,13 @@ class Checkpointer:
   def restore(self, *, repair: bool = False) -> int:
     """Restores the newest checkpoint that can be read; returns the global step.
 
-    The newest is the one the directory's `checkpoint` file names; without
-    that file (a partial copy, a sync tool that skipped it), the newest whose
-    files are there. A checkpoint whose files cannot be read whole (a
-    truncated data file, a damaged index, files missing) is skipped, with a
-    warning naming it and why, for the next older one; none readable is an
-    error that names them all. Nothing is ever deleted.
+    The newest is the one of the highest step whose files are there, whatever
+    the directory's `checkpoint` file names (a pointer set back names an older
+    one: a warning says so, and how to go back on purpose). A checkpoint
+    whose files cannot be read whole (a truncated data file, a damaged index,
+    files missing) is skipped, with a warning naming it and why, for the next
+    older one; none readable is an error that names them all. Nothing is ever
+    deleted.
 
     Args:
       repair: (the chief of a `fit`, which holds the work directory's lock)
@@ -279,6 +291,7 @@ class Checkpointer:
           f"or data?): {str(e)[:500]}. Use a new work directory for a different "
           "experiment.") from None
     step = int(self._state.global_step.numpy())
+    self._saved_step = step  # no save writes over the checkpoint just restored
     _log.info("restored %s (step %d)%s", path, step, "" if self._restored is self.checkpoint
               else "; the data starts again from its beginning (restore_data=False)")
     if repair and self.is_chief and (listing.skipped or listing.named != path):
@@ -300,22 +313,32 @@ class Checkpointer:
                    found)
       candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
     else:
+      # Newest first, whatever the pointer says: a pointer older than the newest
+      # files (a copy or sync that took it before them, a backup put back, a save
+      # stopped between its files and its pointer) must not cost the newer ones,
+      # which the next saves would write over. Going back is said explicitly:
+      # `Checkpoint(resume_from=N)`.
       named_step = _step_of(listing.named)
       newer = sorted(s for s in listing.on_disk if named_step is not None and s > named_step)
       if newer:
         _log.warning(
-            "%s names %s as the newest checkpoint, but %s %s newer (a save that "
-            "did not finish, or a `checkpoint` file set back by hand): not restored.",
+            "%s names %s as the newest checkpoint, but %s %s newer (a copy or sync that "
+            "took the `checkpoint` file before the newest files, a backup put back, or a "
+            "save stopped before it named its checkpoint): restoring the newest that "
+            "reads whole. To go back to %s, pass --resume-from %s to ctl train, or "
+            "fit(checkpoint=ctl.Checkpoint(resume_from=%s)): the newer ones are then "
+            "moved aside, not deleted.",
             where, os.path.basename(listing.named),
-            ", ".join(f"ckpt-{s}" for s in newer), "is" if len(newer) == 1 else "are")
-      candidates = [listing.named] + [
-          listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)
-          if named_step is not None and s < named_step]
+            ", ".join(f"ckpt-{s}" for s in newer), "is" if len(newer) == 1 else "are",
+            os.path.basename(listing.named), named_step, named_step)
+      candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
+      if listing.named not in candidates:
+        candidates.insert(len(newer), listing.named)
       if not tf.io.gfile.exists(listing.named + ".index"):
         listing.skipped.append(
             (listing.named, f"its index file {os.path.basename(listing.named)}.index is "
              "not there"))
-        candidates.pop(0)
+        candidates.remove(listing.named)
         if not candidates:
           raise CheckpointError(
               f"{where} names the checkpoint {listing.named}, but no checkpoint's files "
@@ -353,12 +376,8 @@ class Checkpointer:
       if files:
         _log.warning("moved the files of %s to %s", os.path.basename(skipped), damaged)
     step = _step_of(path)
-    if listing.named is not None:
-      known = [p for p in listing.all_named if p in listing.on_disk.values()]
-    else:
-      known = [listing.on_disk[s] for s in sorted(listing.on_disk)]
-    known = [p for p in known if p not in dict(listing.skipped) and p != path and
-             (step is None or (_step_of(p) or 0) < step)]
+    known = [listing.on_disk[s] for s in sorted(listing.on_disk)
+             if listing.on_disk[s] not in dict(listing.skipped) and (step is None or s < step)]
     write_pointer(self.directory, known + [path])
     _log.warning("%s/checkpoint now names %s as the newest checkpoint", self.directory,
                  os.path.basename(path))
@@ -398,16 +417,18 @@ class Checkpointer:
     try:
       path = self._write_manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as e:
-      # TF writes into `<prefix>_temp` and renames at the end: a failed write
-      # (disk full, permissions) leaves the older checkpoints and the
-      # `checkpoint` file that names the newest one untouched.
-      prefix = os.path.join(self._write_manager.directory, f"ckpt-{step}")
-      shutil.rmtree(prefix + "_temp", ignore_errors=True)
-      newest = self.latest
+      directory = self._write_manager.directory
+      whole = _clean_failed_save(os.path.join(directory, f"ckpt-{step}"))
+      if whole:
+        raise OSError(
+            f"checkpoint ckpt-{step} was written whole in {directory}, but the "
+            f"`checkpoint` file could not be updated to name it: {_tf_message(e)}. "
+            "Free disk space or fix the directory's permissions, then rerun the same "
+            f"command: it resumes from ckpt-{step}.") from e
       raise OSError(
-          f"could not write checkpoint ckpt-{step} in {self._write_manager.directory}: "
-          f"{_tf_message(e)}. The newest complete checkpoint is "
-          f"{newest or 'none (nothing was saved yet)'}; free disk space or fix the "
+          f"could not write checkpoint ckpt-{step} in {directory}: {_tf_message(e)}. "
+          "Its partial files were removed. The newest complete checkpoint is "
+          f"{self.latest or 'none (nothing was saved yet)'}; free disk space or fix the "
           "directory's permissions, then rerun the same command to resume from it."
       ) from e
     self._saved_step = step
@@ -440,6 +461,57 @@ class Checkpointer:
       shutil.copyfile(path, partial)
       os.replace(partial, os.path.join(target, os.path.basename(path)))
     return os.path.join(target, os.path.basename(source))
+
+def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
+            moved: Sequence[str] = ()) -> str | None:
+  """Sets aside the checkpoints of `directory` newer than `step`, so that the
+  next restore takes ckpt-`step` (`Checkpoint(resume_from=step)`).
+
+  They go into `<directory>/after-ckpt-<step>/` with `finished_step`, copies of
+  the files `copied` (the run's records, as they were) and the files or folders
+  `moved` (what a resumed run must not take up: the trackers' notes); the
+  `checkpoint` file then names ckpt-`step`. Returns that folder, or None if
+  it was there already (gone back before: nothing is done) or nothing is
+  newer than `step`.
+
+  Raises:
+    CheckpointError: no whole checkpoint of `step` in `directory`.
+  """
+  folder = os.path.join(directory, f"after-ckpt-{step}")
+  if os.path.exists(folder):
+    _log.warning("resume_from=%d: this run went back to ckpt-%d before (%s holds what "
+                 "was set aside then); resuming from the newest checkpoint. To go back "
+                 "to ckpt-%d again, move that folder elsewhere first.", step, step, folder,
+                 step)
+    return None
+  listing = _Listing(directory)
+  path = listing.on_disk.get(step)
+  why = "it is not there" if path is None else _unreadable(path)
+  if why:
+    steps = ", ".join(str(s) for s in sorted(listing.on_disk)) or "none"
+    raise CheckpointError(f"resume_from={step}: ckpt-{step} of {directory} cannot be "
+                          f"restored ({why}); the checkpoints there are of steps {steps}. "
+                          "Pass one of them.")
+  newer = sorted(s for s in listing.on_disk if s > step)
+  if not newer:
+    return None
+  os.makedirs(folder)
+  for record in copied:
+    if os.path.exists(record):
+      shutil.copy2(record, folder)
+  for record in [os.path.join(directory, "finished_step"), *moved]:
+    if os.path.exists(record):
+      os.replace(record, os.path.join(folder, os.path.basename(record)))
+  for s in newer:
+    for f in tf.io.gfile.glob(listing.on_disk[s] + ".*"):
+      os.replace(f, os.path.join(folder, os.path.basename(f)))
+  write_pointer(folder, [os.path.join(folder, f"ckpt-{s}") for s in newer])
+  write_pointer(directory, [listing.on_disk[s] for s in sorted(listing.on_disk) if s <= step])
+  _log.warning("resume_from=%d: moved %s and the run's records as they were into %s; "
+               "resuming from ckpt-%d", step, ", ".join(f"ckpt-{s}" for s in newer),
+               folder, step)
+  return folder
+
 
 class _Listing:
   """What a checkpoint directory holds, from its `checkpoint` file and its files.
@@ -483,6 +555,27 @@ def write_pointer(directory: str, paths: list[str]) -> None:
   lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in times]
   lines.append(f"last_preserved_timestamp: {min(times) - 1.0!r}")
   write_text_atomically(os.path.join(directory, "checkpoint"), "\n".join(lines) + "\n")
+
+
+def _clean_failed_save(prefix):
+  """After a failed save of the checkpoint `prefix`: whether its files read
+  whole (the failure came after them, in the `checkpoint` file's update);
+  else removes them.
+
+  TF writes into `<prefix>_temp`, then merges into `<prefix>.data-*` and
+  `<prefix>.index`: a failure in the merge (a full disk) leaves the data file
+  and an empty index, which would fill the disk again at the next save.
+  Nothing else has this step's name: a checkpoint is never saved over the
+  one restored (`Checkpointer.restore`), and none newer is left unrestored.
+  """
+  shutil.rmtree(prefix + "_temp", ignore_errors=True)
+  for partial in tf.io.gfile.glob(os.path.join(os.path.dirname(prefix), "checkpoint.tmp*")):
+    tf.io.gfile.remove(partial)  # TF's own temporary `checkpoint` file
+  if tf.io.gfile.exists(prefix + ".index") and _unreadable(prefix) is None:
+    return True
+  for partial in tf.io.gfile.glob(prefix + ".*"):
+    tf.io.gfile.remove(partial)
+  return False
 
 
 def _step_of(path):

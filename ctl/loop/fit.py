@@ -113,7 +113,9 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
   context.dry_run = dry is not None
   for action in actions:
     action.check(context)
-  context.lock = _lock(context.placement, workdir)  # before restoring: one writer at a time
+  # Before restoring: one writer at a time (a dry run goes back nowhere: it writes nothing).
+  context.lock = _lock(context.placement, workdir,
+                       checkpoint.resume_from if checkpoint and dry is None else None)
   try:
     checkpointer = None
     if checkpoint:
@@ -315,8 +317,20 @@ def _open_metrics(context, *, write):
   `write`."""
   if context.workdir is None or not context.is_chief or not write:
     return None
-  metrics_file = history_lib.HistoryFile(context.workdir, history_lib.METRICS_FILE_NAME)
+  metrics_file = history_lib.HistoryFile(context.workdir, history_lib.METRICS_FILE_NAME,
+                                         every_step=False)
   metrics_file.open(context.step + 1)
+  # Lines lost to damage (a cut, a garbage line) that TensorBoard's events hold.
+  found = loggers_lib.TensorBoard.scalars(context.workdir, metrics_file.suspect_from,
+                                          context.step)
+  found = {step: {k: v for k, v in values.items() if k in metrics_file.keys}
+           for step, values in found.items() if step not in metrics_file.steps}
+  found = {step: values for step, values in found.items() if values}
+  if found:
+    metrics_file.add(found)
+    _log.warning("%s: put back the metrics of step%s %s from TensorBoard's events (as "
+                 "float32 values); the file had lost them", metrics_file.path,
+                 "s" if len(found) > 1 else "", ", ".join(map(str, sorted(found))))
   return metrics_file
 
 
@@ -437,11 +451,13 @@ def _save(checkpointer):
     _log.debug("saved %s", path)
 
 
-def _lock(placement, workdir):
+def _lock(placement, workdir, resume_from):
   """Locks the work directory on the chief; every worker fails if it cannot.
 
   Also fails now, not at the first save, if the directory cannot be written,
-  and removes what an export killed mid-way left (no other run writes here).
+  removes what an export killed mid-way left (no other run writes here), and
+  goes back to the checkpoint of step `resume_from`, if not None (the workers
+  restore after it).
   """
   if workdir is None:
     return None
@@ -450,7 +466,16 @@ def _lock(placement, workdir):
     try:
       _check_writable(os.path.join(workdir, "checkpoints"), workdir)
       lock = workdir_lib.Lock(workdir)
-    except (OSError, workdir_lib.WorkdirInUse) as e:
+      if resume_from is not None:
+        checkpoints.go_back(
+            os.path.join(workdir, "checkpoints"), resume_from,
+            copied=[os.path.join(workdir, name) for name in (
+                history_lib.FILE_NAME, history_lib.METRICS_FILE_NAME)],
+            moved=[os.path.join(workdir, loggers_lib.NOTES_FOLDER)])
+    except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError) as e:
+      if lock is not None:
+        lock.release()
+        lock = None
       error = e
   if stopping.agree(placement, [error is not None])[0]:
     raise error or workdir_lib.WorkdirInUse(

@@ -11,15 +11,20 @@ given to an action as they come (`EachStep`).
 `{"step": 0, "discriminator_loss": 1.386, ...}`, where "step" is `ctx.step` while
 that step ran (0 for the first step). A resumed run first drops the lines of the
 steps after its checkpoint (they are trained again), so the file holds each step
-once, in order, across any number of resumes.
+once, in order, across any number of resumes. A line cut short or unreadable (a
+crash, a disk that filled, a hand edit) is dropped with a warning naming it, and
+steps lost with it that the resume does not train again are marked by a line
+`{"step": 6, "lost_through": 11}`, which `read_history` names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -216,26 +221,65 @@ class HistoryFile:
   """`<workdir>/history.jsonl`: one JSON line per step, appended as training goes.
 
   `open(start_step)` keeps the lines of the steps before `start_step` (the step
-  a run starts or resumes from), drops later ones and a line cut short by a
-  crash, and returns what it kept as a `History`. Lines reach the OS after
-  every compiled call, so a killed process loses none; a machine that loses
-  power may lose the last ones, which the resume then drops and trains again
-  (they are after its checkpoint) or, past the last checkpoint's sync, is a
-  gap of the file only.
+  a run starts or resumes from), drops later ones, and returns what it kept as
+  a `History`. A line that cannot be read is dropped with a warning naming it;
+  in a file of every step (`every_step`), steps before `start_step` that no
+  line holds are marked lost (`{"step": a, "lost_through": b}`) with a warning,
+  once. Lines reach the OS after every compiled call, so a killed process
+  loses none; a machine that loses power may lose the last ones, which the
+  resume drops and trains again (they are after its checkpoint) or marks lost.
+
+  Args:
+    workdir: the work directory.
+    file_name: `FILE_NAME`, or `METRICS_FILE_NAME` (a line per step that had any).
+    every_step: whether the file holds a line for every step.
   """
 
-  def __init__(self, workdir: str, file_name: str = FILE_NAME):
+  def __init__(self, workdir: str, file_name: str = FILE_NAME, *, every_step: bool = True):
     self.path = os.path.join(workdir, file_name)
+    self.every_step = every_step
+    self.steps: set[int] = set()  # the steps of the lines `open` kept
+    self.keys: set[str] = set()  # and their keys
+    self.suspect_from = 0  # the first step whose line may be missing (see `open`)
     self._file = None
 
   def open(self, start_step: int) -> History:
-    kept, dropped = _read(self.path, before=start_step)
-    if dropped:  # the kept lines as they were written, not read back and rounded
-      _write_text(self.path, "".join(_lines_before(self.path, start_step)))
-      _log.info("%s: dropped %d line(s) of steps from %d on (this run trains them again) "
-                "or cut short", self.path, dropped, start_step)
+    reading = _read(self.path, before=start_step)
+    # A file of no readable line is new (or emptied by hand): nothing to mark.
+    lost = _missing(reading, start_step) if self.every_step and reading.steps else []
+    if reading.later or reading.bad or lost:  # rewritten: the kept lines as written
+      lines = list(_lines_before(self.path, start_step))
+      lines += [(first, _lost_line(first, last)) for first, last in lost]
+      _write_text(self.path, "".join(line for _, line in sorted(lines, key=lambda x: x[0])))
+    if reading.later:
+      _log.info("%s: dropped %d line(s) of steps from %d on (this run trains them again)",
+                self.path, reading.later, start_step)
+    if reading.bad:
+      _log.warning("%s: dropped %s", self.path, _said(reading.bad))
+    if lost:
+      _log.warning(
+          "%s holds no line of %s, trained before step %d, where this run resumes, and "
+          "not trained again: marked lost in the file (a "
+          '{"step": ..., "lost_through": ...} line; ctl.read_history names them). A '
+          "tracker's run may still hold their values.", self.path, _steps(lost), start_step)
+    self.steps = reading.steps
+    self.keys = set(reading.history)
+    # Lines of this step or later may have gone with the damage (or a file cut
+    # at a line's end): what another record holds of them can be put back (`add`).
+    self.suspect_from = min([max(reading.steps, default=-1) + 1] + [
+        step if step is not None else after + 1 for _, _, step, after in reading.bad])
     self._reopen()
-    return kept
+    return reading.history
+
+  def add(self, rows: Mapping[int, Mapping[str, float]]) -> None:
+    """Puts back lines of steps before the run's start, `{step: {key: value}}`
+    (recovered from another record), in step order."""
+    lines = [(step, line) for step, line in _lines_before(self.path, math.inf)]
+    lines += [(step, _line(step, ((json.dumps(k), v) for k, v in values.items())))
+              for step, values in rows.items()]
+    _write_text(self.path, "".join(line for _, line in sorted(lines, key=lambda x: x[0])))
+    self.steps = self.steps | set(rows)
+    self._reopen()
 
   def _reopen(self):
     if self._file is not None:
@@ -279,7 +323,16 @@ def read_history(path: str) -> History:
     raise FileNotFoundError(f"no history at {path}: `fit(total_steps, workdir)` writes "
                             f"<workdir>/{FILE_NAME} as it trains; pass a work directory "
                             "it trained in.")
-  return _read(path, before=None)[0]
+  reading = _read(path, before=None)
+  if reading.bad:
+    _log.warning("%s: left out %s", path, _said(reading.bad))
+  missing = _missing(reading, None)
+  if reading.lost or missing:
+    _log.warning("%s: no values of %s (%s)", path, _steps(sorted(reading.lost + missing)),
+                 "lost in a damaged file, marked when the run resumed" if not missing
+                 else "not in the file" if not reading.lost
+                 else "lost in a damaged file, or not in it")
+  return reading.history
 
 
 def _line(step, items):
@@ -304,35 +357,93 @@ def _token(value):
   return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
 
 
+@dataclasses.dataclass
+class _Reading:
+  """What `_read` found in a history file."""
+  history: History  # the lines whose step is below `before`
+  steps: set[int]  # the steps of those lines, lost ones included
+  lost: list[tuple[int, int]]  # the ranges marked lost, (first, last)
+  later: int = 0  # lines of `before` or later
+  bad: list[tuple[int, str, int | None, int]] = dataclasses.field(default_factory=list)
+  # the unreadable lines: (line number, its start, the step it names if it does,
+  # the step of the readable line before it or -1)
+
+
+_STEP = re.compile(r'"step"\s*:\s*(\d+)')
+
+
 def _read(path, before):
-  """(History of the lines whose step is below `before`, count of lines dropped)."""
-  history, dropped = History(), 0
+  """A `_Reading` of the lines of `path` whose step is below `before` (None: all)."""
+  reading = _Reading(History(), set(), [])
   try:
     with open(path, encoding="utf-8") as f:
       lines = f.readlines()
   except FileNotFoundError:
-    return history, 0
-  run_first, run = None, []
-  for line in lines:
+    return reading
+  run_first, run, previous = None, [], -1
+  for number, line in enumerate(lines, 1):
     try:
       row = json.loads(line)
       step = int(row.pop("step"))
+      lost_through = row.pop("lost_through", None)
       values = {k: math.nan if v is None else float(v) for k, v in row.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
-      dropped += 1  # a line cut short by a crash
+      named = _STEP.match(line.lstrip("{ "))
+      reading.bad.append((number, line.strip()[:40], int(named.group(1)) if named else None,
+                          previous))
       continue
+    previous = step
     if before is not None and step >= before:
-      dropped += 1
+      reading.later += 1
       continue
+    if lost_through is not None:
+      reading.lost.append((step, int(lost_through)))
+      reading.steps.update(range(step, int(lost_through) + 1))
+      continue
+    reading.steps.add(step)
     if run and (step != run_first + len(run) or set(values) != set(run[0])):
-      history.append(run_first, _columns(run))
+      reading.history.append(run_first, _columns(run))
       run = []
     if not run:
       run_first = step
     run.append(values)
   if run:
-    history.append(run_first, _columns(run))
-  return history, dropped
+    reading.history.append(run_first, _columns(run))
+  return reading
+
+
+def _missing(reading, before):
+  """The ranges (first, last) of the steps from 0 to before `before` (None: the
+  last step read) that no line of a file of every step holds."""
+  end = before if before is not None else max(reading.steps, default=-1) + 1
+  ranges, first = [], None
+  for step in range(end):
+    if step not in reading.steps:
+      first = step if first is None else first
+    elif first is not None:
+      ranges.append((first, step - 1))
+      first = None
+  if first is not None:
+    ranges.append((first, end - 1))
+  return ranges
+
+
+def _lost_line(first, last):
+  return f'{{"step": {first}, "lost_through": {last}}}\n'
+
+
+def _steps(ranges):
+  """"step 3", "steps 6 to 11", "steps 3, 6 to 11": the steps of (first, last) ranges."""
+  plural = len(ranges) > 1 or ranges[0][0] != ranges[0][1]
+  return ("steps " if plural else "step ") + ", ".join(
+      str(a) if a == b else f"{a} to {b}" for a, b in ranges)
+
+
+def _said(bad):
+  """The unreadable lines of `_Reading.bad`, for a warning."""
+  said = [f"line {number} ({'step ' + str(step) if step is not None else 'no step'}), "
+          f"cut short or unreadable: {start!r}" for number, start, step, _ in bad[:3]]
+  return "; ".join(said) + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
 
 
 def _columns(rows):
@@ -340,16 +451,20 @@ def _columns(rows):
 
 
 def _lines_before(path, before):
-  """The lines of `path` that `_read(path, before)` keeps, as written."""
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      try:
-        row = json.loads(line)
-        step = int(row["step"])
-      except (ValueError, KeyError, TypeError):
-        continue
-      if step < before:
-        yield line if line.endswith("\n") else line + "\n"
+  """(step, line) of the lines of `path` that `_read(path, before)` keeps, as written."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = f.readlines()
+  except FileNotFoundError:
+    return
+  for line in lines:
+    try:
+      row = json.loads(line)
+      step = int(row["step"])
+    except (ValueError, KeyError, TypeError):
+      continue
+    if step < before:
+      yield step, line if line.endswith("\n") else line + "\n"
 
 
 def _write_text(path, text):

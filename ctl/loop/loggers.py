@@ -39,6 +39,7 @@ import secrets
 import string
 import time
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
   from ctl.loop.history import HistoryFile
 
 _log = logging.getLogger("ctl")
+# `<workdir>/trackers/`: each tracker's note of its run (see the module docstring).
+NOTES_FOLDER = "trackers"
 
 
 @dataclasses.dataclass
@@ -135,6 +138,32 @@ class TensorBoard(Logger):
           os.path.join(self.workdir, "events", name))
     return self._writers[name]
 
+  @staticmethod
+  def scalars(workdir: str, first_step: int, last_step: int, *,
+              skip: Sequence[str] = ("train",)) -> dict[int, dict[str, float]]:
+    """The scalars of `<workdir>/events/*` (but the writers `skip`) at the steps
+    from `first_step` to `last_step`: {step: {tag: value}}, the last written of
+    each (float32: as TensorBoard keeps them)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    found: dict[int, dict[str, float]] = {}
+    for name in sorted(os.listdir(os.path.join(workdir, "events"))
+                       if os.path.isdir(os.path.join(workdir, "events")) else []):
+      if name in skip:
+        continue
+      pattern = os.path.join(workdir, "events", name, "events.out.tfevents.*")
+      for path in sorted(tf.io.gfile.glob(pattern)):  # named by their start: oldest first
+        try:
+          for event in tf.compat.v1.train.summary_iterator(path):
+            if not first_step <= event.step <= last_step:
+              continue
+            for value in event.summary.value:
+              if value.metadata.plugin_data.plugin_name == "scalars":
+                found.setdefault(int(event.step), {})[value.tag] = float(
+                    tf.make_ndarray(value.tensor))
+        except tf.errors.DataLossError:  # its end cut short by a crash
+          continue
+    return found
+
   def begin(self, run: Run) -> None:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with self.writer("train").as_default(step=run.start_step):
@@ -209,9 +238,20 @@ class Tracker(Logger, abc.ABC):
     self._state: dict[str, Any] = {}
 
   def begin(self, run: Run) -> None:
-    self._state_path = (os.path.join(run.workdir, "trackers", f"{self.name}.json")
+    self._state_path = (os.path.join(run.workdir, NOTES_FOLDER, f"{self.name}.json")
                         if run.workdir else None)
-    previous = self._read_state()
+    previous, why = self._read_state()
+    if why is not None:  # damaged: the run it named is looked for in the tracker
+      found = self.find_run(run)
+      if found:
+        _log.warning("%s: %s cannot be read (%s); resuming the %s run %s of this work "
+                     "directory, found in %s", self.name, self._state_path, why, self.name,
+                     found["run_id"], self.where_found())
+      else:
+        _log.warning("%s: %s cannot be read (%s), and no %s run of this work directory "
+                     "was found in %s: starting a new run", self.name, self._state_path, why,
+                     self.name, self.where_found())
+      previous = found or {}
     if run.start_step == 0 and previous.get("run_id"):  # a run killed before its first save
       self.abandon(previous["run_id"])
       previous = {}
@@ -273,6 +313,17 @@ class Tracker(Logger, abc.ABC):
     ended (a new fit from step 0 starts a run of its own)."""
     del run_id
 
+  def find_run(self, run: Run) -> dict[str, Any] | None:
+    """The note of this work directory's run, rebuilt from the tracker when
+    the note in `<workdir>/trackers/` cannot be read: at least its "run_id";
+    None if the tracker cannot tell."""
+    del run
+    return None
+
+  def where_found(self) -> str:
+    """Where `find_run` looks, for the log."""
+    return "the tracker"
+
   def where(self) -> str:
     """Where the tracker keeps its runs, for the log."""
     return "?"
@@ -298,13 +349,17 @@ class Tracker(Logger, abc.ABC):
     self._write_state()
 
   def _read_state(self):
-    if self._state_path is None:
-      return {}
+    """(the note, None), or ({}, why) if there is a note that cannot be read."""
+    if self._state_path is None or not os.path.exists(self._state_path):
+      return {}, None
     try:
       with open(self._state_path, encoding="utf-8") as f:
-        return json.load(f)
-    except (OSError, ValueError):
-      return {}
+        state = json.load(f)
+    except (OSError, ValueError) as e:
+      return {}, "empty" if os.path.getsize(self._state_path) == 0 else type(e).__name__
+    if not isinstance(state, dict) or not isinstance(state.get("run_id"), str):
+      return {}, "it names no run"
+    return state, None
 
   def _write_state(self):
     if self._state_path is not None:
@@ -387,6 +442,33 @@ class MLflow(Tracker):
   def where(self) -> str:
     return self._client.tracking_uri if self._client is not None else "?"
 
+  def where_found(self) -> str:
+    import mlflow  # pylint: disable=import-outside-toplevel
+    return f"{self.tracking_uri or mlflow.get_tracking_uri()} (experiment {self.experiment!r})"
+
+  def find_run(self, run: Run) -> dict[str, Any] | None:
+    """The newest run of experiment `experiment` tagged with this work directory."""
+    import mlflow  # pylint: disable=import-outside-toplevel
+    if not run.workdir:
+      return None
+    client = mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
+    try:
+      experiment = client.get_experiment_by_name(self.experiment)
+      if experiment is None:
+        return None
+      workdir = os.path.abspath(run.workdir).replace("'", "\\'")
+      found = client.search_runs([experiment.experiment_id],
+                                 filter_string=f"tags.`ctl.workdir` = '{workdir}'",
+                                 order_by=["attributes.start_time DESC"], max_results=1)
+    except Exception:  # pylint: disable=broad-except
+      return None  # the store unreachable: `start` says so
+    if not found:
+      return None
+    tags = found[0].data.tags
+    return {"run_id": found[0].info.run_id,
+            **{name: json.loads(tags[f"ctl.{name}"])
+               for name in ("steps_keys", "metrics_keys") if f"ctl.{name}" in tags}}
+
   def abandon(self, run_id: str) -> None:
     import mlflow  # pylint: disable=import-outside-toplevel
     client = mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
@@ -416,6 +498,8 @@ class MLflow(Tracker):
     if keys != self._state.get(keys_name):  # before sending: a resume asks for them
       self._state[keys_name] = keys
       self._write_state()
+      # In the run too: a note that cannot be read is rebuilt from it (`find_run`).
+      self._client.set_tag(self._run_id, f"ctl.{keys_name}", json.dumps(keys))
     for i in range(0, len(metrics), _MLFLOW_BATCH):
       self._client.log_batch(self._run_id, metrics=metrics[i:i + _MLFLOW_BATCH])
 
@@ -486,6 +570,18 @@ class WandB(Tracker):
 
   def where(self) -> str:
     return self._run.dir if self._run is not None else "?"
+
+  def where_found(self) -> str:
+    return "the W&B folder of the work directory"
+
+  def find_run(self, run: Run) -> dict[str, Any] | None:
+    """The newest W&B run whose files are in this work directory's W&B folder
+    (`<dir>/wandb/[offline-]run-<time>-<id>`); its steps logged are not known."""
+    folder = os.path.join(self.dir or run.workdir or ".", "wandb")
+    runs = sorted((name.rsplit("-", 1)[0].rsplit("-", 1)[-1], name.rsplit("-", 1)[1])
+                  for name in (os.listdir(folder) if os.path.isdir(folder) else [])
+                  if name.startswith(("run-", "offline-run-")) and name.count("-") >= 2)
+    return {"run_id": runs[-1][1]} if runs else None
 
   def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
     for step, values in rows:

@@ -76,28 +76,44 @@ def describe(placement: Placement, *, seed: int | None, start_step: int,
 
 
 def append(workdir: str, record: dict[str, Any]) -> str:
-  """Appends `record` to `<workdir>/manifest.jsonl`; returns the file's path."""
+  """Appends `record` to `<workdir>/manifest.jsonl`; returns the file's path.
+
+  On a line of its own: after a line cut short (a crash, a full disk), it
+  starts a new line rather than be glued to the cut one.
+  """
   path = os.path.join(workdir, FILE_NAME)
   os.makedirs(workdir, exist_ok=True)
-  with open(path, "a", encoding="utf-8") as f:
-    f.write(json.dumps(record, default=str) + "\n")
+  with open(path, "a+b") as f:
+    cut = False
+    if f.tell() > 0:  # "a+" starts at the end
+      f.seek(-1, os.SEEK_END)
+      cut = f.read(1) != b"\n"
+    f.write((b"\n" if cut else b"") + (json.dumps(record, default=str) + "\n").encode())
   return path
 
 
 def read(workdir: str) -> list[dict[str, Any]]:
   """Every record of `<workdir>/manifest.jsonl`, oldest first ([] if none); a
-  line cut short by a crash is skipped."""
+  line cut short or unreadable is left out, with a warning naming it."""
+  path = os.path.join(workdir, FILE_NAME)
   try:
-    with open(os.path.join(workdir, FILE_NAME), encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
       lines = f.read().splitlines()
   except FileNotFoundError:
     return []
-  records = []
-  for line in lines:
+  records, bad = [], []
+  for number, line in enumerate(lines, 1):
     try:
-      records.append(json.loads(line))
+      record = json.loads(line)
     except json.JSONDecodeError:
-      continue
+      record = None
+    if isinstance(record, dict):
+      records.append(record)
+    elif line.strip():
+      bad.append(number)
+  if bad:
+    _log.warning("%s: left out line%s %s, cut short or unreadable", path,
+                 "s" if len(bad) > 1 else "", ", ".join(map(str, bad)))
   return records
 
 

@@ -70,7 +70,7 @@ class Experiment(Protocol):
 
   def train(self, workdir: str, strategy: str | tf.distribute.Strategy = "default", *,
             profile: tuple[int, int] | None = None, loggers: Sequence[Any] = (),
-            dry_run: bool = False) -> Runner:
+            dry_run: bool = False, resume_from: int | None = None) -> Runner:
     """Trains, resuming from the newest checkpoint in the work directory; the runner.
 
     Each option is passed only when its flag is given (an experiment without
@@ -78,7 +78,8 @@ class Experiment(Protocol):
     `ctl train --profile START:STEPS` passes `profile=(start, steps)`: add
     `ctl.Profile(start, steps)` to the fit's actions; `--logger NAME` passes
     `loggers=[...]` and `--dry-run` passes `dry_run=True`: pass them to
-    `runner.fit`.
+    `runner.fit`; `--resume-from STEP` passes `resume_from=STEP`: pass it to
+    the fit's `ctl.Checkpoint`.
     """
 
   def evaluate(self, workdir: str,
