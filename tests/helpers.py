@@ -116,12 +116,16 @@ def python(args, *, env=None, timeout=SUBPROCESS_TIMEOUT, check=True):
 
 
 def start_python(args, *, env=None):
-  """Starts `python args...` from the repo root, with Ctrl-C's default action
-  (a shell's background job, such as CI's, starts with SIGINT ignored)."""
+  """Starts `python args...` from the repo root, with Ctrl-C's and SIGHUP's
+  default actions, as in a terminal (a shell's background job, such as CI's,
+  starts with SIGINT ignored; under nohup SIGHUP is ignored too)."""
+  def as_in_a_terminal():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
   return subprocess.Popen(
       [sys.executable] + list(args), cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True,
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+      stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
 
 
 def ctrl_c_once(args, path, *, timeout=120):
@@ -237,3 +241,19 @@ def subprocess_env(extra):
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   env.update(extra or {})
   return env
+
+
+def processes_naming(text):
+  """The live processes (not zombies) whose command line contains `text`, from /proc."""
+  found = []
+  for entry in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        named = text in f.read().decode(errors="replace")
+      with open(f"/proc/{entry}/stat") as f:
+        zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, ValueError, IndexError):
+      continue
+    if named and not zombie:
+      found.append(int(entry))
+  return found

@@ -6,6 +6,7 @@ bugs, on five seeds each.)
 """
 
 import os
+import shutil
 import signal
 import time
 
@@ -153,6 +154,32 @@ def test_a_second_ctrl_c_leaves_no_run_behind(monkeypatch):
   while any(_group_exists(run) for run in runs) and time.monotonic() < deadline:
     time.sleep(0.1)
   assert not any(_group_exists(run) for run in runs)
+
+
+def test_a_closed_terminal_stops_parity_and_the_workers_it_launched(monkeypatch, tmp_path):
+  """SIGHUP (a closed terminal) while `--against multi_worker:2` trains: exit 129, and
+  no run, launcher or worker is left. It used to end ctl parity at once and leave
+  `ctl launch` and both workers training. A copy of the module, so that its path
+  names this test's processes only."""
+  monkeypatch.setenv("PLANTED_BUG", "")
+  for name in ("parity_planted.py", "toy_gan.py"):
+    shutil.copy(os.path.join(helpers.ROOT, "tests", name), tmp_path)
+  module = str(tmp_path / "parity_planted.py")
+  proc = helpers.start_python(["-m", "ctl.cli", "parity", module, "--against",
+                               "multi_worker:2", "--steps", "100000"])
+  deadline = time.monotonic() + helpers.SUBPROCESS_TIMEOUT
+  while len(helpers.processes_naming(module)) < 5 and time.monotonic() < deadline:
+    time.sleep(0.2)  # ctl parity, the reference run, ctl launch and its 2 workers
+  assert len(helpers.processes_naming(module)) >= 5, "the runs did not start"
+  time.sleep(3)  # into their training
+  proc.send_signal(signal.SIGHUP)
+  _, stderr = proc.communicate(timeout=60)
+  assert proc.returncode == 128 + signal.SIGHUP, stderr[-2000:]
+  assert "ctl parity: SIGHUP; the runs in progress were stopped." in stderr
+  deadline = time.monotonic() + 10  # a stopped worker may linger a moment as a zombie
+  while helpers.processes_naming(module) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert helpers.processes_naming(module) == []
 
 
 def _group_exists(group):

@@ -314,28 +314,16 @@ def test_an_encoder_is_judged_against_pixels_and_a_random_encoder(tmp_path):
       "random_encoder_1nn_accuracy"]
 
 
-def _processes_naming(text):
-  """PIDs whose command line contains `text` (from /proc)."""
-  found = []
-  for entry in os.listdir("/proc"):
-    try:
-      with open(f"/proc/{entry}/cmdline", "rb") as f:
-        if text in f.read().decode(errors="replace"):
-          found.append(int(entry))
-    except (OSError, ValueError):
-      pass
-  return found
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                          (signal.SIGHUP, 129)])
 def test_ctl_eval_across_stopped_leaves_no_process_behind(shared_runs, tmp_path, signum, code):
   run = helpers.tiny_gan_training(shared_runs)
   workdir = helpers.SharedRuns.copy(run.workdir, str(tmp_path / "work"))
   proc = helpers.start_python(["-m", "ctl.cli", "eval", "dcgan", "--workdir", workdir,
                                *helpers.TINY_GAN, "--across", "multi_worker:2,default"])
   deadline = time.monotonic() + 120
-  while len(_processes_naming(workdir)) < 3 and time.monotonic() < deadline:
+  while len(helpers.processes_naming(workdir)) < 3 and time.monotonic() < deadline:
     time.sleep(0.2)  # the launcher and its workers have started
   proc.send_signal(signum)
   _, stderr = proc.communicate(timeout=120)
@@ -343,4 +331,4 @@ def test_ctl_eval_across_stopped_leaves_no_process_behind(shared_runs, tmp_path,
   assert "the evaluation in progress was stopped" in stderr
   assert "Traceback" not in stderr
   time.sleep(1)
-  assert _processes_naming(workdir) == []
+  assert helpers.processes_naming(workdir) == []

@@ -84,7 +84,7 @@ def test_a_signal_during_an_action_saves_at_once_and_stops(tmp_path, signum, rai
     assert isinstance(stopped.value, ctl.Interrupted)
     assert "Ctrl-C: saved a checkpoint at step 4" in str(stopped.value)
   if signum == signal.SIGTERM:  # the process is exiting with 42: a further SIGTERM is let go
-    assert signal.getsignal(signum) is ctl.stopping._already_stopping
+    assert signal.getsignal(signum) is ctl.stopping.already_stopping
     signal.signal(signum, previous)
   assert signal.getsignal(signum) is previous
   assert not (tmp_path / workdir_lib.LOCK_NAME).exists()  # released
@@ -119,7 +119,7 @@ def test_sighup_stops_as_sigterm_unless_ignored_as_under_nohup(tmp_path, nohup, 
           capfd.readouterr().err)
     # After the stop (exit code 42) a further SIGHUP is let go, not a death by SIGHUP.
     assert signal.getsignal(signal.SIGHUP) == (signal.SIG_IGN if nohup else
-                                               ctl.stopping._already_stopping)
+                                               ctl.stopping.already_stopping)
   finally:
     signal.signal(signal.SIGHUP, previous)
 

@@ -430,28 +430,57 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on(tmp_path):
   assert "(no run has finished)" in open(os.path.join(directory, "results.md")).read()
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_the_run_in_progress_after_it_saved_and_then_the_sweep(tmp_path):
-  directory = tmp_path / "sweep"
+def _long_sweep(directory):
+  """A sweep whose first run trains for long; (process, that run's workdir) once
+  the run has saved its first checkpoint."""
   long = [arg.replace("gan.Schedule.total_steps = 4", "gan.Schedule.total_steps = 100000")
           for arg in TINY]
   workdir = directory / "width=8" / "seed-0"
   proc = helpers.start_python(["-m", "ctl.cli", "sweep", CONFIG, "--grid", WIDTHS,
                                "--sweep-dir", str(directory), *long])
+  deadline = time.monotonic() + 120
+  while not (workdir / "checkpoints" / "checkpoint").exists() and proc.poll() is None:
+    if time.monotonic() > deadline:
+      proc.kill()
+      raise AssertionError("no checkpoint within 120 s")
+    time.sleep(0.1)
+  return proc, workdir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code, said, saved", [
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)", "Ctrl-C: saved a checkpoint at step"),
+    (signal.SIGHUP, 42, "SIGHUP", "SIGTERM: saved a checkpoint at step")])
+def test_a_signal_stops_the_run_in_progress_after_it_saved_and_then_the_sweep(
+    tmp_path, signum, code, said, saved):
+  """Ctrl-C, or a closed terminal (SIGHUP), is passed on to the run in progress,
+  which saves; then the sweep stops, with the run's code."""
+  proc, workdir = _long_sweep(tmp_path / "sweep")
   try:
-    deadline = time.monotonic() + 120
-    while not (workdir / "checkpoints" / "checkpoint").exists() and proc.poll() is None:
-      assert time.monotonic() < deadline, "no checkpoint within 120 s"
-      time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
   finally:
     proc.kill()
-  assert proc.returncode == 130, stderr
+  assert proc.returncode == code, stderr
   assert "Traceback" not in stderr
-  assert "interrupted (Ctrl-C): width=8/seed-0 stopped (exit code 130, saved)" in stderr
+  assert f"{said}: width=8/seed-0 stopped (exit code {code}, saved)" in stderr
   assert "width=16" not in stderr  # the sweep stopped
   log = (workdir / "train.log").read_text()
-  assert "Ctrl-C: saved a checkpoint at step" in log
+  assert saved in log
   assert not sweep.finished(str(workdir))
 
+
+@pytest.mark.slow
+def test_a_killed_sweep_leaves_no_run_behind(tmp_path):
+  """SIGKILL to the sweep, which cannot pass it on: its run sees it gone within a
+  second, saves and exits 42, and nothing of the sweep is left running."""
+  proc, workdir = _long_sweep(tmp_path / "sweep")
+  proc.kill()
+  proc.communicate(timeout=60)
+  deadline = time.monotonic() + 120
+  while helpers.processes_naming(str(workdir)) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  assert helpers.processes_naming(str(workdir)) == []
+  log = (workdir / "train.log").read_text()
+  assert f"the process that started this one (pid {proc.pid}) is gone" in log
+  assert "SIGTERM: saved a checkpoint at step" in log

@@ -215,25 +215,67 @@ def _eval_across(args):
     eval_args += ["--gin", binding]
   if args.experiment:
     eval_args += ["--experiment", args.experiment]
-  from ctl.base.constants import INTERRUPTED_EXIT_CODE  # pylint: disable=import-outside-toplevel
-
-  def terminated(signum, frame):
-    raise _Terminated()
-
-  signal.signal(signal.SIGTERM, terminated)  # stops the layout's processes, as Ctrl-C does
+  raise_on_termination()  # stops the layout's processes, as Ctrl-C does
   try:
     return eval_parity.run(layouts, eval_args)
-  except (KeyboardInterrupt, _Terminated) as e:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    what = "SIGTERM" if isinstance(e, _Terminated) else "interrupted"
-    print(f"ctl eval --across: {what}; the evaluation in progress was stopped.",
-          file=sys.stderr)
-    return 128 + signal.SIGTERM if isinstance(e, _Terminated) else INTERRUPTED_EXIT_CODE
+  except (KeyboardInterrupt, Terminated) as e:
+    return stopped("eval --across", e, "the evaluation in progress was stopped")
 
 
-class _Terminated(Exception):
-  """A SIGTERM, raised where `ctl eval --across` waits for a layout."""
+class Terminated(Exception):
+  """SIGTERM or SIGHUP, raised where a command waits for the processes it started
+  (`raise_on_termination`)."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum = signum
+
+
+def raise_on_termination() -> None:
+  """From now on SIGTERM, and SIGHUP (a closed terminal) unless ignored as under
+  `nohup`, raise `Terminated` in the main thread: the command stops the
+  processes it started, as at Ctrl-C. After SIGHUP, stdout and stderr write to
+  /dev/null where they were the terminal (a write to it would fail)."""
+  terminals = [fd for fd in (1, 2) if is_terminal(fd)]
+
+  def terminated(signum, frame):
+    del frame
+    if signum == signal.SIGHUP:
+      detach(terminals)
+    raise Terminated(signum)
+
+  signal.signal(signal.SIGTERM, terminated)
+  if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, terminated)
+
+
+def stopped(command: str, stop: BaseException, what: str) -> int:
+  """After a Ctrl-C (KeyboardInterrupt) or `Terminated` stopped `command` and
+  `what` was done: says so and returns the exit code (130, or 128 + the signal).
+  Further signals are ignored: they would turn the code into a death by signal."""
+  for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, signal.SIG_IGN)
+  name = str(stop) if isinstance(stop, Terminated) else "interrupted"
+  print(f"ctl {command}: {name}; {what}.", file=sys.stderr)
+  return 128 + stop.signum if isinstance(stop, Terminated) else constants.INTERRUPTED_EXIT_CODE
+
+
+def is_terminal(fd: int) -> bool:
+  """Whether `fd` is a terminal (read before a SIGHUP: after it, it may fail to say)."""
+  try:
+    return os.isatty(fd)
+  except OSError:
+    return False
+
+
+def detach(fds: list[int]) -> None:
+  """`fds` (a lost terminal's) write to /dev/null from now on."""
+  null = os.open(os.devnull, os.O_WRONLY)
+  try:
+    for fd in fds:
+      os.dup2(null, fd)
+  finally:
+    os.close(null)
 
 
 def _checkpoint(args):

@@ -7,20 +7,9 @@
 import argparse
 import importlib.util
 import os
-import signal
-import sys
 from typing import Any
 
-from ctl.base.constants import INTERRUPTED_EXIT_CODE
 from ctl.cli import jobs
-
-
-class _Terminated(Exception):
-  """A SIGTERM, raised where `ctl parity` waits for its runs."""
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-  raise _Terminated()
 
 _DESCRIPTION = """\
 Trains the step of MODULE (a Python file defining build(), train_step(ctx, batch) and
@@ -153,9 +142,9 @@ def run(args: argparse.Namespace) -> int:
                    floor_samples=args.floor_samples, bindings=args.gin,
                    experiment=args.experiment)
     return 0
-  # A SIGTERM (or `timeout`) becomes an exception, so that the runs in flight
-  # are stopped and the temporary files removed, as for Ctrl-C.
-  signal.signal(signal.SIGTERM, _raise_terminated)
+  # A SIGTERM (or `timeout`) or SIGHUP becomes an exception, so that the runs in
+  # flight are stopped and the temporary files removed, as for Ctrl-C.
+  jobs.raise_on_termination()
   try:
     report = parity.check(args.module, configs, steps=args.steps, seeds=seeds,
                           bindings=args.gin,
@@ -163,13 +152,7 @@ def run(args: argparse.Namespace) -> int:
                           floor_samples=args.floor_samples, jobs=args.jobs)
   except RuntimeError as e:
     return jobs.fail("parity", e, jobs.FAILURE)
-  except (KeyboardInterrupt, _Terminated) as e:
-    # The runs are stopped; a further Ctrl-C or SIGTERM would only turn the exit
-    # code into a death by signal (-2) on the way out.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    what = "SIGTERM" if isinstance(e, _Terminated) else "interrupted"
-    print(f"ctl parity: {what}; the runs in progress were stopped.", file=sys.stderr)
-    return 128 + signal.SIGTERM if isinstance(e, _Terminated) else INTERRUPTED_EXIT_CODE
+  except (KeyboardInterrupt, jobs.Terminated) as e:
+    return jobs.stopped("parity", e, "the runs in progress were stopped")
   print(report.format(verbose=args.verbose), flush=True)
   return 0 if report.ok else jobs.FAILURE

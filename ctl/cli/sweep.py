@@ -328,6 +328,7 @@ class _Forwarder:
     self._forwarded = False  # to the child in progress
 
   def __enter__(self):
+    self._terminals = [fd for fd in (1, 2) if jobs.is_terminal(fd)]
     for signum in self.SIGNALS:
       previous = signal.getsignal(signum)
       if signum == signal.SIGINT and previous is signal.SIG_IGN:
@@ -343,8 +344,11 @@ class _Forwarder:
   def run(self, command: list[str], log: Any) -> int:
     """Runs `command` in a session of its own, output to the file `log`; its exit code."""
     self._forwarded = False
+    from ctl.distribute import launch  # pylint: disable=import-outside-toplevel
+    # It stops (saved) if this process is killed: it cannot pass a SIGKILL on.
     self.child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  env={**os.environ, **launch.stopped_with_this_process()})
     if self.received and not self._forwarded:  # came while it started: it saves at once
       self.child.send_signal(self.received)
     try:
@@ -354,6 +358,8 @@ class _Forwarder:
 
   def _on_signal(self, signum, frame):
     del frame
+    if signum == signal.SIGHUP:  # the terminal is gone: a write to it would fail
+      jobs.detach(self._terminals)
     self.received = self.received or signum
     if self.child is not None and self.child.poll() is None:
       self._forwarded = True

@@ -257,6 +257,7 @@ class Launch:
     """Starts every task and supervises them, restarting the cluster up to
     `max_restarts` times; returns the launcher's exit code."""
     handlers = self._catch_signals()
+    watch_launcher()  # started by `ctl parity` or `ctl eval --across`: stop when it is gone
     try:
       while True:
         code = self._run_cluster()
@@ -514,9 +515,19 @@ def launch(command: Sequence[str], **kwargs: Any) -> int:
 _watching = []  # the thread of `watch_launcher`, once started
 
 
+def stopped_with_this_process(grace: float = 30) -> dict[str, str]:
+  """The environment variables that make a ctl run (or `ctl launch`) started by
+  this process stop when it is gone, even killed with SIGKILL: the run sends
+  itself SIGTERM (saves, exits 42) and exits after `grace` seconds if that did
+  not end it (`watch_launcher`). What `ctl launch` gives its tasks, and `ctl
+  sweep`, `ctl parity` and `ctl eval --across` their runs."""
+  return {LAUNCHER_PID_VARIABLE: str(os.getpid()), GRACE_VARIABLE: f"{grace:g}"}
+
+
 def watch_launcher(env: Mapping[str, str] | None = None, *,
                    poll_seconds: float = 1.0) -> None:
-  """In a task of `ctl launch`: stop when the launcher is gone.
+  """In a task of `ctl launch` (or a run of `ctl sweep`, `ctl parity`, `ctl eval
+  --across`, which set the same variables): stop when the launcher is gone.
 
   A launcher killed with SIGKILL cannot stop its tasks, which run in sessions
   of their own, and they would train on unseen. A thread checks every
@@ -537,8 +548,8 @@ def watch_launcher(env: Mapping[str, str] | None = None, *,
   def watch():
     while _alive(launcher):
       time.sleep(poll_seconds)
-    _write(sys.stderr, threading.Lock(), f"ctl: the launcher (pid {launcher}) is gone; "
-           f"stopping this task (SIGTERM, then exit after {grace:g} s)\n")
+    _write(sys.stderr, threading.Lock(), f"ctl: the process that started this one (pid "
+           f"{launcher}) is gone; stopping (SIGTERM, then exit after {grace:g} s)\n")
     # Our output went to the launcher's pipes, which are closed now: a write
     # would fail the save that SIGTERM starts.
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -36,6 +36,7 @@ all save together.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -247,7 +248,7 @@ class Stopper:
     (a closed terminal often sends two) is ignored instead, so that the code stays."""
     for signum, handler in self._previous.items():
       if self._exiting and signum in (signal.SIGTERM, signal.SIGHUP):
-        handler = _already_stopping
+        handler = already_stopping
       signal.signal(signum, handler)
     self._previous = {}
     if self._wakeup is not None:
@@ -257,6 +258,10 @@ class Stopper:
 
   def _preempted(self, step, saved=True):
     self._exiting = True
+    # Python's exit sets the signals it handles back to their default action, so
+    # a SIGTERM or SIGHUP then would still end the process by that signal.
+    atexit.unregister(_ignore_further_signals)  # once, however many fits a process runs
+    atexit.register(_ignore_further_signals)
     return Preempted(step, saved)
 
   def _catch(self, signum, handler):
@@ -449,11 +454,16 @@ class Stopper:
     _write(f"ctl: {name}: {when}{again}.")
 
 
-def _already_stopping(signum, frame):
+def already_stopping(signum: int, frame: object) -> None:
   """SIGTERM or SIGHUP after `Preempted`: the run is saved and the process is
   exiting with 42; the signal is let go (a function, not SIG_IGN, which would
   read as `nohup` to whatever handles signals next in this process)."""
   del signum, frame
+
+
+def _ignore_further_signals():
+  for signum in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, signal.SIG_IGN)
 
 
 def agree(placement: Placement, flags: Sequence[bool]) -> list[bool]:

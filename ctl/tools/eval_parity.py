@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
+from ctl.distribute import launch
 from ctl.tools import parity
 
 # Largest relative difference called rounding. Measured: 0 for every metric of
@@ -112,7 +114,8 @@ def _evaluate(evaluate, cwd, timeout):
   it stops the group first: no evaluation, launcher or worker is left behind."""
   with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
     proc = subprocess.Popen(evaluate, cwd=cwd, stdout=stdout, stderr=stderr, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            env={**os.environ, **launch.stopped_with_this_process(grace=3)})
     try:
       proc.wait(timeout=timeout)
     except BaseException:

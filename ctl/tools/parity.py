@@ -75,6 +75,8 @@ from typing import Any
 
 import numpy as np
 
+from ctl.distribute import launch
+
 FLOAT32_EPSILON = float(np.finfo(np.float32).eps)  # 1.19e-7
 # One step from the same state: a few roundings of each sum, relative.
 ONE_STEP_TOLERANCE = 16 * FLOAT32_EPSILON
@@ -888,6 +890,7 @@ def _start(process, out, options):
   env = dict(os.environ)  # quiet unless CTL_VERBOSE: the run is a `ctl` command (ctl.cli.quiet)
   env.pop("TF_CONFIG", None)  # each run is a cluster of its own (or none)
   env.pop("CLUSTER_SPEC", None)
+  env.update(launch.stopped_with_this_process(grace=3))  # nothing to save
   # Output to a file, not a pipe: a pipe nobody reads while others run would fill.
   with open(out + ".log", "w") as log:  # the child has its own copy
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -917,12 +920,12 @@ def _finish(proc, out, timeout):
 
 def stop_groups(procs: list[subprocess.Popen]) -> None:
   """SIGTERM to each of `procs`' process groups, SIGKILL to what is left after 10 s;
-  reaps them. Ctrl-C and SIGTERM wait until it is done (a second Ctrl-C used to
+  reaps them. Ctrl-C, SIGTERM and SIGHUP wait until it is done (a second Ctrl-C used to
   cut it short and leave a run behind): no run, launcher or worker outlives
   `check`. (`ctl launch` stops its workers, which lead groups of their own,
   within its --grace of 3 s.)
   """
-  stopping = {signal.SIGINT, signal.SIGTERM}
+  stopping = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
   blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
   try:
     _signal_groups(procs, signal.SIGTERM)
