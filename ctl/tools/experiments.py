@@ -278,6 +278,7 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
   resumes, from any directory.
   """
   gin.clear_config()  # a second command in the same process starts afresh
+  _check_include_loops(files)
   tree, directories = _include_tree(files)
   try:
     with _tf_internal.gin_search_paths_first(directories):
@@ -325,6 +326,37 @@ def _scope_within(scope, active):
 
 
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(?P<path>[^'"]+)\1""")
+
+
+def _check_include_loops(files):
+  """Raises ConfigError naming the include that closes a loop (a file that
+  includes itself, or a.gin -> b.gin -> a.gin): gin would follow it until
+  Python's recursion limit, a RecursionError thousands of lines long."""
+  done = set()  # files whose includes lead to no loop
+
+  def visit(path, chain):
+    key = os.path.abspath(path)
+    if key in done or not os.path.isfile(path):
+      return
+    for number, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+      match = _INCLUDE.match(line)
+      if not match:
+        continue
+      beside = os.path.join(os.path.dirname(key), match["path"])
+      included = beside if os.path.isfile(beside) else match["path"]
+      cycle = chain + [key]
+      if os.path.abspath(included) in cycle:
+        start = cycle.index(os.path.abspath(included))
+        loop = " -> ".join(os.path.basename(p) for p in cycle[start:] + [included])
+        raise ConfigError(
+            f"{path}, line {number}: `{line.strip()}` closes an include loop ({loop}): "
+            "gin would include the files over and over. Remove this include, or the one "
+            "that leads back here.")
+      visit(included, chain + [key])
+    done.add(key)
+
+  for path in files:
+    visit(path, [])
 
 
 def _include_tree(files):
