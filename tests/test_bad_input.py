@@ -823,6 +823,15 @@ def gin_macro_typo(s):
                         "keras.optimizers.Adam.learning_rate = %LERNING_RATE"])
 
 
+def gin_learning_rate_as_a_string(s):
+  _cli("train", CONFIG, "--workdir", str(s.path), "--gin",
+       "keras.optimizers.Adam.learning_rate = '2e-4'")
+
+
+def gin_keras_2_parameter_name(s):
+  _train_own_config(s, ["generator/keras.optimizers.Adam.lr = 2e-4"])
+
+
 def gin_include_that_two_folders_match(s):
   for folder in ("a", "b"):
     (s.path / folder).mkdir()
@@ -1577,6 +1586,22 @@ CASES = [
          gin_macro_typo, CommandFailed,
          ("exit code 2", "<config>, line 3: `keras.optimizers.Adam.learning_rate = "
           "%LERNING_RATE`", "did you mean '%LEARNING_RATE'")),
+    Case("gin-learning-rate-as-a-string",
+         "ctl train exits 2 before building: binding `keras.optimizers.Adam.learning_rate = "
+         "'2e-4'` (--gin): '2e-4' is a string, but learning_rate takes a number ...; write it "
+         "without quotes (was: exit 1, Keras' traceback of 62 lines)",
+         gin_learning_rate_as_a_string, CommandFailed,
+         ("exit code 2", "binding `keras.optimizers.Adam.learning_rate = '2e-4'` (--gin)",
+          "'2e-4' is a string, but learning_rate takes a number",
+          "Write it without quotes: keras.optimizers.Adam.learning_rate = 2e-4.")),
+    Case("gin-keras-2-parameter-name",
+         "ctl train exits 2 before building: mine.gin, line 2: `generator/"
+         "keras.optimizers.Adam.lr = 2e-4`: ... 'lr', which is Keras 2's name: Keras 3 calls "
+         "it 'learning_rate' (was: exit 1, Keras' traceback of 62 lines)",
+         gin_keras_2_parameter_name, CommandFailed,
+         ("exit code 2", "<config>, line 2: `generator/keras.optimizers.Adam.lr = 2e-4`",
+          "has no parameter 'lr', which is Keras 2's name",
+          "Write generator/keras.optimizers.Adam.learning_rate = 2e-4.")),
     Case("gin-include-that-two-folders-match",
          "ctl train exits 2: b/part.gin, line 1: `include 'common.gin'` means "
          "b/common.gin, but a/common.gin ... has the same relative path; give a path only "
@@ -1714,7 +1739,8 @@ SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-
 # Cases whose message must be one short line (issue 52: each was a traceback
 # of dozens to thousands of lines): the error's own text, or for a command its
 # stderr without log lines (`ctl: ...`).
-ONE_LINE_CASES = ("gin-include-loop",)
+ONE_LINE_CASES = ("gin-include-loop", "gin-learning-rate-as-a-string",
+                  "gin-keras-2-parameter-name")
 
 
 def _one_line_problems(error):

@@ -291,6 +291,80 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
     raise ConfigError(_describe_syntax_error(e)) from None
   except (ValueError, KeyError, OSError, ImportError) as e:
     raise ConfigError(_describe_gin_error(e, tree, bindings)) from None
+  _check_binding_values(tree, bindings)
+
+
+# Parameters Keras 3 renamed: a configurable taking **kwargs (a Keras optimizer)
+# accepts the old name at parse time and fails only when the run builds it.
+_RENAMED = {"lr": "learning_rate"}
+
+
+def _check_binding_values(files, bindings):
+  """Raises ConfigError for a binding gin accepts but the call would refuse
+  once the run builds it (after TensorFlow's start): a parameter by its Keras 2
+  name (`Adam.lr`), or a number written as a string (`learning_rate = '2e-4'`)
+  where the parameter's default is a number."""
+  for (scope, selector), values in _tf_internal.gin_bindings_and_uses()[0].items():
+    if selector == "gin.macro":
+      continue
+    parameters = _signature_of(selector)
+    for parameter, value in values.items():
+      new_name = _RENAMED.get(parameter)
+      if new_name in parameters and parameter not in parameters:
+        where, text = _binding_source(scope, selector, parameter, value, files, bindings)
+        raise ConfigError(
+            f"{where}: {selector} has no parameter {parameter!r}, which is Keras 2's "
+            f"name: Keras 3 calls it {new_name!r}. Write "
+            f"{_key(scope, selector, new_name)} = {text}.")
+      default = getattr(parameters.get(parameter), "default", None)
+      if (isinstance(value, str) and _is_number(value) and not isinstance(default, bool)
+          and isinstance(default, (int, float))):
+        where, _ = _binding_source(scope, selector, parameter, value, files, bindings)
+        raise ConfigError(
+            f"{where}: {value!r} is a string, but {parameter} takes a number (its "
+            f"default is {default!r}). Write it without quotes: "
+            f"{_key(scope, selector, parameter)} = {value.strip()}.")
+
+
+def _signature_of(selector):
+  """{name: inspect.Parameter} of the configurable `selector`; {} if unknown."""
+  configurable = _tf_internal.gin_registry().get_match(selector)
+  try:
+    return dict(inspect.signature(configurable.wrapped).parameters) if configurable else {}
+  except (TypeError, ValueError):
+    return {}
+
+
+def _is_number(text):
+  try:
+    float(text)
+  except ValueError:
+    return False
+  return True
+
+
+def _key(scope, selector, parameter):
+  return f"{scope + '/' if scope else ''}{selector}.{parameter}"
+
+
+def _binding_source(scope, selector, parameter, value, files, bindings):
+  """(where: 'binding `text` (--gin)' or 'file, line N: `text`', the value as
+  written) of the last binding of `parameter` of `selector` under `scope` (the
+  one gin keeps); if no line is found, the key and the value's repr."""
+  name = selector.rpartition(".")[2]
+  found = None
+  lines = [(f, n, line) for f in files if os.path.isfile(f)
+           for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
+  lines += [(None, 1, binding) for binding in bindings or ()]
+  for where, number, line in lines:
+    match = re.match(r"\s*(?:([\w./]*)/)?([\w.]+)\.(\w+)\s*=", line.split("#")[0])
+    if (match and (match[1] or "") == scope and match[3] == parameter
+        and (match[2] == selector or selector.endswith("." + match[2])) and
+        match[2].rpartition(".")[2] == name):
+      found = (where, number, line)
+  if found is None:
+    return f"binding `{_key(scope, selector, parameter)} = {value!r}`", repr(value)
+  return _where(*found), found[2].split("#")[0].split("=", 1)[1].strip()
 
 
 def unused_bindings() -> list[str]:
