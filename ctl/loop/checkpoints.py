@@ -165,12 +165,14 @@ class Checkpointer:
     self._open_managers()
 
   def _open_managers(self):
-    """TF's managers of the directory, which read its `checkpoint` file."""
-    self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
-                                              max_to_keep=self._keep)
-    # What TF's preemption handler restores through (it restores at creation).
-    self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
-                                                      max_to_keep=self._keep)
+    """TF's managers of the directory, which read its `checkpoint` file (one
+    that names no checkpoint, e.g. empty, is taken as missing, as `restore` does)."""
+    with _tf_internal.checkpoint_pointer_naming_nothing_as_missing():
+      self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
+                                                max_to_keep=self._keep)
+      # What TF's preemption handler restores through (it restores at creation).
+      self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
+                                                        max_to_keep=self._keep)
     if self.is_chief:
       self._write_manager = self.manager
     else:
@@ -295,7 +297,8 @@ class Checkpointer:
       found = ", ".join(os.path.basename(listing.on_disk[s]) for s in sorted(listing.on_disk))
       _log.warning("%s, which names the newest checkpoint, %s: the checkpoints found "
                    "from their files are %s; restoring the newest that reads whole.",
-                   where, "cannot be read" if listing.pointer_exists else
+                   where, "names none (an empty file?)" if listing.pointer_names_none
+                   else "cannot be read" if listing.pointer_exists else
                    "is missing (a partial copy, a sync that skipped it, a clean-up?)",
                    found)
       candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
@@ -446,6 +449,8 @@ class _Listing:
 
   Attributes:
     pointer_exists: whether there is a `checkpoint` file (readable or not).
+    pointer_names_none: whether that file reads but names no checkpoint (an
+      empty file: a disk that filled, a copy cut short).
     named: the path of the checkpoint it names newest, or None (no file, or
       one TF cannot read).
     all_named: the paths of all the checkpoints it names, oldest first.
@@ -456,10 +461,11 @@ class _Listing:
 
   def __init__(self, directory):
     self.pointer_exists = tf.io.gfile.exists(os.path.join(directory, "checkpoint"))
+    self.pointer_names_none = False
     try:
       state = tf.train.get_checkpoint_state(directory)  # None if unreadable
     except ValueError:  # a `checkpoint` file that names no checkpoint
-      state = None
+      state, self.pointer_names_none = None, True
     self.named = state.model_checkpoint_path if state else None
     self.all_named = list(state.all_model_checkpoint_paths) if state else []
     self.on_disk = {}
