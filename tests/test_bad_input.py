@@ -378,6 +378,11 @@ def minimize_unknown_optimizer(s):
       lambda: ctx.average(ctx.models["model"](x)[:, 0]), "generator")})
 
 
+def average_of_a_scalar(s):
+  _train(step=lambda ctx, x: {"loss": ctx.minimize(
+      lambda: ctx.average(tf.reduce_mean(tf.square(ctx.models["model"](x)))), "model")})
+
+
 def minimize_a_per_replica_mean(s):
   _train(step=lambda ctx, x: {"loss": ctx.minimize(
       lambda: tf.reduce_mean(ctx.models["model"](x)), "model")})
@@ -1326,6 +1331,14 @@ CASES = [
          minimize_a_per_replica_mean, ValueError,
          ("minimize('model'): the loss is not an average over the global batch",
           "compute it with ctx.average(per_example_losses)", "[global step 0]")),
+    Case("average-of-a-scalar",
+         "ValueError while the step is traced: ctx.average got a scalar (shape (), from a "
+         "Mean op), not per-example values ...; pass one loss per row (was: Keras' "
+         "'Invalid value passed for `per_example_loss`')",
+         average_of_a_scalar, ValueError,
+         ("ctx.average got a scalar (shape (), from a Mean op), not per-example values",
+          "the global batch size (8)", "Pass one loss per row",
+          "not ctx.average(tf.reduce_mean(...))", "[global step 0]")),
     Case("result-mixing-shares",
          "ValueError while the step is traced: step result 'rms' is computed from global-batch "
          "averages through a Sqrt op",
@@ -1740,7 +1753,7 @@ SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-
 # of dozens to thousands of lines): the error's own text, or for a command its
 # stderr without log lines (`ctl: ...`).
 ONE_LINE_CASES = ("gin-include-loop", "gin-learning-rate-as-a-string",
-                  "gin-keras-2-parameter-name")
+                  "gin-keras-2-parameter-name", "average-of-a-scalar")
 
 
 def _one_line_problems(error):
