@@ -38,6 +38,7 @@ from ctl.distribute import strategies
 from ctl.loop import checkpoints
 from ctl.loop import fit as loop_lib
 from ctl.loop import history as history_lib
+from ctl.loop import workdir as workdir_lib
 from ctl.parts import data as data_lib
 from ctl.parts import evaluation
 from ctl.parts import export as export_lib
@@ -229,8 +230,9 @@ class Runner:
       total_steps: the global step to train up to (not a number of new steps,
         which is `train`'s argument), so that rerunning the same call after an
         interruption finishes the run.
-      workdir: directory for checkpoints, events, samples and exports; None
-        writes nothing and does not resume.
+      workdir: directory for checkpoints, events, samples and exports (a
+        leading `~` is the user's home; "" is refused); None writes nothing
+        and does not resume.
       checkpoint: True (the default schedule when there is a workdir), False
         (no checkpoints: nothing to resume from), or a `ctl.Checkpoint(every,
         keep=..., restore_data=...)`.
@@ -311,6 +313,7 @@ class Runner:
     one). Raises FileNotFoundError if there is none. `fit` restores by itself;
     this is for evaluating or exporting a trained run.
     """
+    workdir = workdir_lib.path(workdir)
     if checkpoint != "newest" and not checkpoints.is_kept_name(checkpoint):
       raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', or 'best' (the "
                        "folder of ctl.BestCheckpoints' kept checkpoints).")

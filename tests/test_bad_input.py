@@ -570,6 +570,14 @@ def train_negative_steps(s):
   _runner().train(-3)
 
 
+def fit_empty_workdir(s):
+  _runner().fit(2, "")
+
+
+def empty_workdir_on_the_command_line(s):
+  _cli("train", CONFIG, "--workdir", "")
+
+
 def fit_negative_steps(s):
   _runner().fit(-1, str(s.path))
 
@@ -1386,6 +1394,18 @@ CASES = [
          eval_across_a_bad_layout, CommandFailed,
          ("exit code 2", "--across: 'mirrored' is not a layout", "mirrored:N (N logical CPUs)",
           "multi_worker:N")),
+    Case("fit-empty-workdir",
+         "ValueError from fit, before anything is made: workdir is '', an empty path; give "
+         "the run's directory, e.g. workdir='runs/x' (was: FileNotFoundError: '')",
+         fit_empty_workdir, ValueError,
+         ("workdir is '', an empty path", "give the run's directory, e.g. workdir='runs/x'",
+          "(or None to write nothing)")),
+    Case("empty-workdir-on-the-command-line",
+         "ctl train exits 2: --workdir '' is an empty path; give the run's directory, or drop "
+         "--workdir for runs/dcgan (was: trained into runs/dcgan)",
+         empty_workdir_on_the_command_line, CommandFailed,
+         ("exit code 2", "--workdir '' is an empty path", "give the run's directory",
+          "drop --workdir for runs/dcgan")),
     Case("fit-negative-steps",
          "ValueError from fit: total_steps must be an int >= 0 (the global step to train "
          "up to), got -1",
@@ -1753,7 +1773,8 @@ SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-
 # of dozens to thousands of lines): the error's own text, or for a command its
 # stderr without log lines (`ctl: ...`).
 ONE_LINE_CASES = ("gin-include-loop", "gin-learning-rate-as-a-string",
-                  "gin-keras-2-parameter-name", "average-of-a-scalar")
+                  "gin-keras-2-parameter-name", "average-of-a-scalar", "fit-empty-workdir",
+                  "empty-workdir-on-the-command-line")
 
 
 def _one_line_problems(error):
