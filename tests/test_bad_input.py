@@ -798,6 +798,13 @@ def overwritten_checkpoint_data(s):
   _damaged(s, ".data-00000-of-00001", zero)
 
 
+def eval_checkpoint_of_a_step_not_kept(s):
+  for step in (2, 4):  # what fit keeps; only their names are read before the refusal
+    os.makedirs(s.path / "checkpoints", exist_ok=True)
+    (s.path / "checkpoints" / f"ckpt-{step}.index").write_bytes(b"")
+  _cli("eval", CONFIG, "--workdir", str(s.path), "--checkpoint", "99", *helpers.TINY_GAN)
+
+
 def fit_over_steps_trained_in_memory(s):
   workdir = _saved_run(s)
   runner = _runner()
@@ -1589,6 +1596,13 @@ CASES = [
          ("the runner has trained to step 3 in memory",
           "the newest checkpoint in <tmp>/run/checkpoints is at step 2",
           "Pass another workdir")),
+    Case("eval-checkpoint-of-a-step-not-kept",
+         "ctl eval exits 1 before evaluating: no checkpoint of step 99 in .../checkpoints: "
+         "the steps saved there are 2, 4 ...; give one of those, or 'newest' (was: "
+         "'no kept checkpoint in .../checkpoints/99', 99 taken as a folder)",
+         eval_checkpoint_of_a_step_not_kept, CommandFailed,
+         ("exit code 1", "no checkpoint of step 99 in <tmp>/checkpoints",
+          "the steps saved there are 2, 4", "give one of those, or 'newest'")),
     # Configuration and the command line.
     Case("gin-parameter-typo",
          "ctl train exits 2: binding `gan.Schedule.total_step = 3` (--gin): ... (did you mean "
@@ -1774,7 +1788,7 @@ SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-
 # stderr without log lines (`ctl: ...`).
 ONE_LINE_CASES = ("gin-include-loop", "gin-learning-rate-as-a-string",
                   "gin-keras-2-parameter-name", "average-of-a-scalar", "fit-empty-workdir",
-                  "empty-workdir-on-the-command-line")
+                  "empty-workdir-on-the-command-line", "eval-checkpoint-of-a-step-not-kept")
 
 
 def _one_line_problems(error):

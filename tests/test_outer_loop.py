@@ -362,6 +362,19 @@ def test_a_workdir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monk
   assert runner().restore("~/run") == 4
 
 
+def test_restore_takes_the_checkpoint_of_a_step(tmp_path):
+  """`Runner.restore(workdir, 4)` (`ctl eval --checkpoint 4`): that step's
+  checkpoint, not the newest, and not a folder named 4."""
+  first = runner()
+  first.fit(8, str(tmp_path), checkpoint=ctl.Checkpoint(ctl.Every(steps=4)), progress=False)
+  for checkpoint in (4, "4", "ckpt-4"):
+    again = runner()
+    assert again.restore(str(tmp_path), checkpoint) == 4
+  assert runner().restore(str(tmp_path)) == 8
+  with pytest.raises(FileNotFoundError, match="the steps saved there are 4, 8"):
+    runner().restore(str(tmp_path), 6)
+
+
 def test_fit_does_not_discard_steps_trained_in_memory(tmp_path):
   r = runner()
   r.fit(4, tmp_path, progress=False)

@@ -110,8 +110,10 @@ def add_parser(subparsers: Any) -> None:
                           "differs by more than rounding")
     if name in ("eval", "export"):
       parser.add_argument("--checkpoint", default="newest", metavar="WHICH",
-                          help="newest (the default), or best: the best that "
-                          "ctl.BestCheckpoints kept (gan.Schedule.keep_best)")
+                          help="newest (the default); best: the best that "
+                          "ctl.BestCheckpoints kept (gan.Schedule.keep_best); or a "
+                          "step, e.g. 2000: the checkpoint saved at that step "
+                          "(checkpoints/ckpt-2000), if it is still kept")
     parser.set_defaults(run=run)
 
 

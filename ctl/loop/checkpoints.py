@@ -62,6 +62,33 @@ def kept_folders(workdir: str) -> list[str]:
   return sorted(n for n in names if is_kept_name(n) and newest(workdir, n) is not None)
 
 
+def step_named(checkpoint: object) -> int | None:
+  """N if `checkpoint` names the checkpoint saved at step N (an int >= 0, or a
+  string "N" or "ckpt-N", as `ctl eval --checkpoint N` passes it); else None."""
+  if isinstance(checkpoint, int) and not isinstance(checkpoint, bool) and checkpoint >= 0:
+    return checkpoint
+  match = re.fullmatch(r"(?:ckpt-)?(\d+)", checkpoint) if isinstance(checkpoint, str) else None
+  return int(match[1]) if match else None
+
+
+def of_step(workdir: str, step: int) -> str:
+  """The path prefix of `<workdir>/checkpoints/ckpt-<step>`.
+
+  Raises:
+    FileNotFoundError: its files are not there; the message names the steps
+      that are.
+  """
+  directory = os.path.join(workdir, "checkpoints")
+  saved = _Listing(directory).on_disk
+  if step in saved:
+    return saved[step]
+  steps = ", ".join(str(s) for s in sorted(saved)) or "none"
+  raise FileNotFoundError(
+      f"no checkpoint of step {step} in {directory}: the steps saved there are {steps} "
+      "(fit keeps the newest few: ctl.Checkpoint(keep=...)); give one of those, or "
+      "'newest'.")
+
+
 def newest(workdir: str, kept: str | None = None) -> str | None:
   """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
 
@@ -214,7 +241,7 @@ class Checkpointer:
     finally:
       shutil.rmtree(probe, ignore_errors=True)
 
-  def restore(self, *, repair: bool = False) -> int:
+  def restore(self, *, repair: bool = False, path: str | None = None) -> int:
     """Restores the newest checkpoint that can be read; returns the global step.
 
     The newest is the one the directory's `checkpoint` file names; without
@@ -229,10 +256,18 @@ class Checkpointer:
         move the skipped checkpoints' files into `damaged/` and write the
         `checkpoint` file again to name the restored one, so that the next
         saves neither keep the damaged ones nor delete good ones for them.
+      path: the checkpoint to restore instead of the newest (`of_step`): an
+        error if it cannot be read whole, nothing else tried or repaired.
     """
     step = int(self._state.global_step.numpy())
     listing = _Listing(self.directory)
-    path = self._readable(listing)
+    if path is None:
+      path = self._readable(listing)
+    else:
+      why, repair = _unreadable(path), False
+      if why is not None:
+        raise CheckpointError(f"checkpoint {path} cannot be read: {why}. Give another "
+                              "step, or 'newest'.")
     if path is None:  # a new run (or one trained before without a workdir)
       return step
     saved_step = _step_of(path)

@@ -85,14 +85,16 @@ class Experiment(Protocol):
                strategy: str | tf.distribute.Strategy = "default") -> dict[str, Any]:
     """Restores the newest checkpoint and evaluates it; the metrics (`ctl eval` prints
     them as JSON). Raises FileNotFoundError if there is no checkpoint.
-    `ctl eval --checkpoint best` passes `checkpoint="best"` (optional to support)."""
+    `ctl eval --checkpoint best` passes `checkpoint="best"`, and `--checkpoint
+    2000` passes `checkpoint="2000"` (the checkpoint of that step), for
+    `Runner.restore` (optional to support)."""
 
   def export(self, workdir: str, directory: str | None = None,
              strategy: str | tf.distribute.Strategy = "default") -> list[str]:
     """Restores the newest checkpoint and exports its model to `directory`
     (default `<workdir>/export`); the paths written. Raises FileNotFoundError
-    if there is no checkpoint. `ctl export --checkpoint best` passes
-    `checkpoint="best"` (optional to support)."""
+    if there is no checkpoint. `ctl export --checkpoint best|STEP` passes
+    `checkpoint="best"` or the step, as for `evaluate` (optional to support)."""
 
 
 class ConfigError(Exception):
