@@ -154,14 +154,16 @@ def run_train(args: argparse.Namespace) -> int:
       return  # another worker: the chief keeps (and reports) the outputs
     if args.dry_run:
       print(f"ctl train --dry-run: every part ran once; nothing was written to {workdir}")
-      return
-    step = f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step") else ""
-    print(f"ctl train: {step}outputs in {workdir}:")
-    for name in ("checkpoints", "events", "samples", "export"):
-      if os.path.exists(os.path.join(workdir, name)):
-        print(f"  {os.path.join(workdir, name)}")
+    else:
+      step = (f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step")
+              else "")
+      print(f"ctl train: {step}outputs in {workdir}:")
+      for name in ("checkpoints", "events", "samples", "export"):
+        if os.path.exists(os.path.join(workdir, name)):
+          print(f"  {os.path.join(workdir, name)}")
+    # A dry run calls every part once, so it lists what the real run would.
     if getattr(getattr(runner, "compiled_step", None), "ran", False):  # it trained
-      warn_unused_bindings("train", "this run")
+      warn_unused_bindings("train", "this dry run" if args.dry_run else "this run")
   # Each passed only when given: an experiment may lack the option.
   kwargs = {"profile": args.profile} if args.profile else {}
   if args.dry_run:
