@@ -373,6 +373,18 @@ def step_result_not_a_scalar(s):
   _train(step=lambda ctx, x: {"loss": tf.zeros([3])})
 
 
+def _step_counting_rows(ctx, x):
+  return {**_step(ctx, x), "batch": tf.shape(x)[0]}  # 8 on one replica, 4 on each of two
+
+
+def integer_step_result(s):
+  _train(step=_step_counting_rows)
+
+
+def integer_step_result_on_two_replicas(s):
+  _train(step=_step_counting_rows, strategy=_mirrored())
+
+
 def minimize_unknown_optimizer(s):
   _train(step=lambda ctx, x: {"loss": ctx.minimize(
       lambda: ctx.average(ctx.models["model"](x)[:, 0]), "generator")})
@@ -1333,6 +1345,18 @@ CASES = [
          step_result_not_a_scalar, ValueError,
          ("step result 'loss' has shape (3,), not a scalar", "reduce it in the step",
           "[global step 0]")),
+    Case("integer-step-result",
+         "TypeError while the step is traced: step result 'batch' is an int32 tensor: a count "
+         "over this replica's rows ... would be averaged over replicas ...; return a float "
+         "(was: logged 16 under default, 8 under mirrored:2)",
+         integer_step_result, TypeError,
+         ("step result 'batch' is an int32 tensor", "would be averaged over replicas",
+          "ctx.average(tf.cast(hits, tf.float32))", "ctx.global_batch_size",
+          "[global step 0]")),
+    Case("integer-step-result-on-two-replicas",
+         "TypeError while the step is traced (mirrored), the same as on one replica",
+         integer_step_result_on_two_replicas, TypeError,
+         ("step result 'batch' is an int32 tensor", "Return a float", "[global step 0]")),
     Case("minimize-an-unknown-optimizer",
          "ValueError while the step is traced: minimize: no optimizer named 'generator'; build() "
          "returned optimizers ['model']",
@@ -1788,7 +1812,8 @@ SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-
 # stderr without log lines (`ctl: ...`).
 ONE_LINE_CASES = ("gin-include-loop", "gin-learning-rate-as-a-string",
                   "gin-keras-2-parameter-name", "average-of-a-scalar", "fit-empty-workdir",
-                  "empty-workdir-on-the-command-line", "eval-checkpoint-of-a-step-not-kept")
+                  "empty-workdir-on-the-command-line", "eval-checkpoint-of-a-step-not-kept",
+                  "integer-step-result", "integer-step-result-on-two-replicas")
 
 
 def _one_line_problems(error):
