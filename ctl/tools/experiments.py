@@ -303,7 +303,7 @@ _RENAMED = {"lr": "learning_rate"}
 
 def _check_binding_values(files, bindings):
   """Raises ConfigError for a binding gin accepts but the call would refuse
-  once the run builds it (after TensorFlow's start): a parameter by its Keras 2
+  only once the run builds it, seconds to minutes later: a parameter by its Keras 2
   name (`Adam.lr`), or a number written as a string (`learning_rate = '2e-4'`)
   where the parameter's default is a number."""
   for (scope, selector), values in _tf_internal.gin_bindings_and_uses()[0].items():
@@ -329,8 +329,12 @@ def _check_binding_values(files, bindings):
 
 
 def _signature_of(selector):
-  """{name: inspect.Parameter} of the configurable `selector`; {} if unknown."""
-  configurable = _tf_internal.gin_registry().get_match(selector)
+  """{name: inspect.Parameter} of the configurable `selector`; {} if unknown
+  or ambiguous."""
+  try:
+    configurable = _tf_internal.gin_registry().get_match(selector)
+  except KeyError:  # ambiguous
+    return {}
   try:
     return dict(inspect.signature(configurable.wrapped).parameters) if configurable else {}
   except (TypeError, ValueError):
@@ -353,7 +357,6 @@ def _binding_source(scope, selector, parameter, value, files, bindings):
   """(where: 'binding `text` (--gin)' or 'file, line N: `text`', the value as
   written) of the last binding of `parameter` of `selector` under `scope` (the
   one gin keeps); if no line is found, the key and the value's repr."""
-  name = selector.rpartition(".")[2]
   found = None
   lines = [(f, n, line) for f in files if os.path.isfile(f)
            for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
@@ -361,8 +364,7 @@ def _binding_source(scope, selector, parameter, value, files, bindings):
   for where, number, line in lines:
     match = re.match(r"\s*(?:([\w./]*)/)?([\w.]+)\.(\w+)\s*=", line.split("#")[0])
     if (match and (match[1] or "") == scope and match[3] == parameter
-        and (match[2] == selector or selector.endswith("." + match[2])) and
-        match[2].rpartition(".")[2] == name):
+        and (match[2] == selector or selector.endswith("." + match[2]))):
       found = (where, number, line)
   if found is None:
     return f"binding `{_key(scope, selector, parameter)} = {value!r}`", repr(value)
@@ -519,16 +521,7 @@ def _configurable_names():
 
 
 def _parameters_of(selector):
-  try:
-    configurable = _tf_internal.gin_registry().get_match(selector)
-  except KeyError:  # ambiguous
-    return []
-  if configurable is None:
-    return []
-  try:
-    return list(inspect.signature(configurable.wrapped).parameters)
-  except (TypeError, ValueError):
-    return []
+  return list(_signature_of(selector))
 
 
 # gin appends where a binding came from: `\n  In file "x.gin", line 3\n    text`
