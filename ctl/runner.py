@@ -38,6 +38,7 @@ from ctl.distribute import strategies
 from ctl.loop import checkpoints
 from ctl.loop import fit as loop_lib
 from ctl.loop import history as history_lib
+from ctl.loop import workdir as workdir_lib
 from ctl.parts import data as data_lib
 from ctl.parts import evaluation
 from ctl.parts import export as export_lib
@@ -229,8 +230,9 @@ class Runner:
       total_steps: the global step to train up to (not a number of new steps,
         which is `train`'s argument), so that rerunning the same call after an
         interruption finishes the run.
-      workdir: directory for checkpoints, events, samples and exports; None
-        writes nothing and does not resume.
+      workdir: directory for checkpoints, events, samples and exports (a
+        leading `~` is the user's home; "" is refused); None writes nothing
+        and does not resume.
       checkpoint: True (the default schedule when there is a workdir), False
         (no checkpoints: nothing to resume from), or a `ctl.Checkpoint(every,
         keep=..., restore_data=...)`.
@@ -303,17 +305,25 @@ class Runner:
     return export_lib.export(self.models, name, directory,
                              is_chief=self.placement.is_chief)
 
-  def restore(self, workdir: str, checkpoint: str = "newest") -> int:
+  def restore(self, workdir: str, checkpoint: str | int = "newest") -> int:
     """Restores a checkpoint of `<workdir>/checkpoints`; returns its step.
 
-    `checkpoint`: "newest", or "best": the best that `ctl.BestCheckpoints` kept
+    `checkpoint`: "newest"; "best": the best that `ctl.BestCheckpoints` kept
     (in `<workdir>/checkpoints/best/`; the name of its `directory=` if you gave
-    one). Raises FileNotFoundError if there is none. `fit` restores by itself;
-    this is for evaluating or exporting a trained run.
+    one); or a step, e.g. 2000 (or "2000", "ckpt-2000"): the checkpoint saved
+    at that step, if `keep` has not removed it. Raises FileNotFoundError if
+    there is none. `fit` restores by itself; this is for evaluating or
+    exporting a trained run.
     """
+    workdir = workdir_lib.path(workdir)
+    step = checkpoints.step_named(checkpoint)
+    if step is not None:
+      path = checkpoints.of_step(workdir, step)
+      return checkpoints.Checkpointer(self.placement, self.state, self.feed,
+                                      os.path.dirname(path)).restore(path=path)
     if checkpoint != "newest" and not checkpoints.is_kept_name(checkpoint):
-      raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', or 'best' (the "
-                       "folder of ctl.BestCheckpoints' kept checkpoints).")
+      raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', 'best' (the "
+                       "folder of ctl.BestCheckpoints' kept checkpoints) or a step.")
     kept = None if checkpoint == "newest" else checkpoint
     directory = os.path.join(workdir, "checkpoints", *([kept] if kept else []))
     if checkpoints.newest(workdir, kept) is None:

@@ -619,7 +619,7 @@ class Experiment:
     return runner
 
   def evaluate(self, workdir: str, strategy: Strategy = "default", *,
-               checkpoint: str = "newest") -> dict[str, float]:
+               checkpoint: str | int = "newest") -> dict[str, float]:
     """Restores a checkpoint and measures it: `{"step": ..., "classifier_fid": ...}`.
 
     Under `strategy` every replica and worker takes part, and the numbers are
@@ -628,11 +628,13 @@ class Experiment:
     `sampled_model` (FID, KID, scores, precision/recall/density/coverage,
     with their N; with `num_classes`, label accuracy and intra-class FID) and,
     with an encoder, `EncoderQuality`'s. Other images: the step only.
-    `checkpoint`: "newest", or "best" (the best kept by `schedule.keep_best`).
+    `checkpoint`: "newest", "best" (the best kept by `schedule.keep_best`), or
+    a step (the checkpoint saved at that step: `ctl.Runner.restore`).
 
     Raises:
       FileNotFoundError: no such checkpoint in `<workdir>/checkpoints`.
     """
+    workdir = ctl.workdir.path(workdir)  # ~ expanded, as fit does
     runner, image_shape = self._runner(strategy)
     step = runner.restore(workdir, checkpoint)
     fid = self._fid(image_shape)
@@ -645,8 +647,9 @@ class Experiment:
     return metrics
 
   def export(self, workdir: str, directory: str | None = None,
-             strategy: Strategy = "default", *, checkpoint: str = "newest") -> list[str]:
-    """Restores a checkpoint ("newest", or "best": see `evaluate`) and exports
+             strategy: Strategy = "default", *,
+             checkpoint: str | int = "newest") -> list[str]:
+    """Restores a checkpoint ("newest", "best" or a step: see `evaluate`) and exports
     `sampled_model`; the paths written.
 
     Writes `<name>.keras` and a SavedModel `<name>/` to `directory` (default
@@ -655,6 +658,7 @@ class Experiment:
     Raises:
       FileNotFoundError: no such checkpoint in `<workdir>/checkpoints`.
     """
+    workdir = ctl.workdir.path(workdir)
     runner, _ = self._runner(strategy)
     runner.restore(workdir, checkpoint)
     return list(runner.export(self.sampled_model,

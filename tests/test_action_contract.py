@@ -238,5 +238,5 @@ def test_restore_picks_the_best_kept_checkpoint_or_the_newest(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"no kept checkpoint in .*ctl.BestCheckpoints.*"
                      r"the folders of kept checkpoints there are \['best'\]"):
     runner().restore(str(tmp_path), "bset")
-  with pytest.raises(ValueError, match="give 'newest', or 'best'"):
+  with pytest.raises(ValueError, match="give 'newest', 'best'"):
     runner().restore(str(tmp_path), os.path.join("..", "best"))

@@ -132,6 +132,12 @@ def test_eval_prints_json_metrics_of_the_newest_checkpoint(trained):
 
 
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
+def test_eval_of_a_step_evaluates_the_checkpoint_of_that_step(trained):
+  proc = ctl("eval", CONFIG, "--workdir", trained[0], *TINY, "--checkpoint", "2")
+  assert json.loads(proc.stdout)["step"] == 2  # not the newest (4), nor a folder named 2
+
+
+@pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_export_writes_the_generator(trained, tmp_path):
   out = str(tmp_path / "exported")
   proc = ctl("export", CONFIG, "--workdir", trained[0], "--out", out, *TINY)

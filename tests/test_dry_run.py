@@ -109,8 +109,14 @@ def test_ctl_train_dry_run_reports_each_part_and_writes_nothing(tmp_path):
   workdir = tmp_path / "run"
   proc = helpers.ctl("train", os.path.join("examples", "configs", "dcgan.gin"), "--workdir",
                      str(workdir), *TINY_GAN, "--gin", "gan.Schedule.fid_every = 2",
+                     "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3",
                      "--dry-run")
   assert f"nothing was written to {workdir}" in proc.stdout
   assert "dry run: every part ran once" in proc.stderr, proc.stderr[-3000:]
   assert "ClassifierFID" in proc.stderr and "16 samples" in proc.stderr
   assert not workdir.exists()
+  # The misspelt scope the real run would list as unused (the dry run said nothing).
+  warning = proc.stderr[proc.stderr.index("ctl train: warning: this dry run used none"):]
+  listed = warning.splitlines()[1:3]
+  assert listed[0] == "  generatr/keras.optimizers.Adam.learning_rate", warning
+  assert listed[1].startswith("gin checks"), warning  # the only one: no false alarms

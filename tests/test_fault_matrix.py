@@ -166,13 +166,13 @@ MATRIX = [
          "test_a_checkpoint_folder_not_quite_right_restores_the_best_and_deletes_nothing",
          "the newest checkpoint that reads whole is restored, whatever the `checkpoint` "
          "file says, with a warning naming each one passed over and why: without that "
-         "file (or with one TF cannot read), or with one set back to an older checkpoint "
-         "(a stale copy: the newer ones are restored, not trained over), the newest found "
-         "from the files; with it naming a checkpoint whose files are gone, or the "
-         "newest's data truncated or overwritten or its index damaged, the one before "
-         "(the damaged files moved into checkpoints/damaged/, the `checkpoint` file "
-         "written again); `finished_step` missing or wrong, or the workdir copied with "
-         "or without its lock: as if untouched. Nothing is deleted",
+         "file (or with one TF cannot read, or an empty one), or with one set back to an "
+         "older checkpoint (a stale copy: the newer ones are restored, not trained over), "
+         "the newest found from the files; with it naming a checkpoint whose files are "
+         "gone, or the newest's data truncated or overwritten or its index damaged, the "
+         "one before (the damaged files moved into checkpoints/damaged/, the `checkpoint` "
+         "file written again); `finished_step` missing or wrong, or the workdir copied "
+         "with or without its lock: as if untouched. Nothing is deleted",
          "0", "since the restored checkpoint (none when the newest is whole)"),
     Cell("going back to an older checkpoint on purpose", "start-up",
          "test_going_back_to_an_older_checkpoint_sets_the_newer_aside",
@@ -753,6 +753,11 @@ FOLDER_FAULTS = {  # name: (the change, the step restored, what the log says)
                         "checkpoint, which names the newest checkpoint, is missing"),
     "pointer unreadable": (lambda w: (w / "checkpoints/checkpoint").write_text("{{ half"), 12,
                            "checkpoint, which names the newest checkpoint, cannot be read"),
+    # 0 bytes (a full disk, a copy cut short): TF's manager raised ValueError
+    # ("Invalid checkpoint state") before anything was restored.
+    "pointer empty": (lambda w: _cut(w / "checkpoints/checkpoint", 0), 12,
+                      "checkpoint, which names the newest checkpoint, names none (an empty "
+                      "file?)"),
     "pointer naming a missing checkpoint": (
         lambda w: _remove(w / (CKPT + ".index"), w / (CKPT + DATA)), 8,
         "ckpt-12 is skipped: its index file ckpt-12.index is not there"),
@@ -909,6 +914,20 @@ def test_evaluating_a_folder_with_a_damaged_newest_restores_the_one_before_untou
   with caplog.at_level("WARNING", logger="ctl"):
     assert _folder_runner().restore(str(work)) == 8
   assert "ckpt-12 is skipped: OutOfRangeError" in caplog.text
+  assert _files(work) == before
+
+
+def test_evaluating_a_folder_with_an_empty_pointer_file_restores_the_newest_untouched(
+    finished_run, tmp_path, caplog):
+  """An empty `checkpoint` file (was: TF's ValueError "Invalid checkpoint state"
+  when the runner opened the folder) is read as a missing one, and left as it is."""
+  work = tmp_path / "work"
+  shutil.copytree(finished_run, work)
+  _cut(work / "checkpoints" / "checkpoint", 0)
+  before = _files(work)
+  with caplog.at_level("WARNING", logger="ctl"):
+    assert _folder_runner().restore(str(work)) == 12
+  assert "names none (an empty file?)" in caplog.text
   assert _files(work) == before
 
 

@@ -350,6 +350,31 @@ def test_fit_again_resumes_and_does_nothing_past_the_target(tmp_path):
     assert a.shape == b.shape
 
 
+def test_a_workdir_starting_with_a_tilde_is_in_the_home_directory(tmp_path, monkeypatch):
+  """`fit(workdir="~/run")` trains into $HOME/run, as a shell would read it (it
+  trained into a folder named `~` under the current directory)."""
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  (tmp_path / "cwd").mkdir()
+  monkeypatch.chdir(tmp_path / "cwd")
+  runner().fit(4, "~/run", progress=False)
+  assert (tmp_path / "home" / "run" / "checkpoints" / "ckpt-4.index").exists()
+  assert os.listdir(tmp_path / "cwd") == []
+  assert runner().restore("~/run") == 4
+
+
+def test_restore_takes_the_checkpoint_of_a_step(tmp_path):
+  """`Runner.restore(workdir, 4)` (`ctl eval --checkpoint 4`): that step's
+  checkpoint, not the newest, and not a folder named 4."""
+  first = runner()
+  first.fit(8, str(tmp_path), checkpoint=ctl.Checkpoint(ctl.Every(steps=4)), progress=False)
+  for checkpoint in (4, "4", "ckpt-4"):
+    again = runner()
+    assert again.restore(str(tmp_path), checkpoint) == 4
+  assert runner().restore(str(tmp_path)) == 8
+  with pytest.raises(FileNotFoundError, match="the steps saved there are 4, 8"):
+    runner().restore(str(tmp_path), 6)
+
+
 def test_fit_does_not_discard_steps_trained_in_memory(tmp_path):
   r = runner()
   r.fit(4, tmp_path, progress=False)

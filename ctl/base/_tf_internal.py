@@ -317,6 +317,34 @@ def wrap_checkpoint_state_update(wrapper):
   return restore
 
 
+@contextlib.contextmanager
+def checkpoint_pointer_naming_nothing_as_missing():
+  """Inside, TF takes a `checkpoint` file that names no checkpoint (an empty
+  one: a disk that filled, a copy cut short) as missing, as it already takes a
+  file it cannot parse.
+
+  `tf.train.CheckpointManager` reads the file when it is made and raises
+  ValueError ("Invalid checkpoint state") for such a file, with no public way
+  around it; ctl then finds the checkpoints from their files
+  (`ctl.checkpoints.Checkpointer.restore`).
+  """
+  _note_version("tensorflow")
+  from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=import-outside-toplevel
+  original = checkpoint_management.get_checkpoint_state
+
+  def naming_nothing_as_missing(checkpoint_dir, latest_filename=None):
+    try:
+      return original(checkpoint_dir, latest_filename)
+    except ValueError:
+      return None
+
+  checkpoint_management.get_checkpoint_state = naming_nothing_as_missing
+  try:
+    yield
+  finally:
+    checkpoint_management.get_checkpoint_state = original
+
+
 def parameter_server_workers(strategy):
   """The workers of a `ParameterServerStrategy` cluster (1 if unknown).
 

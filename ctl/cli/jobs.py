@@ -83,7 +83,7 @@ def add_parser(subparsers: Any) -> None:
                         "into N devices first (e.g. for --strategy mirrored)")
     parser.add_argument("--workdir", metavar="DIR",
                         help="the run's directory (default: runs/<config name or "
-                        "file stem>)")
+                        "file stem>; a leading ~ is your home, also in --workdir=~/x)")
     if name == "train":
       parser.add_argument("--profile", type=profile_steps, metavar="START:STEPS",
                           help="capture a TensorFlow profiler trace of STEPS steps from "
@@ -115,8 +115,10 @@ def add_parser(subparsers: Any) -> None:
                           "differs by more than rounding")
     if name in ("eval", "export"):
       parser.add_argument("--checkpoint", default="newest", metavar="WHICH",
-                          help="newest (the default), or best: the best that "
-                          "ctl.BestCheckpoints kept (gan.Schedule.keep_best)")
+                          help="newest (the default); best: the best that "
+                          "ctl.BestCheckpoints kept (gan.Schedule.keep_best); or a "
+                          "step, e.g. 2000: the checkpoint saved at that step "
+                          "(checkpoints/ckpt-2000), if it is still kept")
     parser.set_defaults(run=run)
 
 
@@ -157,14 +159,16 @@ def run_train(args: argparse.Namespace) -> int:
       return  # another worker: the chief keeps (and reports) the outputs
     if args.dry_run:
       print(f"ctl train --dry-run: every part ran once; nothing was written to {workdir}")
-      return
-    step = f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step") else ""
-    print(f"ctl train: {step}outputs in {workdir}:")
-    for name in ("checkpoints", "events", "samples", "export"):
-      if os.path.exists(os.path.join(workdir, name)):
-        print(f"  {os.path.join(workdir, name)}")
+    else:
+      step = (f"step {int(runner.global_step.numpy())}, " if hasattr(runner, "global_step")
+              else "")
+      print(f"ctl train: {step}outputs in {workdir}:")
+      for name in ("checkpoints", "events", "samples", "export"):
+        if os.path.exists(os.path.join(workdir, name)):
+          print(f"  {os.path.join(workdir, name)}")
+    # A dry run calls every part once, so it lists what the real run would.
     if getattr(getattr(runner, "compiled_step", None), "ran", False):  # it trained
-      warn_unused_bindings("train", "this run")
+      warn_unused_bindings("train", "this dry run" if args.dry_run else "this run")
   # Each passed only when given: an experiment may lack the option.
   kwargs = {"profile": args.profile} if args.profile else {}
   if args.dry_run:
@@ -205,11 +209,13 @@ def _eval_across(args):
   if args.strategy or args.logical_cpus:
     return fail(args.command, "--across chooses each layout's strategy and devices; "
                 "drop --strategy and --logical-cpus.", USAGE_ERROR)
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   try:
     layouts = eval_parity.parse_layouts(args.across)
-  except ValueError as e:
+    workdir = run_workdir(args)
+  except (ValueError, experiments.ConfigError) as e:
     return fail(args.command, e, USAGE_ERROR)
-  eval_args = [args.config, "--workdir", args.workdir or default_workdir(args.config),
+  eval_args = [args.config, "--workdir", workdir,
                "--checkpoint", args.checkpoint]
   for binding in args.gin:
     eval_args += ["--gin", binding]
@@ -289,13 +295,13 @@ def _run(args, method, report, **kwargs):
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   try:
     name, make = load_experiment(args)
+    workdir = run_workdir(args)
   except experiments.ConfigError as e:
     return fail(args.command, e, USAGE_ERROR)
   from ctl.loop import checkpoints  # pylint: disable=import-outside-toplevel
   from ctl.loop import loggers  # pylint: disable=import-outside-toplevel
   from ctl.loop import stopping  # pylint: disable=import-outside-toplevel
   from ctl.loop import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
-  workdir = args.workdir or default_workdir(args.config)
   try:
     experiment = experiments.make_experiment(make, name, needs=(method,))
     _check_takes(experiment, method, kwargs)
@@ -379,6 +385,24 @@ def fail(command: str, error: BaseException | str, code: int) -> int:
   """Prints `error` as `ctl <command>: error: ...` on stderr; returns `code`."""
   print(f"ctl {command}: error: {error}", file=sys.stderr)
   return code
+
+
+def run_workdir(args: argparse.Namespace) -> str:
+  """The run's directory: `--workdir` with a leading `~` expanded as `fit`
+  does (the shell leaves `--workdir=~/x` as it is), or `default_workdir`.
+
+  Raises:
+    ctl.experiments.ConfigError: an empty `--workdir`.
+  """
+  from ctl.loop import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
+  if args.workdir is None:
+    return default_workdir(args.config)
+  if not args.workdir.strip():
+    raise experiments.ConfigError(
+        f"--workdir {args.workdir!r} is an empty path; give the run's directory, or drop "
+        f"--workdir for {default_workdir(args.config)}.")
+  return workdir_lib.path(args.workdir)
 
 
 def default_workdir(config: str) -> str:

@@ -63,6 +63,33 @@ def kept_folders(workdir: str) -> list[str]:
   return sorted(n for n in names if is_kept_name(n) and newest(workdir, n) is not None)
 
 
+def step_named(checkpoint: object) -> int | None:
+  """N if `checkpoint` names the checkpoint saved at step N (an int >= 0, or a
+  string "N" or "ckpt-N", as `ctl eval --checkpoint N` passes it); else None."""
+  if isinstance(checkpoint, int) and not isinstance(checkpoint, bool) and checkpoint >= 0:
+    return checkpoint
+  match = re.fullmatch(r"(?:ckpt-)?(\d+)", checkpoint) if isinstance(checkpoint, str) else None
+  return int(match[1]) if match else None
+
+
+def of_step(workdir: str, step: int) -> str:
+  """The path prefix of `<workdir>/checkpoints/ckpt-<step>`.
+
+  Raises:
+    FileNotFoundError: its files are not there; the message names the steps
+      that are.
+  """
+  directory = os.path.join(workdir, "checkpoints")
+  saved = _Listing(directory).on_disk
+  if step in saved:
+    return saved[step]
+  steps = ", ".join(str(s) for s in sorted(saved)) or "none"
+  raise FileNotFoundError(
+      f"no checkpoint of step {step} in {directory}: the steps saved there are {steps} "
+      "(fit keeps the newest few: ctl.Checkpoint(keep=...)); give one of those, or "
+      "'newest'.")
+
+
 def newest(workdir: str, kept: str | None = None) -> str | None:
   """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
 
@@ -176,12 +203,14 @@ class Checkpointer:
     self._open_managers()
 
   def _open_managers(self):
-    """TF's managers of the directory, which read its `checkpoint` file."""
-    self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
-                                              max_to_keep=self._keep)
-    # What TF's preemption handler restores through (it restores at creation).
-    self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
-                                                      max_to_keep=self._keep)
+    """TF's managers of the directory, which read its `checkpoint` file (one
+    that names no checkpoint, e.g. empty, is taken as missing, as `restore` does)."""
+    with _tf_internal.checkpoint_pointer_naming_nothing_as_missing():
+      self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
+                                                max_to_keep=self._keep)
+      # What TF's preemption handler restores through (it restores at creation).
+      self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
+                                                        max_to_keep=self._keep)
     if self.is_chief:
       self._write_manager = self.manager
     else:
@@ -223,7 +252,7 @@ class Checkpointer:
     finally:
       shutil.rmtree(probe, ignore_errors=True)
 
-  def restore(self, *, repair: bool = False) -> int:
+  def restore(self, *, repair: bool = False, path: str | None = None) -> int:
     """Restores the newest checkpoint that can be read; returns the global step.
 
     The newest is the one of the highest step whose files are there, whatever
@@ -239,10 +268,18 @@ class Checkpointer:
         move the skipped checkpoints' files into `damaged/` and write the
         `checkpoint` file again to name the restored one, so that the next
         saves neither keep the damaged ones nor delete good ones for them.
+      path: the checkpoint to restore instead of the newest (`of_step`): an
+        error if it cannot be read whole, nothing else tried or repaired.
     """
     step = int(self._state.global_step.numpy())
     listing = _Listing(self.directory)
-    path = self._readable(listing)
+    if path is None:
+      path = self._readable(listing)
+    else:
+      why, repair = _unreadable(path), False
+      if why is not None:
+        raise CheckpointError(f"checkpoint {path} cannot be read: {why}. Give another "
+                              "step, or 'newest'.")
     if path is None:  # a new run (or one trained before without a workdir)
       return step
     saved_step = _step_of(path)
@@ -308,7 +345,8 @@ class Checkpointer:
       found = ", ".join(os.path.basename(listing.on_disk[s]) for s in sorted(listing.on_disk))
       _log.warning("%s, which names the newest checkpoint, %s: the checkpoints found "
                    "from their files are %s; restoring the newest that reads whole.",
-                   where, "cannot be read" if listing.pointer_exists else
+                   where, "names none (an empty file?)" if listing.pointer_names_none
+                   else "cannot be read" if listing.pointer_exists else
                    "is missing (a partial copy, a sync that skipped it, a clean-up?)",
                    found)
       candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
@@ -518,6 +556,8 @@ class _Listing:
 
   Attributes:
     pointer_exists: whether there is a `checkpoint` file (readable or not).
+    pointer_names_none: whether that file reads but names no checkpoint (an
+      empty file: a disk that filled, a copy cut short).
     named: the path of the checkpoint it names newest, or None (no file, or
       one TF cannot read).
     all_named: the paths of all the checkpoints it names, oldest first.
@@ -528,10 +568,11 @@ class _Listing:
 
   def __init__(self, directory):
     self.pointer_exists = tf.io.gfile.exists(os.path.join(directory, "checkpoint"))
+    self.pointer_names_none = False
     try:
       state = tf.train.get_checkpoint_state(directory)  # None if unreadable
     except ValueError:  # a `checkpoint` file that names no checkpoint
-      state = None
+      state, self.pointer_names_none = None, True
     self.named = state.model_checkpoint_path if state else None
     self.all_named = list(state.all_model_checkpoint_paths) if state else []
     self.on_disk = {}

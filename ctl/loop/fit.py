@@ -64,6 +64,7 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
         progress: bool = True, dry_run: bool = False,
         seed: int | None = None) -> history_lib.History:
   """Trains with `compiled_step` until the global step is `total_steps`; see `Runner.fit`."""
+  workdir = workdir_lib.path(workdir)
   total_steps = arguments.integer("total_steps", total_steps, minimum=0,
                                   meaning="the global step to train up to")
   if dry_run not in (True, False):

@@ -1,5 +1,6 @@
-"""One writer per work directory: `Lock`.
+"""One writer per work directory: `Lock`; what a work directory argument means: `path`.
 
+    workdir = path("~/runs/x")     # /home/me/runs/x; "" is refused
     lock = Lock("runs/x")          # WorkdirInUse if another run holds it
     ...
     if not lock.held():            # the directory was deleted or moved
@@ -27,6 +28,24 @@ import time
 
 LOCK_NAME = ".ctl-lock"
 _log = logging.getLogger("ctl")
+
+
+def path(workdir: str | os.PathLike | None, name: str = "workdir") -> str | None:
+  """The directory `workdir` names, as `fit`, `Runner.restore` and `ctl train
+  --workdir` take it: a leading `~` is the user's home, as in a shell (Python
+  and TensorFlow would make a folder named `~`); None stays None.
+
+  Raises:
+    ValueError: an empty path (which `os.makedirs` reports only as
+      `FileNotFoundError: ''`); the message names `name` and the fix.
+  """
+  if workdir is None:
+    return None
+  text = os.fspath(workdir)
+  if not str(text).strip():
+    raise ValueError(f"{name} is {text!r}, an empty path; give the run's directory, e.g. "
+                     f"{name}='runs/x' (or None to write nothing).")
+  return os.path.expanduser(text)
 
 
 class WorkdirInUse(RuntimeError):

@@ -205,8 +205,18 @@ class StepContext:
 
     Summing this over replicas gives the global-batch mean, which is what the
     runner does when the step returns it; its gradients are summed the same way
-    by the optimizer, so the update equals the single-device one.
+    by the optimizer, so the update equals the single-device one. A scalar
+    (a mean already taken) is refused: it would be divided by the global batch
+    size again.
     """
+    per_example_loss = tf.convert_to_tensor(per_example_loss)
+    if per_example_loss.shape.rank == 0:
+      op = getattr(per_example_loss, "op", None) if not tf.executing_eagerly() else None
+      raise ValueError(
+          f"ctx.average got a scalar (shape (){f', from a {op.type} op' if op else ''}), "
+          "not per-example values: it sums them over this replica's rows and divides by "
+          f"the global batch size ({self.global_batch_size}). Pass one loss per row, e.g. "
+          "ctx.average(tf.square(y - target)), not ctx.average(tf.reduce_mean(...)).")
     self._check_slice(per_example_loss)
     value = tf.nn.compute_average_loss(
         per_example_loss, sample_weight=sample_weight,

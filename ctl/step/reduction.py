@@ -4,7 +4,8 @@ A step returns scalars computed on each replica. A share of a global-batch
 mean (what `ctx.average`, `ctx.average_regularization` and `ctx.minimize`
 return, or a sum or constant multiple of such values) is summed over
 replicas; a value that does not depend on one (a per-replica mean, an
-accuracy) is averaged. Either way the number logged is the global batch's.
+accuracy) is averaged. Either way the number logged is the global batch's. An
+integer or boolean tensor (a count) is refused: neither reduction gives it.
 
     shares = Shares()                      # one per replica and step; the context marks
     with shares.recording(batch):          # eagerly, tapes that the rule reads
@@ -184,7 +185,19 @@ def step_results(shares: Shares, results: Any, ops: dict[str, tf.distribute.Redu
           "from a per-replica value (averaged), so the logged number could be "
           f"1/{num_replicas} of the truth. Return the tensor itself (e.g. "
           "loss, not float(loss)), or tf.constant(...) for a constant.")
+    given = value
     value = _scalar(key, value)
+    if tf.is_tensor(given) and (value.dtype.is_integer or value.dtype.is_bool):
+      # Neither reduction makes a count the same under every strategy: summed, a
+      # counter equal on all replicas grows with their number; averaged (as any
+      # per-replica value is), a count of a replica's rows shrinks with it.
+      raise TypeError(
+          f"step result {key!r} is an {value.dtype.name} tensor: a count over this "
+          "replica's rows (tf.shape(x)[0], a number of hits) would be averaged over "
+          "replicas and change with their number. Return a float: "
+          "ctx.average(tf.cast(hits, tf.float32)) for a fraction of the global batch "
+          "(ctx.global_batch_size is its size), or tf.cast(value, tf.float32) for a value "
+          "equal on every replica.")
     ops[key] = shares.op(value, f"step result {key!r}")
     out[key] = tf.cast(value, float_dtype)
   return out

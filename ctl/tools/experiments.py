@@ -86,14 +86,16 @@ class Experiment(Protocol):
                strategy: str | tf.distribute.Strategy = "default") -> dict[str, Any]:
     """Restores the newest checkpoint and evaluates it; the metrics (`ctl eval` prints
     them as JSON). Raises FileNotFoundError if there is no checkpoint.
-    `ctl eval --checkpoint best` passes `checkpoint="best"` (optional to support)."""
+    `ctl eval --checkpoint best` passes `checkpoint="best"`, and `--checkpoint
+    2000` passes `checkpoint="2000"` (the checkpoint of that step), for
+    `Runner.restore` (optional to support)."""
 
   def export(self, workdir: str, directory: str | None = None,
              strategy: str | tf.distribute.Strategy = "default") -> list[str]:
     """Restores the newest checkpoint and exports its model to `directory`
     (default `<workdir>/export`); the paths written. Raises FileNotFoundError
-    if there is no checkpoint. `ctl export --checkpoint best` passes
-    `checkpoint="best"` (optional to support)."""
+    if there is no checkpoint. `ctl export --checkpoint best|STEP` passes
+    `checkpoint="best"` or the step, as for `evaluate` (optional to support)."""
 
 
 class ConfigError(Exception):
@@ -279,6 +281,7 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
   resumes, from any directory.
   """
   gin.clear_config()  # a second command in the same process starts afresh
+  _check_include_loops(files)
   tree, directories = _include_tree(files)
   try:
     with _tf_internal.gin_search_paths_first(directories):
@@ -291,6 +294,82 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
     raise ConfigError(_describe_syntax_error(e)) from None
   except (ValueError, KeyError, OSError, ImportError) as e:
     raise ConfigError(_describe_gin_error(e, tree, bindings)) from None
+  _check_binding_values(tree, bindings)
+
+
+# Parameters Keras 3 renamed: a configurable taking **kwargs (a Keras optimizer)
+# accepts the old name at parse time and fails only when the run builds it.
+_RENAMED = {"lr": "learning_rate"}
+
+
+def _check_binding_values(files, bindings):
+  """Raises ConfigError for a binding gin accepts but the call would refuse
+  only once the run builds it, seconds to minutes later: a parameter by its Keras 2
+  name (`Adam.lr`), or a number written as a string (`learning_rate = '2e-4'`)
+  where the parameter's default is a number."""
+  for (scope, selector), values in _tf_internal.gin_bindings_and_uses()[0].items():
+    if selector == "gin.macro":
+      continue
+    parameters = _signature_of(selector)
+    for parameter, value in values.items():
+      new_name = _RENAMED.get(parameter)
+      if new_name in parameters and parameter not in parameters:
+        where, text = _binding_source(scope, selector, parameter, value, files, bindings)
+        raise ConfigError(
+            f"{where}: {selector} has no parameter {parameter!r}, which is Keras 2's "
+            f"name: Keras 3 calls it {new_name!r}. Write "
+            f"{_key(scope, selector, new_name)} = {text}.")
+      default = getattr(parameters.get(parameter), "default", None)
+      if (isinstance(value, str) and _is_number(value) and not isinstance(default, bool)
+          and isinstance(default, (int, float))):
+        where, _ = _binding_source(scope, selector, parameter, value, files, bindings)
+        raise ConfigError(
+            f"{where}: {value!r} is a string, but {parameter} takes a number (its "
+            f"default is {default!r}). Write it without quotes: "
+            f"{_key(scope, selector, parameter)} = {value.strip()}.")
+
+
+def _signature_of(selector):
+  """{name: inspect.Parameter} of the configurable `selector`; {} if unknown
+  or ambiguous."""
+  try:
+    configurable = _tf_internal.gin_registry().get_match(selector)
+  except KeyError:  # ambiguous
+    return {}
+  try:
+    return dict(inspect.signature(configurable.wrapped).parameters) if configurable else {}
+  except (TypeError, ValueError):
+    return {}
+
+
+def _is_number(text):
+  try:
+    float(text)
+  except ValueError:
+    return False
+  return True
+
+
+def _key(scope, selector, parameter):
+  return f"{scope + '/' if scope else ''}{selector}.{parameter}"
+
+
+def _binding_source(scope, selector, parameter, value, files, bindings):
+  """(where: 'binding `text` (--gin)' or 'file, line N: `text`', the value as
+  written) of the last binding of `parameter` of `selector` under `scope` (the
+  one gin keeps); if no line is found, the key and the value's repr."""
+  found = None
+  lines = [(f, n, line) for f in files if os.path.isfile(f)
+           for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
+  lines += [(None, 1, binding) for binding in bindings or ()]
+  for where, number, line in lines:
+    match = re.match(r"\s*(?:([\w./]*)/)?([\w.]+)\.(\w+)\s*=", line.split("#")[0])
+    if (match and (match[1] or "") == scope and match[3] == parameter
+        and (match[2] == selector or selector.endswith("." + match[2]))):
+      found = (where, number, line)
+  if found is None:
+    return f"binding `{_key(scope, selector, parameter)} = {value!r}`", repr(value)
+  return _where(*found), found[2].split("#")[0].split("=", 1)[1].strip()
 
 
 def unused_bindings() -> list[str]:
@@ -326,6 +405,37 @@ def _scope_within(scope, active):
 
 
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(?P<path>[^'"]+)\1""")
+
+
+def _check_include_loops(files):
+  """Raises ConfigError naming the include that closes a loop (a file that
+  includes itself, or a.gin -> b.gin -> a.gin): gin would follow it until
+  Python's recursion limit, a RecursionError thousands of lines long."""
+  done = set()  # files whose includes lead to no loop
+
+  def visit(path, chain):
+    key = os.path.abspath(path)
+    if key in done or not os.path.isfile(path):
+      return
+    for number, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+      match = _INCLUDE.match(line)
+      if not match:
+        continue
+      beside = os.path.join(os.path.dirname(key), match["path"])
+      included = beside if os.path.isfile(beside) else match["path"]
+      cycle = chain + [key]
+      if os.path.abspath(included) in cycle:
+        start = cycle.index(os.path.abspath(included))
+        loop = " -> ".join(os.path.basename(p) for p in cycle[start:] + [included])
+        raise ConfigError(
+            f"{path}, line {number}: `{line.strip()}` closes an include loop ({loop}): "
+            "gin would include the files over and over. Remove this include, or the one "
+            "that leads back here.")
+      visit(included, chain + [key])
+    done.add(key)
+
+  for path in files:
+    visit(path, [])
 
 
 def _include_tree(files):
@@ -412,16 +522,7 @@ def _configurable_names():
 
 
 def _parameters_of(selector):
-  try:
-    configurable = _tf_internal.gin_registry().get_match(selector)
-  except KeyError:  # ambiguous
-    return []
-  if configurable is None:
-    return []
-  try:
-    return list(inspect.signature(configurable.wrapped).parameters)
-  except (TypeError, ValueError):
-    return []
+  return list(_signature_of(selector))
 
 
 # gin appends where a binding came from: `\n  In file "x.gin", line 3\n    text`
