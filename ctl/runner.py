@@ -340,7 +340,8 @@ class Runner:
           f"gan.Schedule.keep_best){kept_there}. Pass checkpoint='newest' (`ctl eval "
           "--checkpoint newest`) for the newest.")
     checkpointer = checkpoints.Checkpointer(self.placement, self.state, self.feed, directory)
-    return checkpointer.restore()
+    # A kept folder's `checkpoint` file names the one it keeps first (the best).
+    return checkpointer.restore(path=checkpoints.newest(workdir, kept) if kept else None)
 
   def train(self, num_steps: int) -> history_lib.History:
     """Runs `num_steps` steps; returns a `ctl.History` of them (each result

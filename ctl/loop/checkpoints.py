@@ -93,12 +93,13 @@ def of_step(workdir: str, step: int) -> str:
 def newest(workdir: str, kept: str | None = None) -> str | None:
   """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
 
-  The one the `checkpoint` file names, else the newest whose files are there.
-  `kept`: the folder of kept checkpoints to look in instead,
-  `<workdir>/checkpoints/<kept>` (`ctl.BestCheckpoints` names its best the newest).
+  The one of the highest step whose files are there (what `fit` resumes from,
+  if it reads whole), whatever the `checkpoint` file says. `kept`: the folder
+  of kept checkpoints to look in instead, `<workdir>/checkpoints/<kept>`, where
+  the `checkpoint` file decides (`ctl.BestCheckpoints` names its best the newest).
   """
   listing = _Listing(os.path.join(workdir, "checkpoints", *([kept] if kept else [])))
-  if listing.named:
+  if kept and listing.named:
     return listing.named
   return listing.on_disk[max(listing.on_disk)] if listing.on_disk else None
 
