@@ -67,11 +67,18 @@ if flags & NEWUSER:
         f.write(text)
   except OSError as e:
     fail("writing /proc/self/" + name, e.errno)
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, IFREQ = 0x8913, 0x8914, 0x1, "16sh22x"
+SIOCGIFFLAGS, SIOCSIFFLAGS, SIOCSIFADDR, IFF_UP = 0x8913, 0x8914, 0x8916, 0x1
+IFREQ_FLAGS, IFREQ_ADDRESS = "16sh22x", "16sH2s4s16x"
 try:
   with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    flags = struct.unpack(IFREQ, fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0)))[1]
-    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+    flags = struct.unpack(IFREQ_FLAGS, fcntl.ioctl(s, SIOCGIFFLAGS,
+                                                   struct.pack(IFREQ_FLAGS, b"lo", 0)))[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ_FLAGS, b"lo", flags | IFF_UP))
+    # A second loopback address, 127.0.0.2 (as the alias lo:1): glibc's
+    # getaddrinfo with AI_ADDRCONFIG and AF_INET finds no address where
+    # 127.0.0.1 is the only one, which fails e.g. Slurm's daemons and srun.
+    fcntl.ioctl(s, SIOCSIFADDR, struct.pack(IFREQ_ADDRESS, b"lo:1", socket.AF_INET, b"",
+                                            socket.inet_aton("127.0.0.2")))
 except OSError as e:
   fail("bringing up loopback", e.errno)
 sys.stdout.write("ready\n")
