@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import time
 import pytest
 
 from ctl.distribute import launch
+from ctl.distribute import private_network
 
 import helpers
 from helpers import ROOT
@@ -197,6 +199,26 @@ def test_in_a_private_network_the_tasks_listen_where_no_one_else_reaches(tmp_pat
     # The check sees what a shared network exposes (if this machine has a network).
     exposed = not helpers.only_loopback(os.getpid())
     assert all(not s.private and s.outside == exposed for s in found), found
+
+
+def test_a_command_enters_a_private_network_as_itself():
+  # Its PID, its ignored signals (the step that enters, a Python process, ignores
+  # SIGPIPE and SIGXFSZ), its network: loopback only, where a lookup with
+  # AI_ADDRCONFIG finds an address (glibc's ignores 127.0.0.1: Slurm needs it).
+  show = ["sh", "-c", "echo $$; grep SigIgn /proc/self/status; "
+          "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"]
+  lookup = [sys.executable, "-c", "import socket as s; print(s.getaddrinfo(None, 1, s.AF_INET, "
+            "s.SOCK_STREAM, 0, s.AI_PASSIVE | s.AI_ADDRCONFIG)[0][4][0])"]
+  plain = subprocess.run(show, capture_output=True, text=True).stdout.splitlines()
+  with private_network.PrivateNetwork() as network:
+    proc = subprocess.Popen(network.command(show, shutil.which("sh")), stdout=subprocess.PIPE,
+                            text=True)
+    inside = proc.communicate()[0].splitlines()
+    found = subprocess.run(network.command(lookup), capture_output=True, text=True)
+  assert inside[0] == str(proc.pid), inside
+  assert inside[1] == plain[1], (inside, plain)  # as without the step
+  assert inside[2:] == ["lo"], inside
+  assert found.stdout.strip() == "0.0.0.0", found.stderr
 
 
 def test_a_private_network_needs_a_loopback_host():

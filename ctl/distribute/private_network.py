@@ -132,9 +132,13 @@ class PrivateNetwork:
     if not sys.platform.startswith("linux"):
       raise PrivateNetworkUnavailable("network namespaces are Linux's")
     # This interpreter, isolated and without site-packages: the standard library will do.
-    self._holder = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True)  # a Ctrl-C at the terminal spares it
+    try:
+      self._holder = subprocess.Popen(
+          [sys.executable, "-I", "-S", "-c", _HOLD], stdin=subprocess.PIPE,
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          start_new_session=True)  # a Ctrl-C at the terminal spares it
+    except OSError as e:
+      raise PrivateNetworkUnavailable(f"cannot start {sys.executable}: {e.strerror}") from None
     ready = select.select([self._holder.stdout], [], [], _HOLDER_SECONDS)[0]
     if ready and self._holder.stdout.readline() == b"ready\n":
       return
