@@ -5,15 +5,20 @@ that ran one strategy cannot always start another), and multi-worker runs
 start one process per worker with TF_CONFIG on 127.0.0.1.
 """
 
+import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import types
+import typing
 
 import numpy as np
 
@@ -257,3 +262,154 @@ def processes_naming(text):
     if named and not zombie:
       found.append(int(entry))
   return found
+
+
+# Who can reach a run's ports: the listening TCP sockets of its processes, read
+# from /proc (root reads every process's; any user, their own). `ss -ltnp`
+# shows the same, but only of its own network namespace.
+
+class Listener(typing.NamedTuple):
+  """A listening TCP socket of a process."""
+  pid: int
+  name: str  # the process's command name
+  address: str  # as bound: "0.0.0.0", "::", "127.0.0.1", ...
+  port: int
+  private: bool  # in a network namespace with loopback as its only interface
+  outside: bool  # other machines can reach it: not on loopback, nor private
+
+  def __str__(self):
+    where = "private network" if self.private else "this machine's network"
+    return f"{self.name} (pid {self.pid}) on {self.address}:{self.port}, {where}"
+
+
+def descendants(roots):
+  """`roots` and every process under them (those alive now)."""
+  children = {}
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open(f"/proc/{entry}/stat") as f:
+          children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+      except (OSError, IndexError):
+        pass  # gone meanwhile
+  found, todo = set(), [r for r in roots if r]
+  while todo:
+    pid = todo.pop()
+    if pid not in found:
+      found.add(pid)
+      todo += children.get(pid, [])
+  return found
+
+
+def processes_with(marker):
+  """PIDs whose command line or environment holds `marker` (bytes): the processes
+  of a cluster that runs its jobs outside the test's process tree (daemons)."""
+  found = set()
+  for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) != os.getpid():
+      for part in ("cmdline", "environ"):
+        try:
+          with open(f"/proc/{entry}/{part}", "rb") as f:
+            if marker in f.read():
+              found.add(int(entry))
+              break
+        except OSError:
+          pass
+  return found
+
+
+def listeners(pids):
+  """The listening TCP sockets (IPv4 and IPv6) of processes `pids`."""
+  found, tables = [], {}
+  for pid in pids:
+    try:
+      inodes = set()
+      for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+          target = os.readlink(f"/proc/{pid}/fd/{fd}")
+          if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+      namespace = os.readlink(f"/proc/{pid}/ns/net")
+      if namespace not in tables:
+        tables[namespace] = _listening_table(pid), only_loopback(pid)
+      with open(f"/proc/{pid}/comm") as f:
+        name = f.read().strip()
+    except OSError:
+      continue  # gone meanwhile
+    table, private = tables[namespace]
+    for inode in inodes & set(table):
+      address, port = table[inode]
+      loopback = ipaddress.ip_address(address).is_loopback or address.startswith("::ffff:127.")
+      found.append(Listener(pid, name, address, port, private, not (loopback or private)))
+  return found
+
+
+def _listening_table(pid):
+  """{socket inode: (address, port)} of the sockets listening in `pid`'s network namespace."""
+  table = {}
+  for kind, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+    try:
+      with open(f"/proc/{pid}/net/{kind}") as f:
+        rows = f.read().splitlines()[1:]
+    except OSError:
+      continue  # no IPv6 here
+    for row in rows:
+      fields = row.split()
+      if fields[3] != "0A":  # TCP_LISTEN
+        continue
+      address, port = fields[1].split(":")
+      raw = bytes.fromhex(address)  # 32-bit words in the kernel's (little-endian) order
+      raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+      table[fields[9]] = socket.inet_ntop(family, raw), int(port, 16)
+  return table
+
+
+def only_loopback(pid):
+  with open(f"/proc/{pid}/net/dev") as f:
+    names = [line.split(":")[0].strip() for line in f.read().splitlines()[2:]]
+  return names == ["lo"]
+
+
+class ListenerWatch:
+  """Samples the listening sockets of `pids()` (with their descendants) in a thread,
+  every `every` seconds while the block runs: `seen`, each listener once (by
+  process and address), and `outside`, those other machines could reach.
+
+      with helpers.ListenerWatch(lambda: [proc.pid]) as watch:
+        ...   # the run
+      assert watch.seen and not watch.outside, watch.report()
+  """
+
+  def __init__(self, pids, every=0.2):
+    self._pids, self._every = pids, every
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._sample, daemon=True)
+    self.seen = {}
+
+  def __enter__(self):
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc_info):
+    self._stop.set()
+    self._thread.join()
+
+  def _sample(self):
+    while True:
+      self.sample()
+      if self._stop.wait(self._every):
+        return
+
+  def sample(self):
+    """Takes one sample now (also done by the thread); the listeners found."""
+    found = listeners(descendants(self._pids()))
+    for listener in found:
+      self.seen.setdefault((listener.pid, listener.address, listener.port), listener)
+    return found
+
+  @property
+  def outside(self):
+    return [listener for listener in self.seen.values() if listener.outside]
+
+  def report(self):
+    return "listening: " + "; ".join(map(str, self.seen.values()))

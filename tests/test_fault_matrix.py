@@ -158,6 +158,14 @@ MATRIX = [
          "(both save together)", "42", "none"),
     Cell("launcher SIGKILL", "(any other)", None, "as SIGTERM in that phase, sent by each "
          "worker to itself"),
+    Cell("private network refused (namespaces disabled)", "start-up",
+         "test_a_refused_private_network_is_said_and_the_tasks_use_this_machines",
+         "`ctl launch` warns, naming the refused step, and runs the tasks on this machine's "
+         "network, where TensorFlow's servers listen on every interface; with --network "
+         "private it exits before starting any task", "0 / 127", "none"),
+    Cell("private network refused (namespaces disabled)", "(any other)", None,
+         "n/a: the launcher makes the network before the first task starts, once for all "
+         "its restarts"),
     Cell("workdir deleted", "between calls", "test_a_deleted_workdir_is_made_again",
          "noticed after the next compiled call: made again, a checkpoint saved there at "
          "once, summaries written to it again; the run ends normally", "0",
@@ -632,6 +640,31 @@ def test_a_missing_peer_times_out_naming_it(tmp_path):
   assert exit_code == 1, log
   assert (f"ctl: gave up after waiting 2 s for the cluster's other tasks: worker 0 at "
           f"127.0.0.1:{ports[1]} never answered") in log
+
+
+def test_a_refused_private_network_is_said_and_the_tasks_use_this_machines():
+  # A user namespace of the test's own that allows no network namespace, as a
+  # sysctl or a container's policy refuses them (the tasks: no TensorFlow needed).
+  refuse = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "sh", "-c",
+            'echo 0 > /proc/sys/user/max_net_namespaces && exec "$@"', "-"]
+  if subprocess.run(refuse + ["true"], capture_output=True).returncode != 0:
+    pytest.skip("no user namespace of the test's own here (unshare --user)")
+  command = [sys.executable, "-m", "ctl.cli", "launch", "--workers", "2"]
+  task = ["--", sys.executable, "-c", "print('trained')"]
+  refused = "this system refuses a private network (unshare("
+  auto = subprocess.run(refuse + command + task, cwd=ROOT, env=subprocess_env(None),
+                        capture_output=True, text=True, timeout=120)
+  assert auto.returncode == 0, auto.stderr
+  assert f"ctl launch: warning: {refused}" in auto.stderr, auto.stderr
+  assert "TensorFlow's servers listen on every interface" in auto.stderr
+  assert auto.stdout.count("] trained") == 2, auto.stdout
+  private = subprocess.run(refuse + command + ["--network", "private"] + task, cwd=ROOT,
+                           env=subprocess_env(None), capture_output=True, text=True,
+                           timeout=120)
+  assert private.returncode == 127, private.stderr
+  assert f"ctl launch: error: {refused}" in private.stderr, private.stderr
+  assert "use --network shared behind a firewall" in private.stderr
+  assert "trained" not in private.stdout and "started" not in private.stderr
 
 
 def test_killing_the_launcher_stops_its_workers(tmp_path):

@@ -10,15 +10,18 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from ctl.distribute import launch
+from ctl.distribute import private_network
 
 import helpers
 from helpers import ROOT
@@ -31,11 +34,12 @@ from helpers import subprocess_env
 # to), dump (directory to write what the task got to), wait_for (files to
 # wait for; a relative name is a task's ready file, e.g. "worker-0", written
 # after its SIGTERM handling is set), sleep (seconds before exiting), exit
-# (code, default 0), kill_self, then (the plans of the cluster's restarts
-# 1, 2, ..., the last one repeated). A task that must act after another has
+# (code, default 0), kill_self, listen (on a free port of every interface, as
+# TensorFlow's server does), then (the plans of the cluster's restarts 1, 2,
+# ..., the last one repeated). A task that must act after another has
 # done something waits for that instead of sleeping a guess.
 CHILD = r"""
-import json, os, signal, subprocess, sys, time
+import json, os, signal, socket, subprocess, sys, time
 config = json.loads(os.environ["TF_CONFIG"])
 name = "%s-%d" % (config["task"]["type"], config["task"]["index"])
 plan = json.loads(sys.argv[1]).get(name, {})
@@ -55,6 +59,9 @@ if plan.get("grandchild"):
   with open(plan["grandchild"] + ".tmp", "w") as f:
     f.write(str(g.pid))
   os.replace(plan["grandchild"] + ".tmp", plan["grandchild"])  # whole when it appears
+if plan.get("listen"):
+  family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
+  server = socket.create_server(("", 0), family=family, dualstack_ipv6=family == socket.AF_INET6)
 for i in range(plan.get("lines", 0)):
   print("%s out %d %s" % (name, i, "x" * 200))
   print("%s err %d" % (name, i), file=sys.stderr)
@@ -160,6 +167,72 @@ def test_every_task_gets_its_tf_config_and_the_ready_dir(tmp_path, workers, ps):
   ready_dirs = {got["ready_dir"] for got in seen.values()}
   assert len(ready_dirs) == 1
   assert not os.path.exists(ready_dirs.pop())  # removed at the end
+
+
+@pytest.mark.parametrize("network", ["private", "shared"])
+def test_in_a_private_network_the_tasks_listen_where_no_one_else_reaches(tmp_path, network):
+  # Each task listens on every interface, as TensorFlow's server does whatever
+  # TF_CONFIG names, and waits until the test has seen both sockets.
+  seen = tmp_path / "seen"
+  plans = {f"worker-{i}": {"listen": True, "wait_for": [str(seen)]} for i in (0, 1)}
+  found = []
+
+  def look():
+    deadline = time.monotonic() + 60
+    while len(found) < 2 and time.monotonic() < deadline:
+      found[:] = [s for s in helpers.listeners(helpers.descendants([os.getpid()]))
+                  if s.pid != os.getpid()]
+      time.sleep(0.02)
+    seen.touch()
+
+  looking = threading.Thread(target=look)
+  looking.start()
+  code, _, err, _ = run(plans, network=network)
+  looking.join()
+  assert code == 0, err
+  assert len(found) == 2 and {s.address for s in found} <= {"::", "0.0.0.0"}, found
+  if network == "private":
+    assert "the tasks share a private network (loopback only)" in err, err
+    assert all(s.private and not s.outside for s in found), found
+  else:
+    assert "the tasks use this machine's network, where TensorFlow's servers listen" in err
+    # The check sees what a shared network exposes (if this machine has a network).
+    exposed = not helpers.only_loopback(os.getpid())
+    assert all(not s.private and s.outside == exposed for s in found), found
+
+
+def test_a_command_enters_a_private_network_as_itself():
+  # Its PID, its ignored signals (the step that enters, a Python process, ignores
+  # SIGPIPE and SIGXFSZ), its network: loopback only, where a lookup with
+  # AI_ADDRCONFIG finds an address (glibc's ignores 127.0.0.1: Slurm needs it).
+  show = ["sh", "-c", "echo $$; grep SigIgn /proc/self/status; "
+          "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"]
+  lookup = [sys.executable, "-c", "import socket as s; print(s.getaddrinfo(None, 1, s.AF_INET, "
+            "s.SOCK_STREAM, 0, s.AI_PASSIVE | s.AI_ADDRCONFIG)[0][4][0])"]
+  plain = subprocess.run(show, capture_output=True, text=True).stdout.splitlines()
+  with private_network.PrivateNetwork() as network:
+    proc = subprocess.Popen(network.command(show, shutil.which("sh")), stdout=subprocess.PIPE,
+                            text=True)
+    inside = proc.communicate()[0].splitlines()
+    found = subprocess.run(network.command(lookup), capture_output=True, text=True)
+  assert inside[0] == str(proc.pid), inside
+  assert inside[1] == plain[1], (inside, plain)  # as without the step
+  assert inside[2:] == ["lo"], inside
+  assert found.stdout.strip() == "0.0.0.0", found.stderr
+
+
+def test_a_private_network_needs_a_loopback_host():
+  command = [sys.executable, "-c", "pass"]
+  with pytest.raises(ValueError, match=r"host '192.0.2.1' is not a loopback address, and a "
+                     r"private network has loopback only; use --host 127.0.0.1, or "
+                     r"--network shared"):
+    launch.Launch(command, host="192.0.2.1", network="private")
+  # "auto" takes a host that is not loopback as a wish for this machine's network.
+  assert launch.Launch(command, host="0.0.0.0", network="auto").network == "shared"
+  assert launch.Launch(command, host="localhost", network="auto").network == "auto"
+  with pytest.raises(ValueError, match=r"network must be one of auto, private, shared, got "
+                     r"'public'"):
+    launch.Launch(command, network="public")
 
 
 def test_output_is_prefixed_line_by_line_and_complete():
@@ -364,9 +437,9 @@ def test_cli_port_in_use_is_an_error_at_once():
 def test_cli_help():
   proc = ctl_launch("--help")
   assert proc.returncode == 0
-  for text in ("--workers", "--ps", "--host", "--port-base", "--startup-timeout", "--grace",
-               "--max-restarts", "--restart-wait", "CTL_LAUNCH_RESTARTS", "unauthenticated",
-               "ctl launch --workers 2 -- ctl train"):
+  for text in ("--workers", "--ps", "--host", "--network", "--port-base", "--startup-timeout",
+               "--grace", "--max-restarts", "--restart-wait", "CTL_LAUNCH_RESTARTS",
+               "unauthenticated", "ctl launch --workers 2 -- ctl train"):
     assert text in proc.stdout, text
 
 

@@ -5,9 +5,16 @@ The fixture writes a `slurm.conf` for one node, `localhost` (127.0.0.1, free
 ports, state and logs under the test's directory, no munge: `auth/none`),
 starts `slurmctld` and `slurmd` in the foreground, waits for the node to be
 idle, and stops both after the tests, checking that no Slurm process of ours is
-left. Debian's `slurmctld`, `slurmd` and `slurm-client` packages provide them
-(`.ci/run` installs them, and sets CTL_REQUIRE_SLURM=1 so that their absence
-fails rather than skips); the daemons run as root, as they do on a cluster.
+left. The whole cluster runs in a private network, a network namespace with
+loopback only (`ctl.distribute.private_network`): Slurm's daemons and `srun`
+listen on every interface unless told otherwise, and the jobs' TensorFlow
+servers always do; the test's `sbatch`, `scontrol`, `sinfo` and `scancel`
+enter it too (scripts first on PATH), and the first test checks that no
+process of the cluster listens where another machine could reach it.
+Debian's `slurmctld`, `slurmd` and `slurm-client` packages provide the
+programs (`.ci/run` installs them, and sets CTL_REQUIRE_SLURM=1 so that their
+absence fails rather than skips); the daemons run as root, as they do on a
+cluster.
 
     python -m pytest tests/test_slurm.py
 """
@@ -24,6 +31,7 @@ import pytest
 import tensorflow as tf
 
 from ctl import cli
+from ctl.distribute import private_network
 
 import helpers
 from helpers import ROOT
@@ -82,11 +90,12 @@ def slurm(tmp_path_factory):
   """The environment that reaches the one-node cluster (`SLURM_CONF`)."""
   # Skipped on a machine without Slurm, unless CI asks for it (.ci/run installs it).
   give_up = pytest.fail if os.environ.get("CTL_REQUIRE_SLURM") == "1" else pytest.skip
-  missing = [tool for tool in ("slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
-             if not shutil.which(tool)]
+  missing = [tool for tool in ("slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "scancel",
+                               "nsenter") if not shutil.which(tool)]
   if missing:
     give_up(f"{', '.join(missing)} not found: install Debian's slurmctld, slurmd and "
-            "slurm-client packages (as root: apt-get install slurmctld slurmd slurm-client).")
+            "slurm-client packages (as root: apt-get install slurmctld slurmd slurm-client; "
+            "nsenter is util-linux's).")
   if os.geteuid() != 0:
     give_up("the one-node Slurm runs its daemons and jobs as root: run the tests as root")
   d = tmp_path_factory.mktemp("slurm")
@@ -94,8 +103,22 @@ def slurm(tmp_path_factory):
     os.makedirs(d / sub)
   conf = d / "slurm.conf"
   conf.write_text(_conf(d, helpers.free_ports(2)))
-  env = helpers.subprocess_env({"SLURM_CONF": str(conf)})
-  daemons = [subprocess.Popen([daemon, "-D", "-f", str(conf), *extra], env=env,
+  try:
+    network = private_network.PrivateNetwork()
+  except private_network.PrivateNetworkUnavailable as e:
+    give_up(f"no private network for the cluster: {e}")
+  # The clients the tests call enter the cluster's network; nsenter, as these
+  # are polled every 0.2 s (the daemons start through ctl's own step).
+  tools = d / "bin"
+  os.makedirs(tools)
+  for tool in ("sbatch", "scontrol", "sinfo", "scancel"):
+    (tools / tool).write_text(f"#!/bin/sh\nexec nsenter --net=/proc/{network.pid}/ns/net "
+                              f"{shutil.which(tool)} \"$@\"\n")
+    os.chmod(tools / tool, 0o755)
+  env = helpers.subprocess_env({"SLURM_CONF": str(conf),
+                                "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"})
+  daemons = [subprocess.Popen(network.command([daemon, "-D", "-f", str(conf), *extra],
+                                              shutil.which(daemon)), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                               start_new_session=True)
              for daemon, extra in (("slurmctld", ["-i"]), ("slurmd", ["-N", "localhost"]))]
@@ -123,6 +146,7 @@ def slurm(tmp_path_factory):
     assert not left.split(), f"Slurm processes left behind: {left}"
     steps = subprocess.run(["pgrep", "-x", "slurmstepd"], capture_output=True, text=True).stdout
     assert not [pid for pid in steps.split() if alive(int(pid))], steps
+    network.close()
 
 
 def _node_state(env):
@@ -166,8 +190,15 @@ def finished(env, job_id, log):
 def test_shipped_script_trains_on_two_tasks_is_preempted_requeued_and_resumes_equal(
     slurm, tmp_path):
   # Uninterrupted: two tasks of one step, the cluster from Slurm's variables.
+  # Meanwhile, who can get in: the cluster's processes (daemons, job steps,
+  # tasks: each has SLURM_CONF) listen where no other machine reaches them.
   straight, straight_log = tmp_path / "straight", tmp_path / "straight.out"
-  job = finished(slurm, submit(slurm, straight, straight_log), straight_log)
+  ours = os.fsencode(slurm["SLURM_CONF"])
+  with helpers.ListenerWatch(lambda: helpers.processes_with(ours), every=0.5) as watch:
+    job = finished(slurm, submit(slurm, straight, straight_log), straight_log)
+  names = {s.name for s in watch.seen.values()}
+  assert {"slurmctld", "slurmd", "srun"} <= names and len(names) > 3, watch.report()
+  assert not watch.outside, watch.report()
   log = straight_log.read_text()
   assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
   assert "strategy 'auto' chose 'multi_worker'" in log and "SLURM_STEP_NUM_TASKS" in log, (

@@ -26,6 +26,7 @@ from ctl.loop import checkpoints
 from ctl.loop import stopping
 from ctl.loop import workdir as workdir_lib
 
+import helpers
 from test_outer_loop import build
 from test_outer_loop import data
 from test_outer_loop import runner
@@ -470,13 +471,21 @@ def test_waiting_for_peers_names_those_that_never_answer(capsys):
 
 def test_while_waiting_this_task_listens_for_its_peers():
   port = ctl.launch.free_ports(1)[0]
-  with socket.create_server(("127.0.0.1", 0)) as up:
-    peer = f"127.0.0.1:{up.getsockname()[1]}"
+  checked = []
+  with socket.socket() as late:  # the peer: bound, listening from the first sleep on
+    late.bind(("127.0.0.1", 0))
+    peer = f"127.0.0.1:{late.getsockname()[1]}"
 
     def check_me_listening(seconds):
       with socket.create_connection(("127.0.0.1", port), timeout=1):
         pass  # the placeholder of this task accepts
+      # on its address in TF_CONFIG only, not on every interface
+      mine = [s for s in helpers.listeners([os.getpid()]) if s.port == port]
+      assert [s.address for s in mine] == ["127.0.0.1"], mine
+      checked.append(seconds)
+      late.listen()
     peers.wait_for_peers([("worker 0", peer)], f"127.0.0.1:{port}", 5, sleep=check_me_listening)
+  assert checked
   with pytest.raises(OSError):  # closed again, for TF's server to bind
     socket.create_connection(("127.0.0.1", port), timeout=1).close()
 

@@ -30,10 +30,16 @@ def add_parser(subparsers: Any) -> None:
       epilog=(
           "exit code: 0 when every task exits 0 (with --ps: the chief); 42 when\n"
           "every task was preempted (rerun to resume); else the failed task's code\n"
-          "(1 if it was killed by a signal); with restarts, the last cluster's.\n\n"
-          "TensorFlow's gRPC servers are unauthenticated: anyone who can reach their\n"
-          "ports can run code in the tasks. Keep --host on 127.0.0.1 or a private\n"
-          "network.\n\n"
+          "(1 if it was killed by a signal); with restarts, the last cluster's; 127\n"
+          "when the command cannot run or --network private is refused.\n\n"
+          "network: TensorFlow's gRPC servers are unauthenticated (anyone who reaches\n"
+          "their ports can run code in the tasks) and listen on every interface,\n"
+          "whatever --host says. So by default the tasks share a private network:\n"
+          "loopback only, out of reach of other machines and users, and they reach\n"
+          "no other host (no downloads, no remote trackers). Where the system refuses\n"
+          "one (user or network namespaces disabled) the launcher warns and uses this\n"
+          "machine's network; --network shared does so on purpose: keep the ports\n"
+          "behind a firewall then.\n\n"
           "example:\n  ctl launch --workers 2 -- ctl train cfg.gin --strategy "
           "multi_worker --workdir runs/x"))
   parser.add_argument("--workers", type=int, default=2, metavar="N",
@@ -42,8 +48,14 @@ def add_parser(subparsers: Any) -> None:
                       help="number of parameter servers; with any, a chief task "
                       "(the coordinator) is added (default: %(default)s)")
   parser.add_argument("--host", default="127.0.0.1",
-                      help="address the tasks listen on; keep it private "
+                      help="the tasks' address in TF_CONFIG (TensorFlow's servers "
+                      "listen on every interface whatever it is: see --network) "
                       "(default: %(default)s)")
+  parser.add_argument("--network", choices=launch.NETWORKS, default="auto",
+                      help="private: the tasks share a network of their own, loopback "
+                      "only (Linux namespaces); shared: this machine's network; auto: "
+                      "private where the system allows it and --host is loopback, else "
+                      "shared (default: %(default)s)")
   parser.add_argument("--port-base", type=int, metavar="P",
                       help="use ports P, P+1, ... (one per task) instead of free ones")
   parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="S",
@@ -71,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     launcher = launch.Launch(command, workers=args.workers, ps=args.ps, host=args.host,
                              port_base=args.port_base, startup_timeout=args.startup_timeout,
                              grace=args.grace, max_restarts=args.max_restarts,
-                             restart_wait=args.restart_wait)
+                             restart_wait=args.restart_wait, network=args.network)
   except ValueError as e:
     print(f"ctl launch: error: {e}", file=sys.stderr)
     return 2

@@ -20,10 +20,17 @@ that ended any other way than success or the launcher's own signal is stopped
 and started again, whole, up to that many times: a ctl run resumes from its
 last checkpoint. POSIX only. TensorFlow is not imported here: the launcher has no
 use for it, and starts at once without it.
+
+The tasks share a private network (`network="auto"`, the default, on Linux
+where namespaces are allowed): loopback only, so that nothing outside them
+reaches their ports, which TensorFlow's servers open on every interface
+whatever TF_CONFIG names (`ctl.distribute.private_network`); they reach no
+other host either. `network="shared"` gives them this machine's network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -47,6 +54,7 @@ from ctl.base.constants import PREEMPTED_EXIT_CODE
 from ctl.base.constants import READY_DIR_VARIABLE
 from ctl.base.constants import RESTARTS_VARIABLE
 from ctl.base.constants import USAGE_ERROR_EXIT_CODE
+from ctl.distribute import private_network
 
 # How long to wait for processes already sent SIGKILL, and for the output of
 # exited tasks to drain: both should take milliseconds.
@@ -56,6 +64,12 @@ _POLL_SECONDS = 0.05
 # Between a cluster's end and its restart: time for the ports to be released
 # and for whatever killed a task (a full disk, a busy machine) to pass.
 RESTART_WAIT_SECONDS = 3.0
+# `network`: a private one where possible (else this machine's, with a
+# warning), a private one or nothing, or this machine's.
+NETWORKS = ("auto", "private", "shared")
+# The launcher's exit code when --network private cannot be had: as a command
+# that cannot run, nothing started.
+_NO_NETWORK_EXIT_CODE = 127
 
 
 def cluster_spec(workers: int, ps: int = 0, host: str = "127.0.0.1",
@@ -188,7 +202,8 @@ class Launch:
                host: str = "127.0.0.1", port_base: int | None = None,
                startup_timeout: float = 120.0, grace: float = 30.0,
                max_restarts: int = 0, restart_wait: float = RESTART_WAIT_SECONDS,
-               env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
+               network: str = "auto", env: Mapping[str, str] | None = None,
+               stdout: TextIO | None = None,
                stderr: TextIO | None = None):
     """Checks the arguments and picks the ports.
 
@@ -208,6 +223,11 @@ class Launch:
         own SIGTERM or SIGINT); each task learns the count from
         `CTL_LAUNCH_RESTARTS`.
       restart_wait: seconds between the cluster's end and its restart.
+      network: "private": the tasks share a network of their own, loopback
+        only, and `host` must be a loopback address; "shared": this machine's
+        network, where TensorFlow's servers listen on every interface;
+        "auto": private where this system allows it and `host` is loopback,
+        else shared (with a warning if the system refused).
       env: the tasks' environment before TF_CONFIG is added (default: ours).
       stdout, stderr: where the tasks' prefixed output and the launcher's
         messages go (default: `sys.stdout`, `sys.stderr`).
@@ -224,6 +244,12 @@ class Launch:
     arguments.number("grace", grace, minimum=0, meaning="seconds")
     arguments.integer("max_restarts", max_restarts, minimum=0)
     arguments.number("restart_wait", restart_wait, minimum=0, meaning="seconds")
+    if network not in NETWORKS:
+      raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}.")
+    loopback = private_network.is_loopback(host)
+    if network == "private" and not loopback:
+      raise ValueError(f"host {host!r} is not a loopback address, and a private network "
+                       "has loopback only; use --host 127.0.0.1, or --network shared.")
     count = workers + ps + (1 if ps else 0)
     if port_base is None:
       ports = free_ports(count, host)
@@ -239,6 +265,8 @@ class Launch:
     self.grace = grace
     self.max_restarts = max_restarts
     self.restart_wait = restart_wait
+    # A host other than loopback: the user wants the tasks on this machine's network.
+    self.network = "shared" if network == "auto" and not loopback else network
     self.restarts = 0  # clusters started again so far
     self.causes: list[str] = []  # why each cluster before the last one ended
     self.env = dict(os.environ if env is None else env)
@@ -252,6 +280,7 @@ class Launch:
     self._hurry = False  # a second signal came: stop without a grace period
     self._ready_dir = None
     self._cause = ""  # why the current cluster ended, once it did
+    self._private = None  # the PrivateNetwork the tasks run in, while they do
 
   def run(self) -> int:
     """Starts every task and supervises them, restarting the cluster up to
@@ -259,28 +288,66 @@ class Launch:
     handlers = self._catch_signals()
     watch_launcher()  # started by `ctl parity` or `ctl eval --across`: stop when it is gone
     try:
-      while True:
-        code = self._run_cluster()
-        # Not restarted: success, a usage error (exit 2: a bad argument or config
-        # fails the same way again) or a command that cannot run (127).
-        if (code in (0, USAGE_ERROR_EXIT_CODE, 127) or self._signal is not None
-            or self.restarts == self.max_restarts):
-          if code == USAGE_ERROR_EXIT_CODE and self.restarts < self.max_restarts:
-            self._say(f"not restarting: exit code {USAGE_ERROR_EXIT_CODE} is a usage error, "
-                      "which a restart would repeat")
-          if self.restarts:
-            self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
-                      "the causes: " + "; ".join(self.causes))
-          return code
-        self.restarts += 1
-        self.causes.append(self._cause)
-        self._say(f"restart {self.restarts} of {self.max_restarts} in "
-                  f"{self.restart_wait:g} s: {self._cause}")
-        if not self._wait_to_restart():
-          return code
+      with self._network() as refused:
+        return refused if refused is not None else self._run_clusters()
     finally:
       for signum, handler in handlers.items():
         signal.signal(signum, handler)
+
+  @contextlib.contextmanager
+  def _network(self):
+    """The tasks' network for every cluster run; yields an exit code if refused."""
+    if self.network == "shared":
+      self._say("the tasks use this machine's network, where TensorFlow's servers "
+                "listen on every interface (not only --host): keep its ports behind a "
+                "firewall")
+      yield None
+      return
+    try:
+      self._private = private_network.PrivateNetwork()
+    except private_network.PrivateNetworkUnavailable as e:
+      if self.network == "private":
+        self._say(f"error: this system refuses a private network ({e}); use "
+                  "--network shared behind a firewall")
+        yield _NO_NETWORK_EXIT_CODE
+        return
+      self.network = "shared"
+      self._say(f"warning: this system refuses a private network ({e}), so the tasks "
+                "use this machine's network, where TensorFlow's servers listen on every "
+                "interface, not only on --host: keep its ports behind a firewall "
+                "(--network shared: the same, without this warning)")
+      yield None
+      return
+    self._say("the tasks share a private network (loopback only): nothing outside "
+              "them reaches their ports, and they reach no other host (--network "
+              "shared gives them this machine's network)")
+    try:
+      yield None
+    finally:
+      self._private.close()
+      self._private = None
+
+  def _run_clusters(self):
+    """Runs the cluster, restarting it up to `max_restarts` times; the exit code."""
+    while True:
+      code = self._run_cluster()
+      # Not restarted: success, a usage error (exit 2: a bad argument or config
+      # fails the same way again) or a command that cannot run (127).
+      if (code in (0, USAGE_ERROR_EXIT_CODE, 127) or self._signal is not None
+          or self.restarts == self.max_restarts):
+        if code == USAGE_ERROR_EXIT_CODE and self.restarts < self.max_restarts:
+          self._say(f"not restarting: exit code {USAGE_ERROR_EXIT_CODE} is a usage error, "
+                    "which a restart would repeat")
+        if self.restarts:
+          self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
+                    "the causes: " + "; ".join(self.causes))
+        return code
+      self.restarts += 1
+      self.causes.append(self._cause)
+      self._say(f"restart {self.restarts} of {self.max_restarts} in "
+                f"{self.restart_wait:g} s: {self._cause}")
+      if not self._wait_to_restart():
+        return code
 
   def _run_cluster(self):
     """Starts every task once and supervises them; the cluster's exit code."""
@@ -336,6 +403,16 @@ class Launch:
         return self._startup_timed_out()
 
   def _start(self):
+    command = self.command
+    if self._private is not None:
+      # Found here, so a missing program is named before anything starts (inside,
+      # the step that enters the network would execute it).
+      program = shutil.which(command[0], path=self.env.get("PATH", os.defpath))
+      if program is None:
+        self._say(f"cannot run {command[0]!r} (not found, or not executable); check "
+                  "the command after '--'.")
+        return 127  # the shell's code for a command that cannot be run
+      command = self._private.command(command, program)
     for task in self.tasks:
       env = dict(self.env, TF_CONFIG=tf_config(self.cluster, task.type, task.index))
       env[READY_DIR_VARIABLE] = self._ready_dir
@@ -349,7 +426,7 @@ class Launch:
         # A session of its own: the task and whatever it starts can be
         # signalled as one process group, and a Ctrl-C at the terminal reaches
         # only the launcher, which stops the tasks in order.
-        task.process = _popen(self.command, env)
+        task.process = _popen(command, env)
       except OSError as e:
         self._say(f"cannot run {self.command[0]!r} ({e.strerror}); check the "
                   "command after '--'.")

@@ -27,6 +27,7 @@ stops with an error naming it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -184,25 +185,44 @@ def _signals_exit(waiting):
 
 @contextlib.contextmanager
 def _listening(address):
-  """A placeholder listener on `address`'s port, closed before TF's server binds it.
+  """A placeholder listener on `address`, closed before TF's server binds its port.
 
-  If the port is taken the wait goes on without it: the peers then name this
-  task as missing, and TF's own bind names the port.
+  It listens on `address`'s host only (127.0.0.1 in a local cluster), not on
+  every interface as TF's server will. Only if that host is no address of this
+  machine (a name not yet in DNS, a service's address) does it listen on every
+  interface, where the peers reach it as they will reach TF. If the port is
+  taken the wait goes on without it: the peers then name this task as
+  missing, and TF's own bind names the port.
   """
   server = None
   if address:
     host, _, port = address.rpartition(":")
-    ipv6 = ":" in host.strip("[]")
     try:
-      server = socket.create_server(("", int(port)), family=socket.AF_INET6 if ipv6
-                                    else socket.AF_INET, dualstack_ipv6=ipv6)
-    except (OSError, ValueError):
+      server = _placeholder(host.strip("[]"), int(port))
+    except ValueError:  # no port: TF will name the address
       server = None
   try:
     yield
   finally:
     if server is not None:
       server.close()
+
+
+def _placeholder(host, port):
+  """A socket listening on `host`'s `port`; None if the port is taken."""
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  try:
+    return socket.create_server((host, port), family=family)
+  except socket.gaierror:
+    pass  # a name this machine cannot resolve (yet)
+  except OSError as e:
+    if e.errno != errno.EADDRNOTAVAIL:
+      return None
+  try:
+    return socket.create_server(("", port), family=family,
+                                dualstack_ipv6=family == socket.AF_INET6)
+  except OSError:
+    return None
 
 
 def _listens(address):
