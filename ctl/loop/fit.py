@@ -322,16 +322,12 @@ def _open_metrics(context, *, write):
                                          every_step=False)
   metrics_file.open(context.step + 1)
   # Lines lost to damage (a cut, a garbage line) that TensorBoard's events hold.
-  found = loggers_lib.TensorBoard.scalars(context.workdir, metrics_file.suspect_from,
-                                          context.step)
-  found = {step: {k: v for k, v in values.items() if k in metrics_file.keys}
-           for step, values in found.items() if step not in metrics_file.steps}
-  found = {step: values for step, values in found.items() if values}
-  if found:
-    metrics_file.add(found)
+  put_back = metrics_file.add(loggers_lib.TensorBoard.scalars(
+      context.workdir, metrics_file.suspect_from, context.step))
+  if put_back:
     _log.warning("%s: put back the metrics of step%s %s from TensorBoard's events (as "
                  "float32 values); the file had lost them", metrics_file.path,
-                 "s" if len(found) > 1 else "", ", ".join(map(str, sorted(found))))
+                 "s" if len(put_back) > 1 else "", ", ".join(map(str, put_back)))
   return metrics_file
 
 

@@ -271,15 +271,22 @@ class HistoryFile:
     self._reopen()
     return reading.history
 
-  def add(self, rows: Mapping[int, Mapping[str, float]]) -> None:
-    """Puts back lines of steps before the run's start, `{step: {key: value}}`
-    (recovered from another record), in step order."""
+  def add(self, rows: Mapping[int, Mapping[str, float]]) -> list[int]:
+    """Puts back lines of steps before the run's start from another record,
+    `{step: {key: value}}`, in step order: of the steps the file lacks, the
+    values of keys it has. Returns the steps put back."""
+    rows = {step: {k: v for k, v in values.items() if k in self.keys}
+            for step, values in rows.items() if step not in self.steps}
+    rows = {step: values for step, values in rows.items() if values}
+    if not rows:
+      return []
     lines = [(step, line) for step, line in _lines_before(self.path, math.inf)]
     lines += [(step, _line(step, ((json.dumps(k), v) for k, v in values.items())))
               for step, values in rows.items()]
     _write_text(self.path, "".join(line for _, line in sorted(lines, key=lambda x: x[0])))
     self.steps = self.steps | set(rows)
     self._reopen()
+    return sorted(rows)
 
   def _reopen(self):
     if self._file is not None:
