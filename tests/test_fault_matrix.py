@@ -246,6 +246,10 @@ MATRIX = [
          "test_evaluating_a_folder_with_a_damaged_newest_restores_the_one_before_untouched",
          "`Runner.restore` restores the newest that reads whole, with the same warnings, "
          "and changes nothing in the folder (a run may hold it)", "0", "none"),
+    Cell("empty (0-byte) `checkpoint` file, read by `ctl eval`/`ctl export`", "start-up",
+         "test_evaluating_a_folder_with_an_empty_pointer_file_restores_the_newest_untouched",
+         "read as a missing pointer: the newest checkpoint is restored, with a warning, and "
+         "the file is left as it is", "0", "none"),
     Cell("checkpoint folder not quite right", "(any other)", None,
          "n/a: the folder is read when a run starts"),
     Cell("no checkpoint readable", "start-up",

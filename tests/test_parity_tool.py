@@ -5,6 +5,7 @@ that float64 cannot replay, and the mistakes refused before anything runs.
 bugs, on five seeds each.)
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -165,21 +166,42 @@ def test_a_closed_terminal_stops_parity_and_the_workers_it_launched(monkeypatch,
   for name in ("parity_planted.py", "toy_gan.py"):
     shutil.copy(os.path.join(helpers.ROOT, "tests", name), tmp_path)
   module = str(tmp_path / "parity_planted.py")
+  monkeypatch.setenv("TMPDIR", str(tmp_path))  # where ctl parity keeps its runs' logs
+  # --jobs 3: the reference run and the two workers at once (2 cores would run them
+  # one after the other).
   proc = helpers.start_python(["-m", "ctl.cli", "parity", module, "--against",
-                               "multi_worker:2", "--steps", "100000"])
-  deadline = time.monotonic() + helpers.SUBPROCESS_TIMEOUT
-  while len(helpers.processes_naming(module)) < 5 and time.monotonic() < deadline:
-    time.sleep(0.2)  # ctl parity, the reference run, ctl launch and its 2 workers
-  assert len(helpers.processes_naming(module)) >= 5, "the runs did not start"
-  time.sleep(3)  # into their training
-  proc.send_signal(signal.SIGHUP)
-  _, stderr = proc.communicate(timeout=60)
-  assert proc.returncode == 128 + signal.SIGHUP, stderr[-2000:]
-  assert "ctl parity: SIGHUP; the runs in progress were stopped." in stderr
-  deadline = time.monotonic() + 10  # a stopped worker may linger a moment as a zombie
-  while helpers.processes_naming(module) and time.monotonic() < deadline:
-    time.sleep(0.1)
-  assert helpers.processes_naming(module) == []
+                               "multi_worker:2", "--steps", "100000", "--jobs", "3"])
+  try:
+    deadline = time.monotonic() + helpers.SUBPROCESS_TIMEOUT
+    while not _said(tmp_path, "all 2 tasks are ready") and time.monotonic() < deadline:
+      time.sleep(0.2)
+    # ctl parity, the reference run, ctl launch and its 2 workers
+    assert len(helpers.processes_naming(module)) == 5, "the runs did not start"
+    time.sleep(3)  # into their training
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, stderr[-2000:]
+    assert "ctl parity: SIGHUP; the runs in progress were stopped." in stderr
+    deadline = time.monotonic() + 10  # a stopped worker may linger a moment as a zombie
+    while helpers.processes_naming(module) and time.monotonic() < deadline:
+      time.sleep(0.1)
+    assert helpers.processes_naming(module) == []
+  finally:  # whatever failed, no run of 100000 steps is left to slow the suite
+    for pid in [proc.pid, *helpers.processes_naming(module)]:
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
+def _said(directory, text):
+  """Whether a log of a ctl parity run under `directory` has `text`."""
+  for log in directory.glob("ctl-parity-*/*.log"):
+    with contextlib.suppress(OSError):
+      if text in log.read_text():
+        return True
+  return False
 
 
 def _group_exists(group):

@@ -37,6 +37,7 @@ import queue
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -627,11 +628,12 @@ def watch_launcher(env: Mapping[str, str] | None = None, *,
       time.sleep(poll_seconds)
     _write(sys.stderr, threading.Lock(), f"ctl: the process that started this one (pid "
            f"{launcher}) is gone; stopping (SIGTERM, then exit after {grace:g} s)\n")
-    # Our output went to the launcher's pipes, which are closed now: a write
-    # would fail the save that SIGTERM starts.
+    # Output to the launcher's pipes, closed now, would fail the save that SIGTERM
+    # starts; output to a file (a sweep's train.log) still says how the run ended.
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+    for fd in (1, 2):
+      if _is_pipe(fd):
+        os.dup2(devnull, fd)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(grace)
     os._exit(1)  # pylint: disable=protected-access
@@ -639,6 +641,14 @@ def watch_launcher(env: Mapping[str, str] | None = None, *,
   thread = threading.Thread(target=watch, name="ctl-launcher-watch", daemon=True)
   _watching.append(thread)
   thread.start()
+
+
+def _is_pipe(fd):
+  try:
+    mode = os.fstat(fd).st_mode
+  except OSError:
+    return False
+  return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _alive(pid):
