@@ -224,6 +224,32 @@ def test_an_action_off_the_contract_is_told_the_contract_before_the_first_step(t
     r.fit(4, tmp_path, actions=[UsesRunner()], progress=False)
 
 
+def test_going_back_sets_the_later_best_copies_aside_with_their_record(tmp_path):
+  """`resume_from=4` after steps 8 and 12 were kept as the best: their copies move
+  into checkpoints/after-ckpt-4/best/ with best.json as it was (they used to be
+  deleted when the resumed run dropped later steps from its record), and the new
+  branch keeps its own best."""
+  every = ctl.Every(steps=2)
+  fit = dict(progress=False, actions=[Reports(every),
+                                      ctl.BestCheckpoints("score", every, keep=2)])
+  runner().fit(14, tmp_path, checkpoint=ctl.Checkpoint(ctl.Every(steps=4), keep=10), **fit)
+  record = os.path.join(tmp_path, "checkpoints", "best", "best.json")
+  with open(record) as f:
+    before = f.read()
+  best = os.path.join(tmp_path, "checkpoints", "best")
+  weights = generator_weights(os.path.join(best, "ckpt-12"))
+  runner().fit(6, tmp_path, checkpoint=ctl.Checkpoint(ctl.Every(steps=4), keep=10,
+                                                      resume_from=4), **fit)
+  aside = os.path.join(tmp_path, "checkpoints", "after-ckpt-4", "best")
+  assert sorted(f for f in os.listdir(aside) if f.endswith(".index")) == [
+      "ckpt-12.index", "ckpt-8.index"]
+  with open(os.path.join(aside, "best.json")) as f:
+    assert f.read() == before
+  for a, b in zip(generator_weights(os.path.join(aside, "ckpt-12")), weights):
+    np.testing.assert_array_equal(a, b)
+  assert kept(tmp_path) == ([(6, 4.0)], ["ckpt-6.index"])  # the new branch's own
+
+
 def test_restore_picks_the_best_kept_checkpoint_or_the_newest(tmp_path):
   every = ctl.Every(steps=2)
   runner().fit(10, tmp_path, checkpoint=ctl.Checkpoint(ctl.Every(steps=4)), progress=False,

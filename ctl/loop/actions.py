@@ -509,15 +509,23 @@ class BestCheckpoints(Action):
       except (OSError, ValueError, KeyError) as e:
         _log.warning("ctl.BestCheckpoints: %s could not be read (%s); starting a new "
                      "record (the checkpoints in it stay).", self._record, e)
-      # A kept checkpoint whose files are gone (deleted by hand, a partial copy)
-      # is dropped from the record, with a word; later steps than the one
-      # resumed from were undone: their copies are not kept either.
-      missing = [k for k in self.kept if not self._whole(k)]
+      # Later steps than the one resumed from were undone: they leave the record,
+      # and their copies stay where they are (a going back moved them aside; a
+      # damaged newest left them). A kept checkpoint of an earlier step whose
+      # files are gone (deleted by hand, a partial copy) leaves it with a word.
+      undone = [k for k in self.kept if k["step"] > context.step]
+      left = [k["checkpoint"] for k in undone if self._whole(k)]
+      if left:
+        _log.warning("ctl.BestCheckpoints: %s in %s %s of later steps than this run "
+                     "resumed from (%d): left there, no longer ranked (a copy of the same "
+                     "step kept again replaces it).", ", ".join(left), self._folder,
+                     "is" if len(left) == 1 else "are", context.step)
+      missing = [k for k in self.kept if k not in undone and not self._whole(k)]
       if missing:
         _log.warning("ctl.BestCheckpoints: %s in %s %s files; dropped from %s.",
                      ", ".join(k["checkpoint"] for k in missing), self._folder,
                      "lacks its" if len(missing) == 1 else "lack their", self._record)
-      self._drop(missing + [k for k in self.kept if k["step"] > context.step])
+      self._drop(missing, forget=undone)
 
   def __call__(self, context: FitContext) -> None:
     value = context.metric(self.metric)
@@ -565,11 +573,12 @@ class BestCheckpoints(Action):
     worst = max(others) if self.mode == "min" else min(others)
     return value < worst if self.mode == "min" else value > worst
 
-  def _drop(self, dropped):
+  def _drop(self, dropped, forget=()):
+    """Deletes the copies of `dropped` and takes them and `forget` out of the record."""
     for record in dropped:
       for path in tf.io.gfile.glob(os.path.join(self._folder, record["checkpoint"]) + ".*"):
         tf.io.gfile.remove(path)
-    steps = {k["step"] for k in dropped}
+    steps = {k["step"] for k in [*dropped, *forget]}
     self.kept = [k for k in self.kept if k["step"] not in steps]
     os.makedirs(self._folder, exist_ok=True)
     write_text_atomically(self._record, json.dumps(

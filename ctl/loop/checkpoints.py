@@ -119,7 +119,8 @@ class Checkpoint:
       batch size (the models and optimizers are restored either way).
     resume_from: go back: resume from the checkpoint of this step although
       newer ones exist. They are moved, with a copy of the run's records and
-      its trackers' notes, into `checkpoints/after-ckpt-<step>/` (nothing is
+      its trackers' notes, into `checkpoints/after-ckpt-<step>/` (a kept
+      folder's copies of later steps into its `<name>/`; nothing is
       deleted; `ctl eval --checkpoint after-ckpt-<step>` evaluates the newest
       of them), once: while that folder is there, a rerun with the same
       option resumes from the newest checkpoint, i.e. what it trained since.
@@ -532,7 +533,10 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
                           f"restored ({why}); the checkpoints there are of steps {steps}. "
                           "Pass one of them.")
   newer = sorted(s for s in listing.on_disk if s > step)
-  if not newer:
+  kept = {name: sorted(s for s in _Listing(os.path.join(directory, name)).on_disk if s > step)
+          for name in _kept_names(directory)}
+  kept = {name: steps for name, steps in kept.items() if steps}
+  if not newer and not kept:
     return None
   os.makedirs(folder)
   for record in copied:
@@ -541,15 +545,45 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
   for record in [os.path.join(directory, "finished_step"), *moved]:
     if os.path.exists(record):
       os.replace(record, os.path.join(folder, os.path.basename(record)))
-  for s in newer:
-    for f in tf.io.gfile.glob(listing.on_disk[s] + ".*"):
-      os.replace(f, os.path.join(folder, os.path.basename(f)))
-  write_pointer(folder, [os.path.join(folder, f"ckpt-{s}") for s in newer])
-  write_pointer(directory, [listing.on_disk[s] for s in sorted(listing.on_disk) if s <= step])
+  _move_newer(directory, folder, step)
+  # A kept folder's (ctl.BestCheckpoints') copies of those steps go too, with its
+  # record as it was: the resumed run drops them from its record, deleting nothing.
+  for name in kept:
+    os.makedirs(os.path.join(folder, name))
+    for record in tf.io.gfile.glob(os.path.join(directory, name, "*.json")):
+      shutil.copy2(record, os.path.join(folder, name))
+    _move_newer(os.path.join(directory, name), os.path.join(folder, name), step)
+  moved = [f"ckpt-{s}" for s in newer] + [f"{name}/ckpt-{s}" for name, steps in kept.items()
+                                          for s in steps]
   _log.warning("resume_from=%d: moved %s and the run's records as they were into %s; "
-               "resuming from ckpt-%d", step, ", ".join(f"ckpt-{s}" for s in newer),
-               folder, step)
+               "resuming from ckpt-%d", step, ", ".join(moved), folder, step)
   return folder
+
+
+def _move_newer(directory, into, step):
+  """Moves the checkpoints of `directory` newer than `step` into `into`; the
+  `checkpoint` files of both then name what each holds."""
+  on_disk = _Listing(directory).on_disk
+  newer = sorted(s for s in on_disk if s > step)
+  for s in newer:
+    for f in tf.io.gfile.glob(on_disk[s] + ".*"):
+      os.replace(f, os.path.join(into, os.path.basename(f)))
+  if newer:
+    write_pointer(into, [os.path.join(into, f"ckpt-{s}") for s in newer])
+  older = [on_disk[s] for s in sorted(on_disk) if s <= step]
+  if older:
+    write_pointer(directory, older)
+  elif os.path.exists(os.path.join(directory, "checkpoint")):
+    os.remove(os.path.join(directory, "checkpoint"))
+
+
+def _kept_names(directory):
+  """The folders of kept checkpoints in checkpoint directory `directory`."""
+  try:
+    return sorted(e.name for e in os.scandir(directory)
+                  if e.is_dir() and is_kept_name(e.name) and not e.name.startswith("after-ckpt-"))
+  except OSError:
+    return []
 
 
 class _Listing:
