@@ -186,7 +186,8 @@ MATRIX = [
          "test_going_back_to_an_older_checkpoint_sets_the_newer_aside",
          "`ctl train --resume-from 4` / `Checkpoint(resume_from=4)`: the newer "
          "checkpoints move, with the records as they were and the trackers' notes, into "
-         "checkpoints/after-ckpt-4/ (`ctl eval --checkpoint after-ckpt-4` reads them); "
+         "checkpoints/after-ckpt-4/ (`ctl eval --checkpoint after-ckpt-4` reads them; "
+         "`best/`'s later copies into its best/, test_action_contract.py); "
          "the run trains from step 4; a rerun with the option resumes from its own newest",
          "0", "none (set aside, not deleted)"),
     Cell("history.jsonl cut mid-line (steps 6 to 11 gone, ckpt-12 restored)", "start-up",
