@@ -443,7 +443,10 @@ def test_cli_help():
     assert text in proc.stdout, text
 
 
-def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_cli_forwards_sigterm_and_exits_with_the_tasks_code(signum):
+  """SIGTERM, or SIGHUP twice (a closed terminal: it used to kill the launcher
+  at once, exit 129, with no word and its tasks left to notice it gone)."""
   # Each task saves on SIGTERM and exits 42, as a preempted ctl run does.
   task = ("import json, os, signal, sys, time\n"
           "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
@@ -462,7 +465,10 @@ def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
       lines.append(line)
       if "tasks are ready" in line:
         break
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
+    if signum == signal.SIGHUP:
+      time.sleep(0.1)
+      proc.send_signal(signum)
     rest = proc.communicate(timeout=30)[0]
   finally:
     if proc.poll() is None:
@@ -470,6 +476,6 @@ def test_cli_forwards_sigterm_and_exits_with_the_tasks_code():
       proc.wait()
   log = "".join(lines) + rest
   assert proc.returncode == 42, log
-  assert "got SIGTERM; sending SIGTERM to worker 0 (pid" in log
+  assert f"got {signal.Signals(signum).name}; sending SIGTERM to worker 0 (pid" in log
   assert "restart" not in log
   assert not any(alive(pid) for pid in pids(log).values())

@@ -22,9 +22,10 @@ def add_parser(subparsers: Any) -> None:
           "for 'multi_worker', or with --ps M a parameter-server cluster (a chief, N\n"
           f"workers and M ps). Each task gets TF_CONFIG and {launch.READY_DIR_VARIABLE}, and its\n"
           "output lines are prefixed with its name. When a task fails, or is not ready\n"
-          "within --startup-timeout, every task is stopped; SIGTERM and SIGINT are\n"
-          "passed on to the tasks as SIGTERM. With --max-restarts N a cluster that\n"
-          "failed, timed out or was preempted is started again, whole, up to N times\n"
+          "within --startup-timeout, every task is stopped; SIGTERM, SIGINT and SIGHUP\n"
+          "(a closed terminal) are passed on to the tasks as SIGTERM. With\n"
+          "--max-restarts N a cluster that failed, timed out or was preempted is\n"
+          "started again, whole, up to N times\n"
           "(a ctl run resumes from its last checkpoint); each task reads the count\n"
           f"from {launch.RESTARTS_VARIABLE}."),
       epilog=(

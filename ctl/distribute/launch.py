@@ -12,7 +12,7 @@ the task's strategy exists. The launcher prefixes and streams every task's
 output, and stops every task (SIGTERM, then SIGKILL to its whole process group)
 when one fails, when a task is not ready in time (a multi-worker peer that never
 starts would otherwise leave the others waiting forever), or when the launcher
-itself gets SIGTERM or SIGINT. A task that uses ctl also stops when the
+itself gets SIGTERM, SIGINT or SIGHUP. A task that uses ctl also stops when the
 launcher is gone, even killed with SIGKILL (`watch_launcher`): it sends itself
 SIGTERM, which saves and exits 42, and exits after `grace` seconds if that did
 not end it. With `max_restarts` (`--max-restarts`, as torchrun's), a cluster
@@ -563,19 +563,24 @@ class Launch:
       time.sleep(_POLL_SECONDS)
 
   def _catch_signals(self):
-    """Turns SIGTERM and SIGINT into a stop of every task; the old handlers."""
+    """Turns SIGTERM, SIGINT and SIGHUP (a closed terminal) into a stop of
+    every task; the old handlers."""
     if threading.current_thread() is not threading.main_thread():
       return {}  # Python delivers signals to the main thread only
 
     def handle(signum, frame):
       del frame
-      if self._signal is not None:
+      # A second SIGINT or SIGTERM hurries; not a second SIGHUP, which a closed
+      # terminal often sends.
+      if self._signal is not None and signum != signal.SIGHUP:
         self._hurry = True
       self._signal = self._signal or signum
 
     # A signal ignored from the start stays ignored: a shell's background job
-    # ignores SIGINT, so that a Ctrl-C meant for the foreground spares it.
-    return {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)
+    # ignores SIGINT, so that a Ctrl-C meant for the foreground spares it, and
+    # nohup SIGHUP.
+    return {s: signal.signal(s, handle)
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
             if signal.getsignal(s) is not signal.SIG_IGN}
 
   def _say(self, message):
