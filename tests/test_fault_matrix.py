@@ -28,6 +28,7 @@ import subprocess
 import sys
 import termios
 import time
+import types
 import typing
 
 import numpy as np
@@ -304,6 +305,12 @@ def go(workdir):
   open(os.path.join(workdir, "go"), "w").close()
 
 
+def _metrics(workdir):
+  """The rows of `<workdir>/metrics.jsonl`, as namespaces (`row.step`)."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [types.SimpleNamespace(**json.loads(line)) for line in f]
+
+
 def newest(workdir):
   path = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
   return int(path.rsplit("-", 1)[1]) if path else None
@@ -470,6 +477,11 @@ def test_a_signal_during_evaluation_abandons_it(tmp_path, name):
   assert "Evaluate abandoned at step 6 by a signal" in log
   assert newest(work) == 6
   assert not os.path.exists(work / "events" / "eval")  # no metrics of a partial evaluation
+  # The rerun evaluates step 6 first: no hole in the curve (there used to be one).
+  exit_code, log = finish(start(work, "--pause-in", "eval", "--pause-at", "6"))
+  assert exit_code == 0, log
+  assert "running again at step 6 what a stop abandoned there: Evaluate" in log
+  assert [row.step for row in _metrics(work)] == [6, 12]
 
 
 def test_a_stop_during_an_evaluation_reading_through_python_always_exits(tmp_path):
@@ -813,6 +825,12 @@ FOLDER_FAULTS = {  # name: (the change, the step restored, what the log says)
                              "ckpt-12 is skipped: "),
     "newest index empty": (lambda w: _cut(w / (CKPT + ".index"), 0), 8,
                            "ckpt-12 is skipped: "),
+    # A valid checkpoint under a newer one's name (was: restored without a word as
+    # step 4, and the next saves wrote over ckpt-8 and ckpt-12's names).
+    "newest overwritten by an older one's files": (
+        lambda w: [shutil.copyfile(w / f"checkpoints/ckpt-4{end}", w / (CKPT + end))
+                   for end in (DATA, ".index")], 8,
+        "ckpt-12 is skipped: it holds step 4, not 12 (renamed, or copied over by hand?)"),
     "finished_step missing": (lambda w: _remove(w / "checkpoints/finished_step"), 12, ""),
     "finished_step wrong": (lambda w: (w / "checkpoints/finished_step").write_text("8\n"), 12,
                             ""),

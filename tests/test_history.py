@@ -315,3 +315,66 @@ def test_metrics_cut_mid_line_are_put_back_from_tensorboard(tmp_path, caplog):
   assert [row["step"] for row in rows] == [4, 8, 12, 16]
   for row, line in zip(rows, expected):
     assert row["score"] == pytest.approx(json.loads(line)["score"], rel=1e-7)  # float32
+
+
+@pytest.mark.parametrize("damage", ["a middle line deleted", "the file deleted"])
+def test_metrics_missing_anywhere_are_put_back_from_tensorboard(tmp_path, caplog, damage):
+  """Not only after a cut: a line deleted from the middle of metrics.jsonl, or the
+  whole file, is put back at the resume from the events (it used to stay a hole,
+  without a word)."""
+  _fit(tmp_path, 12)
+  path = tmp_path / "metrics.jsonl"
+  expected = [json.loads(line) for line in path.read_text().splitlines()]
+  if damage == "the file deleted":
+    path.unlink()
+  else:
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                            if not line.startswith('{"step": 8,')))
+  with caplog.at_level("WARNING", logger="ctl"):
+    _fit(tmp_path, 16)
+  put_back = "steps 4, 8, 12" if damage == "the file deleted" else "step 8"
+  assert f"put back the metrics of {put_back} from TensorBoard's events" in caplog.text
+  rows = [json.loads(line) for line in path.read_text().splitlines()]
+  assert [row["step"] for row in rows] == [4, 8, 12, 16]
+  for row, before in zip(rows, expected):
+    assert row["score"] == pytest.approx(before["score"], rel=1e-7)
+
+
+def test_reading_metrics_says_nothing_of_the_steps_without_an_evaluation(tmp_path, caplog):
+  """metrics.jsonl has a line per step that had metrics: the steps between are no
+  hole (read_history used to warn "no values of steps 0 to 3, 5 to 7, ...")."""
+  _fit(tmp_path, 12)
+  with caplog.at_level("WARNING", logger="ctl"):
+    metrics = ctl.read_history(str(tmp_path / "metrics.jsonl"))
+  assert metrics.steps.tolist() == [4, 8, 12]
+  assert caplog.text == ""
+
+
+def test_a_step_on_two_lines_is_named_and_written_once_at_the_resume(tmp_path, caplog):
+  """A history joined to a copy of a part of itself, or a line edited in by hand:
+  read_history names the step and reads the last value; the resume keeps one line."""
+  _fit(tmp_path, 12)
+  path = tmp_path / "history.jsonl"
+  text = path.read_text().splitlines(keepends=True)
+  path.write_text("".join(text[:8] + ['{"step": 7, "generator_loss": 9.5, '
+                                      '"discriminator_loss": 9.5}\n'] + text[8:]))
+  with caplog.at_level("WARNING", logger="ctl"):
+    history = ctl.read_history(str(tmp_path))
+  assert "history.jsonl: step 7 has a value on more than one line" in caplog.text
+  assert history.steps.tolist() == list(range(12))
+  assert history["generator_loss"][7] == 9.5
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="ctl"):
+    _fit(tmp_path, 16)
+  assert "step 7 has a value on more than one line" in caplog.text
+  assert [row["step"] for row in lines(tmp_path)] == list(range(16))
+
+
+def test_a_deleted_history_is_marked_lost_at_the_resume(tmp_path, caplog):
+  _fit(tmp_path, 12)
+  (tmp_path / "history.jsonl").unlink()
+  with caplog.at_level("WARNING", logger="ctl"):
+    _fit(tmp_path, 16)
+  assert "history.jsonl holds no line of steps 0 to 11, trained before step 12" in (
+      caplog.text)
+  assert lines(tmp_path)[0] == {"step": 0, "lost_through": 11}

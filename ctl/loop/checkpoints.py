@@ -673,9 +673,19 @@ def _unreadable(path):
       tf.raw_ops.RestoreV2(prefix=path, tensor_names=keys, shape_and_slices=[""] * len(keys),
                            dtypes=[dtypes[k] for k in keys])
     _saved_layout(reader)
+    named, held = _step_of(path), None
+    if _STEP_KEY in dtypes:
+      held = int(reader.get_tensor(_STEP_KEY))
   except (tf.errors.OpError, IndexError, KeyError, RuntimeError, ValueError) as e:
     return f"{type(e).__name__}: {_op_message(e).strip()}"
+  if named is not None and held is not None and held != named:
+    # Renamed or copied over by hand: restoring it would train over the newer
+    # checkpoints' names with older weights.
+    return f"it holds step {held}, not {named} (renamed, or copied over by hand?)"
   return None
+
+
+_STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"  # the global step (`State.variables`)
 
 
 _BATCH_SIZE = "data_batch_size"

@@ -22,6 +22,7 @@ restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import sys
@@ -303,12 +304,10 @@ def _open_history(context, write):
   if context.workdir is None or not context.is_chief or not write:
     return None
   history_file = history_lib.HistoryFile(context.workdir)
-  earlier = history_file.open(context.step)
+  earlier = history_file.open(context.step, memory=history)
   if len(earlier.steps):
     history.drop_from(int(earlier.steps[0]))
     history.extend(earlier)
-  elif len(history.steps):
-    history_file.write_history(history)
   return history_file
 
 
@@ -321,9 +320,10 @@ def _open_metrics(context, *, write):
   metrics_file = history_lib.HistoryFile(context.workdir, history_lib.METRICS_FILE_NAME,
                                          every_step=False)
   metrics_file.open(context.step + 1)
-  # Lines lost to damage (a cut, a garbage line) that TensorBoard's events hold.
-  put_back = metrics_file.add(loggers_lib.TensorBoard.scalars(
-      context.workdir, metrics_file.suspect_from, context.step))
+  # Lines lost to damage (a cut, a garbage line, a line or the file deleted)
+  # that TensorBoard's events hold.
+  put_back = metrics_file.add(loggers_lib.TensorBoard.scalars(context.workdir, 0,
+                                                              context.step))
   if put_back:
     _log.warning("%s: put back the metrics of step%s %s from TensorBoard's events (as "
                  "float32 values); the file had lost them", metrics_file.path,
@@ -343,12 +343,15 @@ def _train(compiled_step, context, total_steps, checkpoint, checkpointer, action
   timers = _timers(checkpoint, scheduled)
   for every in timers:
     every.start(context.step)
+  abandoned = _abandoned_before(context, scheduled)
   bar = Progress(total_steps, context.step, enabled=progress and context.is_chief)
   stopper = stopping.Stopper(context.placement, checkpointer,
                              steps_per_loop=compiled_step.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
   stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
   try:
+    if abandoned:  # a stop abandoned them at the step this run resumes from
+      _run_again(context, abandoned, scheduled, stopper)
     while context.step < total_steps:
       ends = [compiled_step.steps_per_call, total_steps - context.step]
       n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
@@ -430,11 +433,58 @@ def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
     due = flags[1:]
   due_now = [a for a, now in zip(scheduled, due) if now]
   for i, action in enumerate(due_now):
-    _run(action, context, stopper, after=due_now[i + 1:])
+    _run(action, context, stopper, after=due_now[i + 1:], scheduled=scheduled)
     action.every.fired(context.step)
   context.write_metrics()
   if any(flags):
     stopper.check(context.step)  # a signal that came during the work
+
+
+# The scheduled actions a stop abandoned, and the step: the run that resumes
+# from that step's checkpoint runs them first (a point of the FID curve).
+_ABANDONED_FILE = "abandoned_actions.json"
+
+
+def _abandoned_path(context):
+  return os.path.join(context.workdir, "checkpoints", _ABANDONED_FILE)
+
+
+def _note_abandoned(context, scheduled, remaining):
+  if context.workdir is None or not context.is_chief:
+    return
+  write_text_atomically(_abandoned_path(context), json.dumps({
+      "step": context.step,
+      "actions": [[scheduled.index(a), type(a).__name__] for a in remaining]}) + "\n")
+
+
+def _abandoned_before(context, scheduled):
+  """The scheduled actions a stop abandoned at the step this run starts from
+  (every worker agrees, from the chief's note); the note is used up."""
+  wanted = set()
+  if context.workdir is not None and context.is_chief:
+    path = _abandoned_path(context)
+    try:
+      with open(path) as f:
+        note = json.load(f)
+      os.remove(path)  # another step's: this run trains through it (or went past it)
+      if note["step"] == context.step:
+        wanted = {i for i, name in note["actions"]
+                  if i < len(scheduled) and type(scheduled[i]).__name__ == name}
+    except FileNotFoundError:
+      pass
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      _log.warning("%s could not be read (%s); no action is run again.", path, e)
+  flags = stopping.agree(context.placement, [i in wanted for i in range(len(scheduled))])
+  return [a for a, again in zip(scheduled, flags) if again]
+
+
+def _run_again(context, abandoned, scheduled, stopper):
+  if context.is_chief:
+    _log.warning("running again at step %d what a stop abandoned there: %s", context.step,
+                 ", ".join(type(a).__name__ for a in abandoned))
+  for i, action in enumerate(abandoned):
+    _run(action, context, stopper, after=abandoned[i + 1:], scheduled=scheduled)
+  context.write_metrics()
 
 
 def _timers(checkpoint, scheduled):
@@ -538,9 +588,10 @@ def _end(begun, context):
     raise failed
 
 
-def _run(action, context, stopper, after=()):
+def _run(action, context, stopper, after=(), scheduled=None):
   """Runs `action` where it runs; a signal abandons it at once, and with it
-  the actions `after` it at this step."""
+  the actions `after` it at this step (of `scheduled`, if given: noted, for
+  the run that resumes from this step to run them)."""
   if not _runs_here(action, context):
     return
   if stopper is None:
@@ -559,8 +610,13 @@ def _run(action, context, stopper, after=()):
     return
   # Outside the `except`: what stops the run does not chain to the Abandoned.
   skipped = sorted({type(a).__name__ for a in after})
-  _log.warning("%s abandoned at step %d by a signal%s", name, context.step,
-               f"; not run at this step: {', '.join(skipped)}" if skipped else "")
+  again = scheduled is not None and context.workdir is not None
+  _log.warning("%s abandoned at step %d by a signal%s%s", name, context.step,
+               f"; not run at this step: {', '.join(skipped)}" if skipped else "",
+               f" (a run resumed from step {context.step} runs {'them' if skipped else 'it'} "
+               "first)" if again else "")
+  if again:
+    _note_abandoned(context, scheduled, [action, *after])
   stopper.check(context.step)  # saves, and raises Preempted or Interrupted
   raise abandoned
 

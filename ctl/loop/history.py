@@ -240,15 +240,26 @@ class HistoryFile:
     self.every_step = every_step
     self.steps: set[int] = set()  # the steps of the lines `open` kept
     self.keys: set[str] = set()  # and their keys
-    self.suspect_from = 0  # the first step whose line may be missing (see `open`)
     self._file = None
 
-  def open(self, start_step: int) -> History:
+  def open(self, start_step: int, memory: History | None = None) -> History:
+    """`memory`: the steps the runner holds (a `train` in a notebook before
+    this fit), which a file of no readable line starts with."""
     reading = _read(self.path, before=start_step)
-    # A file of no readable line is new (or emptied by hand): nothing to mark.
-    lost = _missing(reading, start_step) if self.every_step and reading.steps else []
-    if reading.later or reading.bad or lost:  # rewritten: the kept lines as written
-      lines = list(_lines_before(self.path, start_step))
+    if not reading.steps and memory is not None and len(memory.steps):
+      self._reopen()  # the file holds every step of the weights it follows
+      self.write_history(memory)
+      self.close()
+      reading = _read(self.path, before=start_step)
+    # Steps trained before `start_step` with no line (a file deleted or emptied
+    # too) are marked lost: a first run, from step 0, has nothing to mark.
+    lost = _missing(reading, start_step) if self.every_step else []
+    if reading.later or reading.bad or lost or reading.repeated:
+      # Rewritten: the kept lines as written, one of each step repeated.
+      lines = [(step, line) for step, line in _lines_before(self.path, start_step)
+               if step not in reading.repeated]
+      lines += [(step, _line(step, ((json.dumps(k), v) for k, v in values.items())))
+                for step, values in reading.repeated.items()]
       lines += [(first, _lost_line(first, last)) for first, last in lost]
       _write_text(self.path, "".join(line for _, line in sorted(lines, key=lambda x: x[0])))
     if reading.later:
@@ -256,6 +267,9 @@ class HistoryFile:
                 self.path, reading.later, start_step)
     if reading.bad:
       _log.warning("%s: dropped %s", self.path, _said(reading.bad))
+    if reading.repeated:
+      _log.warning("%s: %s; kept the last value of each, one line a step", self.path,
+                   _repeated(reading.repeated))
     if lost:
       _log.warning(
           "%s holds no line of %s, trained before step %d, where this run resumes, and "
@@ -264,18 +278,14 @@ class HistoryFile:
           "tracker's run may still hold their values.", self.path, _steps(lost), start_step)
     self.steps = reading.steps
     self.keys = set(reading.history)
-    # Lines of this step or later may have gone with the damage (or a file cut
-    # at a line's end): what another record holds of them can be put back (`add`).
-    self.suspect_from = min([max(reading.steps, default=-1) + 1] + [
-        step if step is not None else after + 1 for _, _, step, after in reading.bad])
     self._reopen()
     return reading.history
 
   def add(self, rows: Mapping[int, Mapping[str, float]]) -> list[int]:
     """Puts back lines of steps before the run's start from another record,
     `{step: {key: value}}`, in step order: of the steps the file lacks, the
-    values of keys it has. Returns the steps put back."""
-    rows = {step: {k: v for k, v in values.items() if k in self.keys}
+    values of keys it has (any key, if it has none). Returns the steps put back."""
+    rows = {step: {k: v for k, v in values.items() if k in self.keys or not self.keys}
             for step, values in rows.items() if step not in self.steps}
     rows = {step: values for step, values in rows.items() if values}
     if not rows:
@@ -320,7 +330,12 @@ class HistoryFile:
 
 
 def read_history(path: str) -> History:
-  """Reads a run's history: `path` is its work directory or its `history.jsonl`.
+  """Reads a run's history: `path` is its work directory, its `history.jsonl`
+  or its `metrics.jsonl`.
+
+  Warns of the lines it cannot read, of steps with values on more than one
+  line (it reads the last), and, in `history.jsonl` (a line for every step),
+  of the steps no line holds or that a resume marked lost.
 
   Raises FileNotFoundError if there is none (`fit` writes it when given a workdir).
   """
@@ -333,7 +348,12 @@ def read_history(path: str) -> History:
   reading = _read(path, before=None)
   if reading.bad:
     _log.warning("%s: left out %s", path, _said(reading.bad))
-  missing = _missing(reading, None)
+  if reading.repeated:
+    _log.warning("%s: %s; the last value of each is read", path,
+                 _repeated(reading.repeated))
+  # Only a file of every step says a step is missing (metrics.jsonl has a
+  # line per step that had any): there, the lines marked lost say it.
+  missing = [] if os.path.basename(path) == METRICS_FILE_NAME else _missing(reading, None)
   if reading.lost or missing:
     _log.warning("%s: no values of %s (%s)", path, _steps(sorted(reading.lost + missing)),
                  "lost in a damaged file, marked when the run resumed" if not missing
@@ -371,6 +391,8 @@ class _Reading:
   steps: set[int]  # the steps of those lines, lost ones included
   lost: list[tuple[int, int]]  # the ranges marked lost, (first, last)
   later: int = 0  # lines of `before` or later
+  repeated: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  # the steps with a value on more than one line: {step: its values, the last of each}
   bad: list[tuple[int, str, int | None, int]] = dataclasses.field(default_factory=list)
   # the unreadable lines: (line number, its start, the step it names if it does,
   # the step of the readable line before it or -1)
@@ -387,7 +409,7 @@ def _read(path, before):
       lines = f.readlines()
   except FileNotFoundError:
     return reading
-  run_first, run, previous = None, [], -1
+  rows, previous = {}, -1
   for number, line in enumerate(lines, 1):
     try:
       row = json.loads(line)
@@ -408,6 +430,12 @@ def _read(path, before):
       reading.steps.update(range(step, int(lost_through) + 1))
       continue
     reading.steps.add(step)
+    if step in rows and set(values) & set(rows[step]):  # a file joined to a copy?
+      reading.repeated[step] = rows[step]
+    rows.setdefault(step, {}).update(values)  # a metrics line in two: one step
+  run_first, run = None, []
+  for step in sorted(rows):
+    values = rows[step]
     if run and (step != run_first + len(run) or set(values) != set(run[0])):
       reading.history.append(run_first, _columns(run))
       run = []
@@ -444,6 +472,16 @@ def _steps(ranges):
   plural = len(ranges) > 1 or ranges[0][0] != ranges[0][1]
   return ("steps " if plural else "step ") + ", ".join(
       str(a) if a == b else f"{a} to {b}" for a, b in ranges)
+
+
+def _repeated(repeated):
+  """The steps of `_Reading.repeated`, for a warning."""
+  steps = sorted(repeated)
+  listed = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more"
+                                             if len(steps) > 5 else "")
+  return (f"step{'s' if len(steps) > 1 else ''} {listed} "
+          f"{'have values' if len(steps) > 1 else 'has a value'} on more than one line "
+          "(a file joined to a copy of itself, or edited by hand?)")
 
 
 def _said(bad):
