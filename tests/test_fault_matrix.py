@@ -90,8 +90,8 @@ MATRIX = [
          "the call ends (at most steps_per_loop steps), a checkpoint is saved, that "
          "step's actions run", "42", "none"),
     Cell("SIGTERM", "evaluation", "test_a_signal_during_evaluation_abandons_it",
-         "the evaluation is abandoned after the batch in flight, a checkpoint saved", "42",
-         "none"),
+         "the evaluation is abandoned after the batch in flight, a checkpoint saved; the "
+         "rerun runs it first at that step (no hole in metrics.jsonl)", "42", "none"),
     Cell("SIGTERM or Ctrl-C, the action stuck", "evaluation",
          "test_a_signal_during_a_stuck_evaluation_saves_from_another_thread",
          "the evaluation's batch never comes (a pipeline that yields nothing): after "
@@ -205,6 +205,22 @@ MATRIX = [
          "test_history.py::test_metrics_cut_mid_line_are_put_back_from_tensorboard",
          "the resume names the cut line and puts the lost metrics back from TensorBoard's "
          "events (float32 values), in step order", "0", "none"),
+    Cell("metrics.jsonl with a line, or the whole file, deleted", "start-up",
+         "test_history.py::test_metrics_missing_anywhere_are_put_back_from_tensorboard",
+         "the resume puts the missing steps back from TensorBoard's events and says which",
+         "0", "none"),
+    Cell("history.jsonl holding a step on two lines", "start-up",
+         "test_history.py::test_a_step_on_two_lines_is_named_and_written_once_at_the_resume",
+         "`ctl.read_history` and the resume name the step; the last value is read, and "
+         "written once at the resume", "0", "the other value"),
+    Cell("history.jsonl deleted", "start-up",
+         "test_history.py::test_a_deleted_history_is_marked_lost_at_the_resume",
+         "the steps before the checkpoint are marked lost, with a warning", "0",
+         "the values of those steps (a tracker's run may hold them)"),
+    Cell("SIGHUP (closed terminal), twice, to `ctl launch`", "inside a compiled call",
+         "test_launch.py::test_cli_forwards_sigterm_and_exits_with_the_tasks_code",
+         "passed on to the tasks as SIGTERM, as SIGTERM is; the launcher exits with their "
+         "42", "42", "none"),
     Cell("manifest.jsonl cut mid-line", "start-up",
          "test_loggers.py::test_a_manifest_cut_mid_line_keeps_every_other_record",
          "the next fit's record starts a line of its own; `ctl.manifest.read` gives every "
