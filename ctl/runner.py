@@ -321,9 +321,10 @@ class Runner:
       path = checkpoints.of_step(workdir, step)
       return checkpoints.Checkpointer(self.placement, self.state, self.feed,
                                       os.path.dirname(path)).restore(path=path)
-    if checkpoint != "newest" and not checkpoints.is_kept_name(checkpoint):
+    negative = str(checkpoint).strip().startswith("-")  # -1: no step is
+    if checkpoint != "newest" and (negative or not checkpoints.is_kept_name(checkpoint)):
       raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', 'best' (the "
-                       "folder of ctl.BestCheckpoints' kept checkpoints) or a step.")
+                       "folder of ctl.BestCheckpoints' kept checkpoints) or a step (>= 0).")
     kept = None if checkpoint == "newest" else checkpoint
     directory = os.path.join(workdir, "checkpoints", *([kept] if kept else []))
     if checkpoints.newest(workdir, kept) is None:

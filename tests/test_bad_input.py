@@ -817,10 +817,24 @@ def eval_checkpoint_of_a_step_not_kept(s):
   _cli("eval", CONFIG, "--workdir", str(s.path), "--checkpoint", "99", *helpers.TINY_GAN)
 
 
+def restore_of_a_negative_step(s):
+  workdir = _saved_run(s)
+  assert _runner().restore(workdir, " 2 ") == 2  # a step, blanks around it or not
+  _runner().restore(workdir, "-1")
+
+
 def fit_over_steps_trained_in_memory(s):
   workdir = _saved_run(s)
   runner = _runner()
   runner.train(3)
+  runner.fit(6, workdir, progress=False)
+
+
+def fit_after_restoring_an_older_checkpoint(s):
+  workdir = str(s.path / "run")
+  _runner().fit(4, workdir, progress=False, checkpoint=ctl.Checkpoint(ctl.Every(steps=2)))
+  runner = _runner()
+  runner.restore(workdir, 2)  # to look at an older model, in a notebook
   runner.fit(6, workdir, progress=False)
 
 
@@ -1614,12 +1628,24 @@ CASES = [
          ("no checkpoint in <tmp>/run/checkpoints can be read: ckpt-2: DataLossError",
           "does not match", "Nothing was deleted", "[global step 0]")),
     Case("fit-over-steps-trained-in-memory",
-         "ValueError from fit: the runner has trained to step 3 in memory, but the newest "
-         "checkpoint is at step 2",
+         "ValueError from fit: this runner is at step 3 (trained or restored in memory), "
+         "but the newest checkpoint is at step 2",
          fit_over_steps_trained_in_memory, ValueError,
-         ("the runner has trained to step 3 in memory",
+         ("this runner is at step 3 (trained or restored in memory)",
           "the newest checkpoint in <tmp>/run/checkpoints is at step 2",
           "Pass another workdir")),
+    Case("restore-of-a-negative-step",
+         "ValueError: restore(checkpoint='-1'): give 'newest', 'best' ... or a step (>= 0) "
+         "(was: taken as the name of a folder of kept checkpoints)",
+         restore_of_a_negative_step, ValueError,
+         ("restore(checkpoint='-1'): give 'newest', 'best'", "or a step (>= 0)")),
+    Case("fit-after-restoring-an-older-checkpoint",
+         "ValueError from fit: this runner is at step 2 (...restored...), but the newest "
+         "checkpoint is at step 4; to train on from step 2, resume_from=2 (was: 'the "
+         "runner has trained to step 2', and no word of going back)",
+         fit_after_restoring_an_older_checkpoint, ValueError,
+         ("this runner is at step 2 (trained or restored in memory)", "is at step 4",
+          "ctl.Checkpoint(resume_from=2)", "set aside, not deleted")),
     Case("eval-checkpoint-of-a-step-not-kept",
          "ctl eval exits 1 before evaluating: no checkpoint of step 99 in .../checkpoints: "
          "the steps saved there are 2, 4 ...; give one of those, or 'newest' (was: "

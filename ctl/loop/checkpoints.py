@@ -68,7 +68,8 @@ def step_named(checkpoint: object) -> int | None:
   string "N" or "ckpt-N", as `ctl eval --checkpoint N` passes it); else None."""
   if isinstance(checkpoint, int) and not isinstance(checkpoint, bool) and checkpoint >= 0:
     return checkpoint
-  match = re.fullmatch(r"(?:ckpt-)?(\d+)", checkpoint) if isinstance(checkpoint, str) else None
+  match = (re.fullmatch(r"(?:ckpt-)?(\d+)", checkpoint.strip())
+           if isinstance(checkpoint, str) else None)
   return int(match[1]) if match else None
 
 
@@ -286,11 +287,14 @@ class Checkpointer:
       return step
     saved_step = _step_of(path)
     if step not in (0, saved_step):
+      back = (f"To train on from step {step} here, go back to its checkpoint: "
+              f"fit(..., checkpoint=ctl.Checkpoint(resume_from={step})) (the newer ones "
+              "are set aside, not deleted). " if step in listing.on_disk else "")
       raise CheckpointError(
-          f"the runner has trained to step {step} in memory, but the newest "
-          f"checkpoint in {self.directory} is at step {saved_step}: restoring it "
-          "would discard the difference. Pass another workdir to keep this "
-          "runner's state, or make a new Runner to resume from the checkpoint.")
+          f"this runner is at step {step} (trained or restored in memory), but the "
+          f"newest checkpoint in {self.directory} is at step {saved_step}: restoring it "
+          f"would discard this runner's state. {back}Pass another workdir to keep "
+          "this runner's state, or make a new Runner to resume from the checkpoint.")
     reader = tf.train.load_checkpoint(path)  # read whole by `_readable`
     saved = _saved_layout(reader)
     self._check_data(path, reader)
