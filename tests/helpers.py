@@ -120,14 +120,16 @@ def python(args, *, env=None, timeout=SUBPROCESS_TIMEOUT, check=True):
   return proc
 
 
-def start_python(args, *, env=None):
-  """Starts `python args...` from the repo root, with Ctrl-C's and SIGHUP's
-  default actions, as in a terminal (a shell's background job, such as CI's,
-  starts with SIGINT ignored; under nohup SIGHUP is ignored too)."""
-  def as_in_a_terminal():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+def as_in_a_terminal():
+  """A child's `preexec_fn`: Ctrl-C's and SIGHUP's default actions, as in a
+  terminal (a shell's background job, such as CI's, starts with SIGINT
+  ignored; under nohup SIGHUP is ignored too)."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+  signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
+
+def start_python(args, *, env=None):
+  """Starts `python args...` from the repo root, as in a terminal (`as_in_a_terminal`)."""
   return subprocess.Popen(
       [sys.executable] + list(args), cwd=ROOT, env=subprocess_env(env), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)

@@ -458,7 +458,8 @@ def test_cli_forwards_sigterm_and_exits_with_the_tasks_code(signum):
   proc = subprocess.Popen([sys.executable, "-m", "ctl.cli", "launch", "--workers", "2",
                            "--max-restarts", "3", "--", sys.executable, "-c", task],
                           cwd=ROOT, env=subprocess_env(None),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          preexec_fn=helpers.as_in_a_terminal)  # SIGHUP not ignored
   try:
     lines = []
     for line in proc.stdout:

@@ -379,8 +379,8 @@ def test_fit_does_not_discard_steps_trained_in_memory(tmp_path):
   r = runner()
   r.fit(4, tmp_path, progress=False)
   r.train(2)
-  with pytest.raises(ValueError, match="trained to step 6 in memory, but the newest "
-                                       "checkpoint .* is at step 4"):
+  with pytest.raises(ValueError, match=r"at step 6 \(trained or restored in memory\), but "
+                                       "the newest checkpoint .* is at step 4"):
     r.fit(8, tmp_path, progress=False)
   fresh = runner()
   fresh.train(3)  # trained without a workdir: fit starts a new one from here
