@@ -536,9 +536,10 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
     raise CheckpointError(f"resume_from={step}: ckpt-{step} of {directory} cannot be "
                           f"restored ({why}); the checkpoints there are of steps {steps}. "
                           "Pass one of them.")
-  newer = sorted(s for s in listing.on_disk if s > step)
-  kept = {name: sorted(s for s in _Listing(os.path.join(directory, name)).on_disk if s > step)
-          for name in _kept_names(directory)}
+  newer = _newer(directory, step)
+  kept = {name: _newer(os.path.join(directory, name), step)
+          for name in kept_folders(os.path.dirname(directory))
+          if not name.startswith("after-ckpt-")}  # what an earlier going back set aside
   kept = {name: steps for name, steps in kept.items() if steps}
   if not newer and not kept:
     return None
@@ -564,11 +565,16 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
   return folder
 
 
+def _newer(directory, step):
+  """The steps of the checkpoints of `directory` newer than `step`, oldest first."""
+  return sorted(s for s in _Listing(directory).on_disk if s > step)
+
+
 def _move_newer(directory, into, step):
   """Moves the checkpoints of `directory` newer than `step` into `into`; the
   `checkpoint` files of both then name what each holds."""
   on_disk = _Listing(directory).on_disk
-  newer = sorted(s for s in on_disk if s > step)
+  newer = _newer(directory, step)
   for s in newer:
     for f in tf.io.gfile.glob(on_disk[s] + ".*"):
       os.replace(f, os.path.join(into, os.path.basename(f)))
@@ -579,15 +585,6 @@ def _move_newer(directory, into, step):
     write_pointer(directory, older)
   elif os.path.exists(os.path.join(directory, "checkpoint")):
     os.remove(os.path.join(directory, "checkpoint"))
-
-
-def _kept_names(directory):
-  """The folders of kept checkpoints in checkpoint directory `directory`."""
-  try:
-    return sorted(e.name for e in os.scandir(directory)
-                  if e.is_dir() and is_kept_name(e.name) and not e.name.startswith("after-ckpt-"))
-  except OSError:
-    return []
 
 
 class _Listing:
