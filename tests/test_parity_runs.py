@@ -6,11 +6,13 @@ later seed by putting its first runner where a new runner of that seed starts
 the step, the strategy, the precision and the data's shuffling.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import ctl
+from ctl.base import _tf_internal
 from ctl.tools import parity
 from ctl.tools import parity_runs
 
@@ -102,3 +104,47 @@ def test_data_whose_position_cannot_move_changes_nothing():
   before = everything(traced, traced.train(2))
   assert not parity_runs.start_as(traced, new_runner(4))
   assert_the_same(everything(traced, traced.history), before)
+
+
+# What a step writes that names (or defaults to) float32.
+NAMING_FLOAT32 = {
+    "tf.cast": lambda x: tf.cast(x, tf.float32),
+    "a dtype string": lambda x: tf.cast(x, "float32"),
+    "tf.constant": lambda x: tf.constant(1.5, dtype=tf.float32),
+    "a Python float's constant": lambda x: tf.constant(1.5),
+    "a NumPy float32 constant": lambda x: tf.constant(np.ones(3, np.float32)),
+    "tf.convert_to_tensor": lambda x: tf.convert_to_tensor(0.1, tf.float32),
+    "tf.zeros": lambda x: tf.zeros([3], tf.float32),
+    "tf.ones by default": lambda x: tf.ones([3]),
+    "tf.fill": lambda x: tf.fill([3], 0.1),
+    "tf.range": lambda x: tf.range(3, dtype=tf.float32),
+    "tf.linspace": lambda x: tf.linspace(0.0, 1.0, 3),
+    "tf.eye": lambda x: tf.eye(3, dtype=tf.float32),
+    "tf.random.normal by default": lambda x: tf.random.normal([3]),
+    "tf.random.stateless_uniform": lambda x: tf.random.stateless_uniform(
+        [3], [1, 2], dtype=tf.float32),
+    "keras.ops.cast": lambda x: keras.ops.cast(x, "float32"),
+    "keras.ops.zeros": lambda x: keras.ops.zeros([3], dtype="float32"),
+    "a shape cast to float": lambda x: tf.cast(tf.shape(x)[0], tf.float32),
+    "tf.ones_like": lambda x: tf.ones_like(x, dtype=tf.float32),
+    "a NumPy float32 scalar": lambda x: x * np.float32(0.5),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_float64_replay_widens_every_float32_a_step_names(compiled):
+  x = tf.ones([3], tf.float64)
+  made_before = tf.ones([3], tf.float32)
+  with _tf_internal.promoted_to_float64():
+    dense = keras.layers.Dense(2, dtype="float32")
+    mixed = keras.layers.Dense(2, dtype="mixed_bfloat16")
+    for name, make in NAMING_FLOAT32.items():
+      out = (tf.function(make) if compiled else make)(x)
+      assert out.dtype == tf.float64, name
+      assert (x[:1] * tf.reshape(tf.cast(out, tf.float64), [-1])[:1]).dtype == tf.float64
+    for layer in (dense, mixed):
+      assert layer(x[None]).dtype == tf.float64 and layer.kernel.dtype == "float64"
+    # A float32 tensor that exists stays float32, and ops on it still trace.
+    assert tf.function(lambda: tf.reduce_sum(made_before * made_before))().dtype == tf.float32
+  assert tf.constant(1.5).dtype == tf.float32 and tf.zeros([1]).dtype == tf.float32
+  assert tf.cast(x, tf.float32).dtype == tf.float32

@@ -444,3 +444,120 @@ def default_strategy_class():
   _note_version("tensorflow")
   from tensorflow.python.distribute import distribute_lib  # pylint: disable=import-outside-toplevel
   return distribute_lib._DefaultDistributionStrategy  # pylint: disable=protected-access
+
+
+_NARROW_FLOATS = ("float16", "bfloat16", "float32")
+
+
+@contextlib.contextmanager
+def promoted_to_float64():
+  """While it lasts, every float a program asks TensorFlow or Keras for is
+  float64: what a float64 replay needs to run a step that writes
+  `dtype=tf.float32` (a `tf.cast`, `tf.zeros`, `ctx.normal`, `tf.random.*`, a
+  layer given dtype="float32" or a mixed policy, `keras.ops.cast(x, "float32")`)
+  or a Python float's constant (float32 by default) without an edit.
+
+  Promotes a requested dtype where TF reads it, not the dtype of a tensor that
+  exists (a float32 tensor stays float32): an op's type attributes (eager:
+  `pywrap_tfe.TFE_Py_FastPathExecute` and `execute.make_type`; traced:
+  `op_def_library._apply_op_helper`) and its Python-float inputs; a constant's
+  dtype (`constant_op._constant_impl`) and a conversion's
+  (`tensor_conversion_registry.convert`); a layer's policy
+  (`keras.src.dtype_policies.get`). Not thread-safe against float32 work
+  elsewhere in the process: for a process that runs one thing at a time.
+  """
+  _note_version("tensorflow")
+  _note_version("keras")
+  import keras  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from keras.src import dtype_policies  # pylint: disable=import-outside-toplevel
+  from tensorflow.python import pywrap_tfe  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.eager import execute  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import constant_op  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import dtypes  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import op_def_library  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import op_def_registry  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import tensor_conversion_registry  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.ops import array_ops  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.types import core  # pylint: disable=import-outside-toplevel
+
+  def wide(dtype):
+    """`dtype` (anything as_dtype reads), float64 if a narrower float."""
+    as_type = dtypes.as_dtype(dtype)
+    return dtypes.float64 if as_type.name in _NARROW_FLOATS else dtype
+
+  def wide_argument(value):
+    """An op's argument: a dtype widened; a Python float a float64 (a subclass
+    of float, which an attribute still reads as one)."""
+    if isinstance(value, dtypes.DType):
+      return wide(value)
+    if type(value) is float:  # pylint: disable=unidiomatic-typecheck
+      return np.float64(value)
+    if isinstance(value, list) and value and isinstance(value[0], dtypes.DType):
+      return [wide(v) for v in value]
+    return value
+
+  def fast_path_execute(*args):
+    return originals[pywrap_tfe, "TFE_Py_FastPathExecute"](*[wide_argument(a) for a in args])
+
+  def make_type(value, arg_name):
+    return originals[execute, "make_type"](wide(value), arg_name)
+
+  def apply_op_helper(op_type_name, name=None, **keywords):
+    op_def = op_def_registry.get(op_type_name)
+    types = {a.name for a in op_def.attr if a.type in ("type", "list(type)")} if op_def else ()
+    inputs = {a.name for a in op_def.input_arg} if op_def else ()
+    keywords = {k: wide_argument(v) if k in types or (k in inputs and type(v) is float)
+                else v for k, v in keywords.items()}
+    return originals[op_def_library, "_apply_op_helper"](op_type_name, name, **keywords)
+
+  def constant_impl(value, dtype, *args, **kwargs):
+    if not isinstance(value, core.Symbol):
+      if dtype is not None:
+        dtype = wide(dtype)
+      elif _float_values(value, np):
+        dtype = dtypes.float64
+    return originals[constant_op, "_constant_impl"](value, dtype, *args, **kwargs)
+
+  def convert(value, dtype=None, *args, **kwargs):
+    if dtype is not None and not isinstance(value, core.Symbol):
+      dtype = wide(dtype)
+    return originals[tensor_conversion_registry, "convert"](value, dtype, *args, **kwargs)
+
+  def policy(identifier):
+    found = originals[dtype_policies, "get"](identifier)
+    if found.compute_dtype in _NARROW_FLOATS or found.variable_dtype in _NARROW_FLOATS:
+      return keras.DTypePolicy("float64")
+    return found
+
+  def filled(make):
+    # tf.zeros and tf.ones check that they made the dtype they were asked for.
+    def wrapper(shape, dtype=dtypes.float32, *args, **kwargs):
+      return make(shape, wide(dtype), *args, **kwargs)
+    return wrapper
+
+  patched = [(owner, filled(getattr(owner, name)), name)
+             for owner in (array_ops, tf) for name in ("zeros", "ones")]
+  patched += [(pywrap_tfe, fast_path_execute, "TFE_Py_FastPathExecute"),
+             (execute, make_type, "make_type"),
+             (op_def_library, apply_op_helper, "_apply_op_helper"),
+             (constant_op, constant_impl, "_constant_impl"),
+             (tensor_conversion_registry, convert, "convert"),
+             (dtype_policies, policy, "get")]
+  originals = {(owner, name): getattr(owner, name) for owner, _, name in patched}
+  for owner, replacement, name in patched:
+    setattr(owner, name, replacement)
+  try:
+    yield
+  finally:
+    for (owner, name), original in originals.items():
+      setattr(owner, name, original)
+
+
+def _float_values(value, np):
+  """Whether `value` (not a tensor) holds floats: Python's, or numpy's."""
+  try:
+    return np.asarray(value).dtype.kind == "f"
+  except (ValueError, TypeError):  # ragged, or not numbers
+    return False

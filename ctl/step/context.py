@@ -355,6 +355,8 @@ class StepContext:
     """`offset + scale * draws` in `dtype`, the run's float type by default:
     computed in float64 for float64, so that nothing is rounded to float32."""
     dtype = tf.as_dtype(dtype or self._float_dtype)
+    if self._float_dtype == tf.float64 and dtype.is_floating:
+      dtype = tf.float64  # a float64 replay runs a step that names float32 as it is
     if dtype == tf.float64:
       draws = tf.cast(draws, dtype)
     if offset:

@@ -13,10 +13,12 @@ writes every run's state for `check` to compare.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import traceback
+import warnings
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -70,7 +72,8 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     """A runner of `seed`: a new one (each loads the module anew: no Python
     state carries over), whose start a compiled configuration's first runner
     takes over where it can (no new trace: traces are most of a check's time)."""
-    runner = make(seed, float64)
+    with _in_precision(float64):
+      runner = make(seed, float64)
     traced = compiled.get(float64)
     if traced is not None and start_as(traced, runner):
       return traced
@@ -84,13 +87,14 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     run failed."""
     try:
       runner = runner or runner_for(seed, run.float64)
-      with strategy.scope():
-        if initial is not None:
-          for variable, value in zip(_model_variables(runner), initial):
-            variable.assign(np.asarray(value, variable.dtype))
-        if run.perturbation is not None:
-          perturb(runner.models, run.perturbation)
-      history = runner.train(steps)
+      with _in_precision(run.float64):
+        with strategy.scope():
+          if initial is not None:
+            for variable, value in zip(_model_variables(runner), initial):
+              variable.assign(np.asarray(value, variable.dtype))
+          if run.perturbation is not None:
+            perturb(runner.models, run.perturbation)
+        history = runner.train(steps)
     except Exception as e:  # pylint: disable=broad-except
       compiled.pop(run.float64, None)  # a failed run's runner is not reused
       if not run.float64:
@@ -119,7 +123,9 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     if role != "reference":
       continue
     # The step's graph is the same for every seed: traced for the first only.
-    found["analysis"] = analysis = analysis or analyze(runner64 or runner)
+    if analysis is None:
+      analysis = _analyze_float64(runner64, runner_for, seed, float64, runner)
+    found["analysis"] = analysis
     decides = runner64 is not None and not parity.float64_blockers(analysis)
     if decides and train(seed, Run("floor64-0", True, 0), initial) is None:
       decides = False
@@ -129,6 +135,27 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
       json.dump(about, f)
+
+
+def _analyze_float64(runner64, runner_for, seed, float64, runner):
+  """`analyze` of the float64 run (of a new float64 runner where that run failed:
+  its trace shows what made float32), or of `runner` without float64."""
+  if float64 and runner64 is None:
+    try:
+      runner64 = runner_for(seed, True)
+    except Exception:  # pylint: disable=broad-except
+      runner64 = None  # it fails to build: its error says why
+  with _in_precision(runner64 is not None):
+    return analyze(runner64 or runner)
+
+
+def _in_precision(float64):
+  """What a float64 replay runs in: every float the module names made float64
+  (`_tf_internal.promoted_to_float64`), so that it needs no edit."""
+  if float64:
+    from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
+    return _tf_internal.promoted_to_float64()
+  return contextlib.nullcontext()
 
 
 def _position(runner):
@@ -263,7 +290,10 @@ def describe(runner: Any) -> dict[str, Any]:
       key = f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"
       paths[key] = f"optimizer {name}: {variable.path}"
   paths["counter:step"] = "step counter"
-  return {"paths": paths, "layers": layers, "statistics": statistics}
+  optimizers = {name: type(getattr(o, "inner_optimizer", o)).__name__
+                for name, o in runner.optimizers.items()}
+  return {"paths": paths, "layers": layers, "statistics": statistics,
+          "optimizers": optimizers}
 
 
 def _layers(model):
@@ -316,6 +346,12 @@ def analyze(runner: Any) -> dict[str, Any]:
     (a sum, mean, max or norm of a tensor of examples) a value that feeds an
     update: each replica computes it over its own rows;
   * "micro_batches": whether an update accumulates over micro-batches;
+  * "draws": the user's lines that draw numbers the layout changes
+    (`sources.layout_dependent_draws`);
+  * "float32_made": in a float64 run, the user's lines that made a narrower
+    float that the replay could not widen (an op whose output is float32
+    whatever its input, such as tf.image.resize): what keeps float64 from
+    running, traced up to the line that fails;
   * "error": why the step could not be traced, if it could not.
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -323,23 +359,33 @@ def analyze(runner: Any) -> dict[str, Any]:
   from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
   from ctl.base import sources  # pylint: disable=import-outside-toplevel
   found = {"downcasts": [], "float32_variables": [], "float32_math": [],
-           "batch_reductions": [], "micro_batches": False, "error": None}
+           "batch_reductions": [], "micro_batches": False, "draws": [], "float32_made": [],
+           "error": None}
   float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
   if float64:
     found["float32_variables"] = sorted(
         f"{name}/{v.path} ({v.dtype})" for name, m in runner.models.items()
         for v in m.weights if v.dtype in ("float32", "float16", "bfloat16"))
+  graphs = []  # the graph being traced: kept if tracing fails
+
+  def replica_step(batch, step):
+    graphs.append(tf.compat.v1.get_default_graph())
+    return runner.compiled_step.replica_step(batch, step)
+
+  batch_size = runner.feed.global_batch_size or 0
   try:
     batch = runner.feed.next(runner.feed.make_iterator())
     step = runner.global_step.read_value()
-    traced = tf.function(lambda: runner.strategy.run(runner.compiled_step.replica_step,
-                                                        args=(batch, step)),
-                         autograph=False).get_concrete_function()
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # found below, and reported as causes
+      tf.function(lambda: runner.strategy.run(replica_step, args=(batch, step)),
+                  autograph=False).get_concrete_function()
   except Exception as e:  # pylint: disable=broad-except
     found["error"] = _one_line(e)
+  if not graphs:
     return found
-  batch_size = runner.feed.global_batch_size or 0
-  for graph in [traced.graph] + _tf_internal.function_graphs(traced.graph):
+  found["draws"] = sources.layout_dependent_draws(graphs[0], batch_size)
+  for graph in [graphs[0]] + _tf_internal.function_graphs(graphs[0]):
     feeds_updates = _ancestors_of_updates(graph)
     for op in graph.get_operations():
       frames = _tf_internal.op_stack(op)
@@ -352,17 +398,28 @@ def analyze(runner: Any) -> dict[str, Any]:
         line = sources.user_call(frames)
         if line:
           found["float32_math"].append(line)
+      elif float64 and op.type not in _PASSED_ON and any(
+          t.dtype in (tf.float32, tf.float16, tf.bfloat16) for t in op.outputs):
+        line = sources.user_line(frames)
+        if line:
+          found["float32_made"].append(f"{line} ({op.type})")
       elif (op.type in _REDUCTIONS and op in feeds_updates and
             _over_examples(op, batch_size) and not _is_gradient(op) and
-            any(c in feeds_updates and not _is_gradient(c) for c in op.outputs[0].consumers())):
+            any(c in feeds_updates for c in op.outputs[0].consumers())):
         line = sources.user_call(frames)
         if line:
           found["batch_reductions"].append(f"{line} ({op.type} over the batch axis)")
   for key in ("downcasts", "float32_math", "batch_reductions"):
     found[key] = list(dict.fromkeys(found[key]))
+  lines = {}  # a line's first op that made float32 (what follows only passes it on)
+  for made in found["float32_made"]:
+    lines.setdefault(made.rsplit(" (", 1)[0], made)
+  found["float32_made"] = list(lines.values())
   return found
 
 
+# Ops that pass on a narrower float made elsewhere (a variable's: "float32_variables").
+_PASSED_ON = {"ReadVariableOp", "Placeholder", "Identity", "VarHandleOp"}
 # Ops whose float32 result is exact to widen: a read, a constant, a cast of an integer.
 _EXACT = {"ReadVariableOp", "Const", "Placeholder", "Identity", "Cast", "Reshape"}
 
