@@ -15,8 +15,19 @@ Bugs (tests/test_parity_suite.py checks that `ctl parity` names each, on 5 seeds
   own_micro_batches   the step cuts the batch into contiguous halves itself, one
                       discriminator update each, through a synchronized BatchNormalization:
                       a half is other global examples on 2 replicas than on one device
+  random_sync_bn      noise from tf.random.normal with the replica's batch size, into a
+                      generator with a synchronized BatchNormalization (which is correct:
+                      not to be blamed)
+  tf_random           tf.random.normal noise with the global batch size: compiled, it
+                      draws other numbers than eagerly
+  regulariser_batch_mean  the generator's loss regularises the batch mean of its
+                      samples (tf.reduce_mean(fake, 0)) inside ctx.average: each
+                      replica takes the mean of its own rows
   casts_to_float32    no bug, but the logits are cast to float32 (as mixed-precision
-                      code does): a float64 replay cannot decide (tests/test_parity_tool.py)
+                      code does): the float64 replay widens the casts and decides
+  resizes             no bug, but the step passes the real points through
+                      tf.image.resize, whose output is float32 whatever its input: a
+                      float64 replay cannot run it (tests/test_parity_tool.py)
   (unset)             none: every configuration is within rounding
 """
 
@@ -40,14 +51,14 @@ def data():
 def build():
   generator = toy_gan.mlp("generator", toy_gan.NOISE, toy_gan.FEATURES, seed=10)
   discriminator = toy_gan.mlp("discriminator", toy_gan.FEATURES, 1, seed=20)
-  if BUG in ("batch_norm", "own_micro_batches"):
+  if BUG in ("batch_norm", "own_micro_batches", "random_sync_bn"):
     normalized = keras.Sequential([
-        keras.Input((toy_gan.NOISE if BUG == "batch_norm" else toy_gan.FEATURES,)),
+        keras.Input((toy_gan.FEATURES if BUG == "own_micro_batches" else toy_gan.NOISE,)),
         keras.layers.Dense(16),
-        keras.layers.BatchNormalization(synchronized=BUG == "own_micro_batches"),
+        keras.layers.BatchNormalization(synchronized=BUG != "batch_norm"),
         keras.layers.Activation("tanh"),
-        keras.layers.Dense(toy_gan.FEATURES if BUG == "batch_norm" else 1)])
-    if BUG == "batch_norm":
+        keras.layers.Dense(1 if BUG == "own_micro_batches" else toy_gan.FEATURES)])
+    if BUG != "own_micro_batches":
       generator = normalized
     else:
       discriminator = normalized
@@ -68,10 +79,16 @@ def train_step(ctx, real):
   generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
   if BUG == "noise_per_replica":
     z = tf.random.stateless_normal([ctx.per_replica_batch_size, toy_gan.NOISE], seed=ctx.seed())
+  elif BUG == "random_sync_bn":
+    z = tf.random.normal([ctx.per_replica_batch_size, toy_gan.NOISE], seed=1)
+  elif BUG == "tf_random":
+    z = tf.random.normal([ctx.global_batch_size, toy_gan.NOISE], seed=1)[:ctx.per_replica_batch_size]
   else:
     z = ctx.normal([toy_gan.NOISE])
   if BUG == "python_random":
     real = real + float(np.random.normal())
+  if BUG == "resizes":
+    real = real + tf.image.resize(real[:, :, None, None], [toy_gan.FEATURES, 1])[:, :, 0, 0]
   scale = ctx.num_replicas if BUG == "replica_scaled" else 1
   if BUG == "python_counter":
     calls[0] += 1
@@ -87,7 +104,10 @@ def train_step(ctx, real):
     if BUG == "penalty_over_batch":
       per_example += 10.0 * batch_gradient_penalty(discriminator, real)
     d_loss = ctx.average(per_example) * scale
-    g_loss = ctx.average(toy_gan.generator_loss(fake_logits)) * scale
+    g_per_example = toy_gan.generator_loss(fake_logits)
+    if BUG == "regulariser_batch_mean":
+      g_per_example += tf.reduce_sum(tf.square(tf.reduce_mean(fake, 0)))
+    g_loss = ctx.average(g_per_example) * scale
   ctx.minimize(d_loss, "discriminator", tape=tape)
   ctx.minimize(g_loss, "generator", tape=tape)
   return {"discriminator_loss": d_loss, "generator_loss": g_loss}

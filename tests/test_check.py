@@ -43,7 +43,7 @@ def _runner(loss=lambda outputs, rows: tf.square(outputs[:, 0]), data=None,
 
 
 def _by_name(findings):
-  assert len({f.name for f in findings}) == len(findings) == 5, findings
+  assert len({f.name for f in findings}) == len(findings) == 6, findings
   return {f.name: f for f in findings}
 
 
@@ -117,6 +117,55 @@ def test_numpy_in_the_step_is_host_python():
   assert not findings[check.XLA].ok  # not run
 
 
+def test_a_tf_random_draw_is_found_with_its_line():
+  def loss(outputs, rows):
+    noise = tf.random.normal(tf.shape(outputs))  # the draw the layout changes
+    return tf.square(outputs[:, 0] + noise[:, 0])
+  with pytest.warns(UserWarning, match="a random draw whose numbers depend on the layout"):
+    findings = _by_name(check.check_step(_runner(loss).compiled_step, num_batches=1))
+  finding = findings[check.DRAWS]
+  assert not finding.ok and "tf.random.normal(tf.shape(outputs))" in finding.message
+  assert f"{os.path.basename(__file__)}:" in finding.message and "ctx.normal" in finding.message
+  assert findings[check.DRAWS].name == "draws from ctx"
+
+
+def test_a_stateless_draw_of_the_replicas_rows_is_found_and_ctx_draws_are_not():
+  def build():
+    model = keras.Sequential([keras.Input([FEATURES]), keras.layers.Dense(1)])
+    return {"model": model}, {"model": keras.optimizers.SGD(0.1)}
+
+  def step(ctx, batch):
+    own = tf.random.stateless_normal([ctx.per_replica_batch_size, FEATURES], ctx.seed())
+    with tf.GradientTape() as tape:
+      value = ctx.average(tf.square(ctx.models["model"](batch + own + ctx.normal([FEATURES]))
+                                    [:, 0]))
+    ctx.minimize(value, "model", tape=tape)
+    return {"loss": value}
+
+  rows = np.zeros((32, FEATURES), "float32")
+  runner = ctl.Runner(step, build, tf.data.Dataset.from_tensor_slices(rows).batch(
+      16, drop_remainder=True),
+                      strategy="default")
+  with pytest.warns(UserWarning) as warned:
+    runner.train(1)
+  messages = [str(w.message) for w in warned if "depend on the layout" in str(w.message)]
+  assert len(messages) == 1 and "tf.random.stateless_normal(" in messages[0], messages
+  assert "(StatelessRandomNormalV2)" in messages[0] and "ctx.normal" in messages[0]
+
+
+def test_a_draw_in_an_evaluation_function_is_warned_of_once():
+  runner = _runner()
+  runner.train(1)
+
+  def samples(models, indices):
+    return {"x": models["model"](tf.random.uniform([tf.size(indices), FEATURES]))}
+
+  with pytest.warns(UserWarning, match="normal_by_index") as warned:
+    runner.over_samples(samples, 40, batch_size=20)
+    runner.over_samples(samples, 40, batch_size=20)
+  assert len([w for w in warned if "depend on the layout" in str(w.message)]) == 1
+
+
 def test_check_refuses_several_replicas():
   two_replicas = types.SimpleNamespace(placement=types.SimpleNamespace(replicas=2))
   with pytest.raises(ValueError, match="strategy='default'"):
@@ -130,7 +179,7 @@ def test_ctl_check_passes_on_an_example_config():
                  "--gin", "gan.dcgan_discriminator.width = 4",
                  "--gin", "gan.Experiment.batch_size = 8", "--gin", "gan.Experiment.noise_dim = 8",
                  "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3")
-  assert proc.stdout.count(" ok ") == 5, proc.stdout
+  assert proc.stdout.count(" ok ") == 6, proc.stdout
   # The misspelt scope is the one binding the build and steps did not use.
   warning = proc.stderr[proc.stderr.index("ctl check: warning: building the runner and 2 "
                                           "steps used none"):]

@@ -2,6 +2,8 @@
 what counts as rounding in float32 and in float64, how configurations are named,
 what the diagnosis reads, what the table shows."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -225,3 +227,62 @@ def test_the_table_names_the_largest_difference_its_tolerance_and_the_closest():
   verbose = report.format(verbose=True)
   assert "c, float32, every variable (difference, tolerance, floor):" in verbose
   assert all(key in verbose for key in reference)
+
+
+def test_float32_alone_past_its_tolerance_by_little_is_undecided():
+  """Where float64 could not run: past the tolerance by less than UNDECIDED_FACTOR
+  is neither rounding nor DIFFERS (a correct run reached 1.8 times it, a bug
+  3.3 times); further past, DIFFERS; the report says by how much."""
+  reference, floor, _ = runs()
+  tolerances = parity.float32_tolerances(reference, [floor])
+  scale = 2.0  # the model's largest weight
+  for factor, verdict in [(0.5, "rounding"), (3.0, "undecided"), (30.0, "DIFFERS")]:
+    moved = dict(reference, **{"m/0": reference["m/0"] +
+                               np.array([factor * tolerances["m/0"][1] * scale, 0.0])})
+    report = parity.Report(parity.compare("c", reference, moved, tolerances), steps=10)
+    assert report.verdict("c") == verdict, (factor, str(report))
+    assert report.differs == (verdict == "DIFFERS")
+    assert report.ok == (verdict == "rounding")
+    if verdict != "rounding":
+      assert f"(at most {report.worst('c').margin:.3g} times it)" in str(report)
+      assert ("undecided: float32 alone cannot tell" in str(report)) == (verdict == "undecided")
+  # Decided in float64, the same margin is DIFFERS.
+  moved = dict(reference, **{"m/0": reference["m/0"] + np.array([3.0 * tolerances["m/0"][1]
+                                                                 * scale, 0.0])})
+  report = parity.Report([dataclasses.replace(r, precision="float64") for r in
+                          parity.compare("c", reference, moved, tolerances)],
+                         decided_by={"c": "float64"}, steps=10)
+  assert report.verdict("c") == "DIFFERS"
+
+
+def test_a_note_that_every_configuration_shares_is_said_once():
+  reference, floor, near = runs()
+  rows = float32_rows(reference, [floor], near, "c seed=0") + float32_rows(
+      reference, [floor], near, "c seed=1")
+  note = "float64 cannot decide: the step makes float32 at my_gan.py:3; float32 decides."
+  report = parity.Report(rows, notes={"c seed=0": [note], "c seed=1": [note]}, steps=10)
+  assert str(report).count(note) == 1
+  assert f"every configuration: {note}" in str(report)
+
+
+def test_the_amplified_rounding_note_names_the_optimizers_used():
+  reference, _, _ = runs()
+  amplified = {k: v + 1e-4 if v.dtype.kind == "f" else v for k, v in reference.items()}
+  report = report_of(amplified, reference)
+  sgd = parity.amplified_note(report, "compiled", {"g": "SGD", "d": "SGD"})
+  assert "(SGD)" in sgd[0] and "Adam" not in sgd[0]
+  adam = parity.amplified_note(report, "compiled", {"g": "SGD", "d": "Adam"})
+  assert "(Adam divides each gradient by its own running size" in adam[0]
+
+
+def test_a_draw_with_its_line_is_the_cause_and_correct_batch_statistics_are_not_blamed():
+  reference, _, _ = runs()
+  moved = {k: v + 0.1 for k, v in reference.items()}
+  line = "my_gan.py:9: z = tf.random.normal([8, 4]) (RandomStandardNormal)"
+  about = {"statistics": {"g": ["BatchNormalization synchronized"]},
+           "analysis": {"draws": [line]}}
+  for config in ("mirrored:2", "compiled"):
+    causes = diagnosed(moved, about, config)
+    assert causes[0].startswith("draws whose numbers depend on the layout: " + line), causes
+    assert not any("batch statistics" in c or "something is computed" in c or
+                   "compiling alone" in c for c in causes), causes

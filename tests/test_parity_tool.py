@@ -29,7 +29,7 @@ def verdicts(stdout):
   for line in stdout.splitlines()[1:]:
     words = line.split()
     for i, word in enumerate(words[:3]):
-      if word in ("rounding", "DIFFERS") and i:
+      if word in ("rounding", "DIFFERS", "undecided") and i:
         found[" ".join(words[:i])] = (word, words[i + 1])
   return found
 
@@ -47,17 +47,29 @@ def test_the_command_on_the_wgan_gp_example():
       "compiled", "mirrored:2", "multi_worker:2")}
 
 
-def test_a_step_that_rounds_to_float32_is_judged_in_float32(monkeypatch):
-  """A tf.cast to float32 inside the step: the float64 replay would carry float32
-  rounding, so float32 decides, from 3 floor runs, and the report says why."""
+def test_a_step_that_names_float32_is_decided_in_float64(monkeypatch):
+  """A tf.cast to float32 inside the step (as mixed-precision code writes): the
+  float64 replay widens it, and float64 decides."""
   monkeypatch.setenv("PLANTED_BUG", "casts_to_float32")
   report = parity.check(PLANTED, ["mirrored:2"], steps=3, jobs=2)
   print(report)
-  assert report.ok and report.precision("mirrored:2") == "float32"
-  note = " ".join(report.notes["mirrored:2"])
-  assert "float64 cannot decide: the step rounds float64 values to float32 at" in note
-  assert "parity_planted.py:" in note and "(floor of 3 runs)" in note
-  assert not any(r.precision == "float64" for r in report.rows)
+  assert report.ok and report.precision("mirrored:2") == "float64", str(report)
+
+
+def test_a_step_float64_cannot_run_names_the_line_that_makes_float32_once():
+  """tf.image.resize's output is float32 whatever its input: the float64 replay
+  fails where it meets float64. The report names the resize's line (not only the
+  addition that fails), once for every seed, and float32 decides: the exit code
+  is 0 (rounding), or 3 if float32 alone cannot tell."""
+  proc = helpers.ctl("parity", PLANTED, "--against", "mirrored:2", "--steps", "3",
+                     "--seeds", "0-1", check=False, env={"PLANTED_BUG": "resizes"})
+  print(proc.stdout)
+  assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-3000:]
+  note = [line for line in proc.stdout.splitlines() if "float64 cannot decide" in line]
+  assert len(note) == 1 and note[0].startswith("every configuration: "), note
+  assert "parity_planted.py:" in note[0] and "tf.image.resize(" in note[0], note
+  assert "(ResizeBilinear)" in note[0] and "(floor of 3 runs)" in note[0]
+  assert {v[1] for v in verdicts(proc.stdout).values()} == {"float32"}
 
 
 def test_the_command_refuses_mistakes_before_running(tmp_path):

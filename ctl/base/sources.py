@@ -10,6 +10,7 @@ frame that noticed the problem.
 from __future__ import annotations
 
 import linecache
+import warnings
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -25,6 +26,8 @@ def _folder(module_file):
 _TENSORFLOW, _KERAS = (_folder(f) for f in (tf.__file__, keras.__file__))
 _CTL = os.path.dirname(_folder(__file__).rstrip(os.sep)) + os.sep  # ctl/, above ctl/base/
 _PYTHON = _folder(os.__file__)  # the standard library (site-packages excepted)
+# Where ctl wraps TF's own functions (the float64 replay's): TF's frames, to user_call.
+_TF_WRAPPERS = os.path.join(_CTL, "base", "_tf_internal.py")
 
 
 def is_library(filename: str) -> bool:
@@ -49,13 +52,14 @@ def user_line(frames: Iterable[Any]) -> str | None:
   return None
 
 
-def user_call(frames: Iterable[Any]) -> str | None:
-  """Like `user_line`, but only if the user's code called TensorFlow directly:
-  None when the innermost frame outside TensorFlow is Keras' or ctl's (an op that
-  a layer or ctl made)."""
+def user_call(frames: Iterable[Any], through_keras: bool = False) -> str | None:
+  """Like `user_line`, but only if the user's code called TensorFlow directly (or
+  through Keras, with `through_keras`): None when the innermost frame outside
+  TensorFlow is ctl's (an op that ctl made), or Keras' (a layer's)."""
+  skipped = (_TENSORFLOW, _KERAS) if through_keras else (_TENSORFLOW,)
   for frame in reversed(list(frames)):
-    filename = getattr(frame, "filename", None) or ""
-    if os.path.abspath(filename).startswith(_TENSORFLOW):
+    filename = os.path.abspath(getattr(frame, "filename", None) or "")
+    if filename.startswith(skipped) or filename == _TF_WRAPPERS:
       continue
     return None if is_library(filename) else user_line([frame])
   return None
@@ -65,3 +69,53 @@ def _short(filename):
   """`filename` relative to the working directory when it is under it."""
   relative = os.path.relpath(filename)
   return filename if relative.startswith("..") else relative
+
+
+# Draws whose numbers come from the op's own state: other numbers on each
+# replica and worker, eagerly and compiled, and after a restart.
+_STATEFUL_DRAWS = frozenset({
+    "RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal",
+    "ParameterizedTruncatedNormal", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+    "Multinomial", "RandomShuffle", "StatefulStandardNormalV2", "StatefulUniform",
+    "StatefulUniformInt", "StatefulUniformFullInt", "StatefulTruncatedNormal",
+    "StatefulRandomBinomial"})
+_STATELESS_DRAWS = ("StatelessRandom", "StatelessTruncatedNormal", "StatelessMultinomial",
+                    "StatelessParameterizedTruncatedNormal")
+
+
+def layout_dependent_draws(graph: Any, rows: int | None = None) -> list[str]:
+  """The user's lines in `graph` (and the functions it calls) that draw numbers
+  the layout changes, each once, as "file:line: code (OpType)": a stateful draw
+  (`tf.random.normal`, `tf.random.uniform`, a `tf.random.Generator`), or a
+  stateless one whose first dimension is `rows`, the replica's batch (each
+  replica would draw the same rows). A draw a Keras layer or `keras.random`
+  makes is named by the user's line that called Keras; ctx's own draws are not
+  listed.
+  """
+  from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
+  found = []
+  for inner in [graph] + _tf_internal.function_graphs(graph):
+    for op in inner.get_operations():
+      stateless = op.type.startswith(_STATELESS_DRAWS) and rows and rows > 1 and (
+          op.outputs and op.outputs[0].shape.rank and op.outputs[0].shape[0] == rows)
+      if op.type in _STATEFUL_DRAWS or stateless:
+        line = user_call(_tf_internal.op_stack(op), through_keras=True)
+        if line:
+          found.append(f"{line} ({op.type})")
+  return list(dict.fromkeys(found))
+
+
+_warned_draws = set()
+
+
+def warn_of_layout_dependent_draws(rows: int | None, fix: str) -> None:
+  """While a function is traced: warns, once per line, of the user's draws in
+  it that the layout changes (`layout_dependent_draws`), with `fix`."""
+  graph = tf.compat.v1.get_default_graph()
+  for line in layout_dependent_draws(graph, rows):
+    if line not in _warned_draws:
+      _warned_draws.add(line)
+      warnings.warn(
+          f"{line}: a random draw whose numbers depend on the layout (other numbers on "
+          "each replica and worker, eagerly and compiled), so this run's numbers would "
+          f"not be another layout's. {fix}", UserWarning, stacklevel=2)

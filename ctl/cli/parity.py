@@ -47,7 +47,9 @@ def add_parser(subparsers: Any) -> None:
              "\n\nExit code 0 if every configuration is within rounding; 1 if one is not, "
              "or a run fails (its error is in the table: a step that raises, a batch "
              "that does not split over the replicas); 2 for a mistake in the command "
-             "or a module without build, train_step or data.")
+             "or a module without build, train_step or data; 3 if none differs but "
+             "float32 alone could not decide one (undecided: past its tolerance by "
+             "less than 10 times, where float64 could not run).")
   parser.add_argument("module", help="a Python file defining build, train_step and data, or "
                       "a .gin file or the name of a config a package ships (its "
                       "experiment's build method makes the runner)")
@@ -72,7 +74,7 @@ def add_parser(subparsers: Any) -> None:
   parser.add_argument("--floor-samples", type=int, default=3, metavar="N",
                       help="float32 floor runs where float32 decides (default 3)")
   parser.add_argument("--jobs", type=int, metavar="N",
-                      help="processes at once (default: the cores, at most 4)")
+                      help="processes at once (default: the CPUs this process may use, at most 4)")
   # What each run's process is given (ctl.parity.check starts them).
   parser.add_argument("--run-one", metavar="CONFIG", help=argparse.SUPPRESS)
   parser.add_argument("--role", default="config", help=argparse.SUPPRESS)
@@ -95,6 +97,7 @@ def shipped_config(module: str) -> str:
 
 
 MAX_SEEDS = 100
+UNDECIDED = 3  # the exit code where float32 alone cannot tell (`Report.verdict`)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -155,4 +158,6 @@ def run(args: argparse.Namespace) -> int:
   except (KeyboardInterrupt, jobs.Terminated) as e:
     return jobs.stopped("parity", e, "the runs in progress were stopped")
   print(report.format(verbose=args.verbose), flush=True)
-  return 0 if report.ok else jobs.FAILURE
+  if report.ok:
+    return 0
+  return jobs.FAILURE if report.differs else UNDECIDED

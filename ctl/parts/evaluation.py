@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from ctl.base import arguments
+from ctl.base import sources
 from ctl.parts import data as data_lib
 from ctl.parts import steps as steps_lib
 from ctl.step import reduction
@@ -220,6 +221,9 @@ class Evaluator:
       indices = first + tf.cast(replica, tf.int64) * rows + tf.range(rows, dtype=tf.int64)
       outputs = fn(self._state.models, indices)
       _check_sample_outputs(outputs, rows, moments)
+      if not tf.executing_eagerly():
+        sources.warn_of_layout_dependent_draws(
+            rows, "Draw a sample's noise from its index with ctl.context.normal_by_index.")
       mask = tf.cast(indices < limit, tf.float64)
       sums = {}
       for name in moments:

@@ -89,8 +89,18 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
   with shares.recording(batch):  # eagerly, the reductions below need its tapes
     with tf.variable_creator_scope(_refuse_new_variable), _keras_floatx(float_dtype):
       results = step_fn(ctx, batch)
+    if not tf.executing_eagerly():
+      sources.warn_of_layout_dependent_draws(
+          _static_rows(batch), "Draw per example with ctx.normal or ctx.uniform, and "
+          "other draws from a seed of ctx.seed() (tf.random.stateless_*).")
     return reduction.step_results(shares, results, reductions, num_replicas=replicas,
                                   expected_keys=expected_keys, float_dtype=float_dtype)
+
+
+def _static_rows(batch):
+  """The replica's batch size if its first tensor's shape says it, else None."""
+  rows = tf.nest.flatten(batch)[0].shape
+  return rows[0] if rows.rank else None
 
 
 @contextlib.contextmanager

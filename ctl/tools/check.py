@@ -19,6 +19,9 @@ argument, and run on a few real batches. The checks:
   static shapes in step   no op whose output size depends on the data
                           (tf.boolean_mask, tf.where(cond), tf.unique)
   no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
+  draws from ctx          no draw whose numbers depend on the layout (tf.random.*,
+                          a stateless draw of the replica's rows): the run's numbers
+                          would not be another layout's (not a TPU matter, found here too)
 
 The variables are put back as they were afterwards, and the training data's
 own iterator is not touched.
@@ -36,6 +39,7 @@ import textwrap
 import tensorflow as tf
 
 from ctl.base import _tf_internal
+from ctl.base import sources
 from ctl.parts import data as data_lib
 from ctl.parts.steps import TrainStep
 
@@ -47,6 +51,7 @@ XLA = "XLA compiles the step"
 RETRACING = "no retracing"
 DATA_DEPENDENT = "static shapes in step"
 HOST_PYTHON = "no host Python"
+DRAWS = "draws from ctx"
 
 # Ops that run Python on the host: a TPU cannot call back into it.
 _PYTHON_OPS = {"EagerPyFunc": "tf.py_function", "PyFunc": "tf.numpy_function",
@@ -105,17 +110,18 @@ def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
     error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
     if error:
       findings += [error] + [Finding(n, False, "not run: the step did not trace.")
-                             for n in (XLA, RETRACING, DATA_DEPENDENT)]
+                             for n in (XLA, RETRACING, DATA_DEPENDENT, DRAWS)]
     else:
       graphs = list(_graphs(step.concrete.graph))
       findings.append(_host_python(graphs, step.printed))
       findings.append(_data_dependent_shapes(graphs))
+      findings.append(_draws(step.concrete.graph, batches[0]))
       findings.append(_retracing(step, batches))
       findings.append(_xla(step, batches))
   finally:
     for variable, value in saved:
       variable.assign(value)
-  order = [STATIC_INPUTS, XLA, RETRACING, DATA_DEPENDENT, HOST_PYTHON]
+  order = [STATIC_INPUTS, XLA, RETRACING, DATA_DEPENDENT, HOST_PYTHON, DRAWS]
   return sorted(findings, key=lambda f: order.index(f.name))
 
 
@@ -245,6 +251,17 @@ def _host_python(graphs, printed):
   if not problems:
     return Finding(HOST_PYTHON, True, "no print, tf.py_function or tf.numpy_function.")
   return Finding(HOST_PYTHON, False, "; ".join(problems) + ".")
+
+
+def _draws(graph, batch):
+  """The user's draws that depend on the layout (`sources.layout_dependent_draws`)."""
+  rows = tf.nest.flatten(batch)[0].shape[0]
+  draws = sources.layout_dependent_draws(graph, rows)
+  if not draws:
+    return Finding(DRAWS, True, "every draw is the context's (or none is made).")
+  return Finding(DRAWS, False, f"{'; '.join(draws[:_SHOWN])}: numbers that depend on the "
+                 "layout. Draw per example with ctx.normal or ctx.uniform, other draws "
+                 "from a seed of ctx.seed() (tf.random.stateless_*).")
 
 
 def _data_dependent_shapes(graphs):

@@ -30,20 +30,25 @@ apart from a bug:
    values) taken as the floor. Within rounding: at most `FLOOR_FACTOR` times
    the floor, or `ONE_STEP_TOLERANCE` per step trained.
 
-float64 cannot decide for a step that fails in float64 (a tf.constant or
-tf.cast to float32 mixed with float64 tensors), that rounds float64 values to
-float32 (a cast or a layer with dtype="float32": the replay would carry
-float32 rounding; `ctl.parity_runs.analyze` finds them), or when the run
-itself cannot run float64 (a TPU). The report says which, and why.
+The float64 replay runs the module as written: every float it asks TF or Keras
+for is float64 there (`_tf_internal.promoted_to_float64`: a tf.cast or
+ctx.normal to float32, tf.zeros, a Python float's constant, a layer with
+dtype="float32"). float64 cannot decide where an op makes float32 whatever its
+input (tf.image.resize) or a float32 value comes from outside, and the replay
+fails or carries float32 rounding (`ctl.parity_runs.analyze` names the line
+that made it), or when the run itself cannot run float64 (a TPU). The report
+says which, and why, once; float32 then decides, and a difference past its
+tolerance by less than `UNDECIDED_FACTOR` is "undecided", not DIFFERS.
 
 Everything training changes is compared: every model variable (batch-norm
 statistics too), every optimizer variable (moments, EMA copies, iteration
 counts, the loss scale), the step counter, and every logged value. A
 difference past rounding is a bug, and `diagnose` names the likely one from
-the evidence: a loss scaled by the replica count, draws made per replica
-(noise not from `ctx.normal`, Keras Dropout, unsynchronised batch norm), a
-value computed over the replica's batch (with its line), or a step that is
-not deterministic on its own (an unseeded Python-side draw).
+the evidence: a loss scaled by the replica count, draws that depend on the
+layout (tf.random.*, a stateless draw of the replica's rows: with their line;
+Keras Dropout, unsynchronised batch norm), a value computed over the replica's
+batch (with its line), or a step that is not deterministic on its own (an
+unseeded Python-side draw).
 
 The user's module provides `build()`, `train_step(ctx, batch)` and `data()` (a
 function returning a dataset of global batches), and may set
@@ -91,6 +96,12 @@ FLOOR_SAMPLES = 3
 # million times stays under it; a bug's float32-sized difference (1e-7 and
 # more; every planted bug here is 1e-4 or more) is far past it.
 FLOAT64_TOLERANCE = 1e-9
+# float32 alone (float64 could not run): a difference past its tolerance by less
+# than this is "undecided", not DIFFERS. Training amplifies rounding unevenly
+# (a correct run reached 1.8 times its float32 tolerance), and a bug can be
+# small there (per-replica noise reached 3.3 times it on some seeds, 2.7e6
+# times in float64): neither side of the band is trusted alone.
+UNDECIDED_FACTOR = 10.0
 
 REFERENCE = "eager"  # the eager default strategy: the step as written
 # name -> (strategy, takes a count, Runner options)
@@ -228,9 +239,27 @@ class Report:
     return (config not in self.errors and config not in self.unsteady and
             all(r.ok for r in self.decisive(config)))
 
+  def verdict(self, config: str) -> str:
+    """"rounding", "DIFFERS", "undecided" (float32 alone, past its tolerance by
+    less than `UNDECIDED_FACTOR`) or "failed"."""
+    if config in self.errors:
+      return "failed"
+    if self.within_rounding(config):
+      return "rounding"
+    if (config not in self.unsteady and self.precision(config) == "float32" and
+        self.worst(config).margin < UNDECIDED_FACTOR):
+      return "undecided"
+    return "DIFFERS"
+
   @property
   def ok(self) -> bool:
+    """Every configuration within rounding."""
     return all(self.within_rounding(c) for c in self.configs)
+
+  @property
+  def differs(self) -> bool:
+    """Some configuration past rounding (or failed), beyond doubt."""
+    return any(self.verdict(c) in ("DIFFERS", "failed") for c in self.configs)
 
   def largest(self, config: str, precision: str | None = None) -> Row:
     """`config`'s row of the largest difference (in the deciding precision)."""
@@ -402,6 +431,8 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
   if all(r.ok for r in rows) and not unsteady:
     return []
   about = about or {}
+  analysis = about.get("analysis") or {}
+  draws = analysis.get("draws", [])
   causes = []
   losses = [k for k in reference if k.startswith("loss/")]
   first = {k: (float(reference[k][0]), float(run[k][0])) for k in losses
@@ -409,9 +440,17 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
   if unsteady:
     causes.append(
         "the step is not deterministic on its own: a floor run, eager like the "
-        "reference, already differs at the first step. Look for a draw that ctl "
-        "does not seed: np.random or random in the step, tf.random.normal without "
-        "a seed (use ctx.normal, ctx.uniform or ctx.seed()).")
+        "reference, already differs at the first step. "
+        + (f"It draws with tf.random: {'; '.join(draws[:3])} (use ctx.normal, ctx.uniform "
+           "or ctx.seed())." if draws else
+           "Look for a draw that ctl does not seed: np.random or random in the step, "
+           "tf.random.normal without a seed (use ctx.normal, ctx.uniform or ctx.seed())."))
+  elif draws:
+    causes.append(
+        "draws whose numbers depend on the layout: " + "; ".join(draws[:3]) + ". A "
+        "tf.random op draws other numbers on each replica, eagerly and compiled, and a "
+        "stateless draw of the replica's rows draws the same rows on every replica: "
+        "draw per example with ctx.normal or ctx.uniform, other draws from ctx.seed().")
   names = about.get("paths", {})
   for key in reference:
     if (key.startswith("counter:") or "/iteration/" in key) and not np.array_equal(
@@ -425,8 +464,8 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
   replicas = config.replicas if config.strategy != "default" else 1
   first_differs = any(abs(c - r) > 1e-5 * (1 + abs(r)) for r, c in first.values())
   if replicas > 1:
-    causes += _replica_causes(replicas, first, first_differs, about)
-  math = (about.get("analysis") or {}).get("float32_math", [])
+    causes += _replica_causes(replicas, first, first_differs, about, named=bool(draws))
+  math = analysis.get("float32_math", [])
   if not causes and math and any(r.precision == "float64" for r in rows):
     causes.append(
         "float32 arithmetic inside the float64 replay: " + "; ".join(math[:3]) + ". Its "
@@ -459,8 +498,9 @@ def not_deterministic(reference: Arrays, floors: Sequence[Arrays]) -> bool:
              if k.startswith("loss/") and np.size(reference[k]) and np.size(floor.get(k, [])))
 
 
-def _replica_causes(replicas, first, first_differs, about):
-  """The causes that only several replicas reveal."""
+def _replica_causes(replicas, first, first_differs, about, named=False):
+  """The causes that only several replicas reveal (`named`: a cause with its line
+  is already given, which the generic ones would only blur)."""
   causes = []
   for key, (r, c) in first.items():
     if r != 0 and abs(c / r - replicas) < 1e-3 * replicas:
@@ -490,7 +530,7 @@ def _replica_causes(replicas, first, first_differs, about):
         "batch axis, and each replica sees its own rows: compute it per example "
         "(e.g. a norm over axis=1 and the axes after it, not the whole tensor), or "
         "as a global-batch mean with ctx.average.")
-  if not causes:
+  if not causes and not named:
     causes.append(
         f"the first step already differs with {replicas} replicas: something is "
         "computed per replica. Most often noise drawn without ctx.normal/"
@@ -498,7 +538,7 @@ def _replica_causes(replicas, first, first_differs, about):
         "rows on every replica), or a value taken from the replica's batch alone.")
   statistics = sorted(f"{m} ({', '.join(sorted(set(kinds)))})"
                       for m, kinds in about.get("statistics", {}).items() if kinds)
-  if statistics:
+  if statistics and not named:
     micro = analysis.get("micro_batches")
     causes.append(
         "batch statistics: " + "; ".join(statistics) + " compute their statistics "
@@ -532,8 +572,7 @@ def format_report(report: Report, verbose: bool = False) -> str:
     if config in report.errors:
       lines.append(f"{config:28} failed: {report.errors[config]}")
       continue
-    verdict = "rounding" if report.within_rounding(config) else "DIFFERS"
-    label = [config, verdict]
+    label = [config, report.verdict(config)]
     decided = report.precision(config)
     for precision in sorted({r.precision for r in report.rows if r.config == config},
                             key=lambda p: p != decided):
@@ -547,18 +586,35 @@ def format_report(report: Report, verbose: bool = False) -> str:
         lines.append(f"{label[0]:28} {label[1]:8} {precision:9} {row.difference:10.2e} "
                      f"{row.tolerance:10.2e}  {row.key} ({what}{mark})")
         label = ["", ""]
+  # A note that several configurations share (float64 could not run the step,
+  # whatever the seed) is said once.
+  sharing = {}
+  for config in report.configs:
+    for note in report.notes.get(config, []):
+      sharing.setdefault(note, []).append(config)
+  shared = {note: configs for note, configs in sharing.items() if len(configs) > 1}
+  for note, configs in shared.items():
+    lines.append("")
+    lines.append(f"{'every configuration' if configs == report.configs else ', '.join(configs)}"
+                 f": {note}")
   for config in report.configs:
     if config in report.errors:
       continue
     decisive = report.decisive(config)
     bad = [r for r in decisive if not r.ok]
-    notes = report.notes.get(config, [])
+    notes = [n for n in report.notes.get(config, []) if n not in shared]
     if not bad and not notes and not report.causes.get(config):
       continue
     lines.append("")
     if bad:
+      worst = report.worst(config)
       lines.append(f"{config}: {len(bad)} of {len(decisive)} past tolerance in "
-                   f"{report.precision(config)}, e.g.")
+                   f"{report.precision(config)} (at most {worst.margin:.3g} times it), e.g.")
+      if report.verdict(config) == "undecided":
+        lines.append(
+            f"{config}: undecided: float32 alone cannot tell a bug from amplified rounding "
+            f"under {UNDECIDED_FACTOR:g} times the tolerance. Let float64 decide (see why "
+            "it could not, above), or run more --seeds: a bug stays past on every seed.")
       for r in sorted(bad, key=lambda r: (_kind_order(r.key), -r.margin))[:5]:
         lines.append(f"  {r.key}: {r.difference:.2e} (tolerance {r.tolerance:.2e})")
     for note in notes:
@@ -583,10 +639,12 @@ def format_report(report: Report, verbose: bool = False) -> str:
       "float64 (decides where it can run): the runs replayed in float64; tolerance "
       f"{FLOAT64_TOLERANCE:.0e} x {report.steps} steps, or for a variable that float64 "
       "rounding alone moves further (the float64 floor run), as in float32.",
-      f"float32: tolerance max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e} x "
+      "float32: the runs as the module runs them (in its own precision: float32, or "
+      f"mixed); tolerance max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e} x "
       f"{report.steps} steps); the floor is the most that moving every initial weight by "
       "one ulp moves the variable's group (1 run where float64 decides, "
-      f"{report.floor_samples} where float32 does)."]
+      f"{report.floor_samples} where float32 does). Where float32 decides, past its "
+      f"tolerance by less than {UNDECIDED_FACTOR:g} times is undecided."]
   return "\n".join(lines)
 
 
@@ -729,7 +787,7 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
   reference = Config.parse(REFERENCE)
   options = dict(path=path, steps=steps, seeds=seeds, float64=float64,
                  floor_samples=floor_samples, bindings=bindings, experiment=experiment,
-                 timeout=timeout, jobs=jobs or min(os.cpu_count() or 1, 4))
+                 timeout=timeout, jobs=jobs or min(usable_cpus(), 4))
   with tempfile.TemporaryDirectory(prefix="ctl-parity-") as directory:
     done = _run_processes([_Process("reference", reference, "reference")] +
                           [_Process(c.name, c) for c in parsed], directory, options)
@@ -747,6 +805,15 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
         done["reference"][0][seed].update(runs)
       report = _report(parsed, done, floor_samples)
   return report
+
+
+def usable_cpus() -> int:
+  """The CPUs this process may run on (its affinity: `taskset`, a container's
+  cpuset), not the machine's."""
+  try:
+    return len(os.sched_getaffinity(0)) or 1
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
 
 
 def _report(configs, done, floor_samples):
@@ -786,7 +853,7 @@ def _report(configs, done, floor_samples):
                                about["paths"])
         report.decided_by[name] = "float64"
         reference, run = reference64, run64
-        notes += _amplified_note(report, name)
+        notes += amplified_note(report, name, about.get("optimizers", {}))
       if not_deterministic(runs[seed]["main"], floors):
         report.unsteady.add(name)
       report.causes[name] = diagnose(
@@ -813,27 +880,46 @@ def _first_fix_compiling(report, configs, seeds):
             "first.")
 
 
-def _amplified_note(report, name):
-  """For a configuration float64 calls rounding: whether float32 alone would not have."""
+# Optimizers whose update divides a gradient by its own running size (or takes its sign).
+_ADAPTIVE = ("Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta", "Adafactor",
+             "Lion", "Lamb", "Ftrl")
+
+
+def amplified_note(report, name, optimizers):
+  """For a configuration float64 calls rounding: whether float32 alone would not have.
+  `optimizers`: model -> its optimizer's class name."""
   past = [r for r in report.rows if r.config == name and r.precision == "float32" and not r.ok]
   if not past or not report.within_rounding(name):
     return []
   worst = max(past, key=lambda r: r.margin)
   count = "1 variable is" if len(past) == 1 else f"{len(past)} variables are"
+  kinds = sorted(set(optimizers.values()))
+  adaptive = [k for k in kinds if k in _ADAPTIVE]
+  how = (f" ({', '.join(adaptive)} divide{'s' if len(adaptive) == 1 else ''} each gradient "
+         "by its own running size, or take its sign)" if adaptive else
+         f" ({', '.join(kinds)})" if kinds else "")
   return [f"in float32, {count} past tolerance (e.g. {worst.key}, "
           f"{worst.margin:.1f} times it), and float64 agrees within "
-          f"{report.largest(name).difference:.1e}: rounding that training amplified (Adam "
-          "divides each gradient by its own size), not a bug."]
+          f"{report.largest(name).difference:.1e}: rounding that training "
+          f"amplified{how}, not a bug."]
 
 
 def _float64_unable(found, reference64, floor64):
   """Why float64 cannot decide for the reference's seed, or None."""
   if reference64 is None:
     failed = found["errors"].get("main64")
-    return ("--no-float64" if not failed else
-            f"the reference fails in float64 ({failed}): the step mixes float32 into "
-            "float64 tensors (a tf.constant, tf.zeros, tf.random.* or tf.cast of "
-            "float32: give them the input's dtype)")
+    if not failed:
+      return "--no-float64"
+    made = found.get("analysis", {}).get("float32_made", [])
+    if made:
+      return ("the step makes float32 that the float64 replay cannot widen, at "
+              + "; ".join(made[:3]) + " (an op whose output is float32 whatever its "
+              f"input's type), and fails there in float64 ({failed}). Convert that "
+              "value to its input's dtype (tf.cast(y, x.dtype)) to let float64 decide")
+    return (f"the reference fails in float64 ({failed}): the step mixes a float32 value "
+            "that the replay cannot widen into float64 tensors (a NumPy float32 array, "
+            "a tf.Variable of float32, an op with a float32 output): give it the input's "
+            "dtype")
   reason = float64_blockers(found.get("analysis", {}))
   if reason:
     return reason
