@@ -885,7 +885,7 @@ _ADAPTIVE = ("Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta
              "Lion", "Lamb", "Ftrl")
 
 
-def amplified_note(report, name, optimizers):
+def amplified_note(report: Report, name: str, optimizers: Mapping[str, str]) -> list[str]:
   """For a configuration float64 calls rounding: whether float32 alone would not have.
   `optimizers`: model -> its optimizer's class name."""
   past = [r for r in report.rows if r.config == name and r.precision == "float32" and not r.ok]
