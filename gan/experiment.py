@@ -242,6 +242,8 @@ class ClassifierFID(ctl.Action):
   noise is keyed by (seed, i), so the values are the same on any number of
   replicas and workers, and the features' moments are summed exactly over
   them. The real digits' outputs are kept in `<workdir>/eval_cache`.
+  `num_samples` is N, 5,000 by default (`gan.Experiment.fid_samples` sets it
+  for an experiment); the real side is always the 5,000 held-out digits.
 
   Written to `events/eval` and reported to `context.metrics` (so
   `ctl.BestCheckpoints("classifier_fid", ...)` listed after it keeps the best
@@ -532,7 +534,13 @@ class Experiment:
     ema_decay: keep an EMA copy of the generator with this decay, from step
       `ema_start_step`.
     schedule: when to stop, save, draw samples and measure FID.
-    fid_samples: generated images per FID.
+    fid_samples: N, the generated images every classifier metric is measured
+      on (FID, KID, the scores, precision/recall/density/coverage; label
+      accuracy and intra-class FID), at each `schedule.fid_every` and in
+      `evaluate`; at least 2. Default 5,000, as many as the held-out digits
+      they are compared with. FID's upward bias falls as N grows, so compare
+      values of the same N (reported as `num_samples`). From a .gin file or
+      `--gin`: `gan.Experiment.fid_samples = 10000`; see docs/evaluation.md.
     seed: the runner's seed (initial weights, noise).
     augment: differentiable augmentations of every image the discriminator
       sees (`gan.augment`, DiffAugment), e.g. ("color", "translation",

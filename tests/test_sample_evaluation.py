@@ -224,11 +224,38 @@ def test_a_layout_dependent_evaluation_is_caught():
     results[strategy] = {"mean": float(out["outputs"].mean()), "count": len(out["outputs"])}
   rows, agree = eval_parity.compare(results)
   assert not agree
-  assert "mean" in eval_parity.table(rows, list(results))
+  report = eval_parity.table(rows, list(results)).splitlines()
+  mean = {line.split()[1]: line for line in report if line.split()[0] == "mean"}
+  assert list(mean) == ["default", "mirrored"], report  # every layout, a line each
+  assert mean["default"].endswith("reference") and "over 1e-06" in mean["mirrored"], report
   # The same values, or a value missing from one layout, as the tool judges them.
   same = {"default": {"fid": 1.5, "n": 10}, "mirrored:2": {"fid": 1.5 * (1 + 1e-9), "n": 10}}
   assert eval_parity.compare(same)[1]
   assert not eval_parity.compare({"default": {"fid": 1.5}, "mirrored:2": {}})[1]
+
+
+def test_the_across_report_has_every_layouts_value_and_difference():
+  """Each layout's value of each metric on a line of its own, with its
+  difference from the reference, not only the layout that differs most."""
+  results = {"default": {"fid": 2.0, "n": 10}, "mirrored:2": {"fid": 2.0, "n": 10},
+             "mirrored:4": {"fid": 2.0 * (1 + 1e-9), "n": 10},
+             "multi_worker:2": {"fid": 2.5}}
+  rows, agree = eval_parity.compare(results)
+  assert not agree  # multi_worker:2's fid is off and its n missing
+  header, *lines = eval_parity.table(rows, list(results)).splitlines()
+  assert header.split() == ["metric", "layout", "value", "difference", "from", "default",
+                            "(relative)"]
+  cells = {tuple(line.split()[:2]): line.split()[2:] for line in lines}
+  assert len(lines) == len(cells) == 8, lines
+  assert cells == {
+      ("fid", "default"): ["2", "reference"],
+      ("fid", "mirrored:2"): ["2", "0"],
+      ("fid", "mirrored:4"): ["2.000000002", "1.0e-09"],
+      ("fid", "multi_worker:2"): ["2.5", "2.0e-01", "over", "1e-06"],
+      ("n", "default"): ["10", "reference"],
+      ("n", "mirrored:2"): ["10", "0"],
+      ("n", "mirrored:4"): ["10", "0"],
+      ("n", "multi_worker:2"): ["missing", "missing"]}, lines
 
 
 @pytest.mark.parametrize("text, message", [
@@ -266,8 +293,13 @@ def test_ctl_eval_across_layouts_agrees_on_a_trained_checkpoint(shared_runs, tmp
                      "default,mirrored:2,mirrored:4,multi_worker:2", check=False)
   assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
   assert "SAME: every value within" in proc.stdout
+  layouts = ["default", "mirrored:2", "mirrored:4", "multi_worker:2"]
+  lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
   for metric in ("classifier_fid", "classifier_kid", "classifier_score", "num_samples"):
-    assert metric in proc.stdout
+    mine = [line for line in lines if line[0] == metric]
+    assert [line[1] for line in mine] == layouts, proc.stdout  # every layout, a line each
+    assert mine[0][3] == "reference", proc.stdout
+    assert all(float(line[3]) <= eval_parity.TOLERANCE for line in mine[1:]), proc.stdout
   assert os.listdir(os.path.join(workdir, "eval_cache"))  # the real digits' outputs kept
   bad = helpers.ctl("eval", "dcgan", "--across", "default,gpu:2", check=False)
   assert bad.returncode == 2 and "'gpu:2' is not a layout" in bad.stderr

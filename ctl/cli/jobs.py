@@ -50,8 +50,9 @@ scores, precision/recall/density/coverage of the generator or its EMA copy,
 each with its N; label accuracy for a conditional GAN, encoder metrics for a
 BiGAN). Prints the metrics as one JSON object on stdout, e.g. {"step": 25000,
 "classifier_fid": 5.19, ...}. Logs go to stderr. With --across, evaluates under
-each layout in a process of its own and prints how far each number is from the
-first layout's (evaluation parity)."""
+each layout in a process of its own and prints, for every number, each layout's
+value and its relative difference from the first layout's, a line each
+(evaluation parity)."""
 
 _EXPORT = """\
 Makes the experiment and calls its export method: it restores the newest
@@ -111,8 +112,9 @@ def add_parser(subparsers: Any) -> None:
       parser.add_argument("--across", metavar="LAYOUTS",
                           help="evaluate under each of these layouts in a process of its "
                           "own and compare every number (evaluation parity), e.g. "
-                          "default,mirrored:2,mirrored:4,multi_worker:2; exit 1 if one "
-                          "differs by more than rounding")
+                          "default,mirrored:2,mirrored:4,multi_worker:2; prints each "
+                          "layout's value of every number and its difference from the "
+                          "first's; exit 1 if one differs by more than rounding")
     if name in ("eval", "export"):
       parser.add_argument("--checkpoint", default="newest", metavar="WHICH",
                           help="newest (the default); best: the best that "

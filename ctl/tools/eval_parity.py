@@ -8,6 +8,18 @@ under `ctl launch` for `multi_worker:N`. Every number the evaluation returns
 is compared with the first layout's; they agree when each differs by at most
 `TOLERANCE` relative (evaluation has no training to amplify rounding: what
 differs is the float32 rounding of per-replica batches of other sizes).
+
+The report has a line per metric and layout, the first layout the reference
+(here the tests' 4-step DCGAN):
+
+    metric               layout                           value  difference from default (relative)
+    step                 default                              4  reference
+    ...
+    classifier_fid       default               573.193573130935  reference
+    classifier_fid       mirrored:2            573.193573130934  1.4e-15
+    classifier_fid       multi_worker:2        573.193573130934  1.4e-15
+    ...
+    SAME: every value within 1e-06 (relative) of default's
 """
 
 from __future__ import annotations
@@ -134,14 +146,28 @@ def _last_lines(text, count=6):
 
 
 def table(rows: Sequence[tuple[str, str, float, float]], layouts: Sequence[str]) -> str:
-  """One line per metric: the first layout's value, the largest relative
-  difference of another layout, and which."""
-  width = max(len(metric) for metric, *_ in rows)
-  lines = [f"{'metric':<{width}}  {layouts[0] + ' value':>22}  largest difference (relative)"]
-  for metric in dict.fromkeys(metric for metric, *_ in rows):
-    mine = [row for row in rows if row[0] == metric]
-    _, worst, _, difference = max(mine[1:], key=lambda row: row[3])
-    lines.append(f"{metric:<{width}}  {mine[0][2]:>22.15g}  {difference:.1e} ({worst})")
+  """The rows of `compare`, one line per metric and layout: the metric, the
+  layout, its value and its relative difference from the first layout's (the
+  reference). A difference past `TOLERANCE` is marked, a missing value said.
+
+  Every line names its metric, so `| grep classifier_fid` keeps every layout's.
+  """
+  metric_width = max(len("metric"), *(len(metric) for metric, *_ in rows))
+  layout_width = max(len("layout"), *(len(layout) for layout in layouts))
+  lines = [f"{'metric':<{metric_width}}  {'layout':<{layout_width}}  {'value':>22}  "
+           f"difference from {layouts[0]} (relative)"]
+  for metric, layout, value, difference in rows:
+    if math.isinf(difference):  # `compare`'s row of a missing or non-numeric value
+      shown, said = "missing", "missing"
+    else:
+      shown = f"{value:.15g}"
+      said = ("reference" if layout == layouts[0] else
+              "0" if difference == 0 else f"{difference:.1e}")
+      if math.isnan(difference):  # NaN, or inf against a number: agrees with nothing
+        said += "  not comparable"
+      elif difference > TOLERANCE:
+        said += f"  over {TOLERANCE:g}"
+    lines.append(f"{metric:<{metric_width}}  {layout:<{layout_width}}  {shown:>22}  {said}")
   return "\n".join(lines)
 
 
