@@ -144,6 +144,10 @@ def test_the_float64_replay_widens_every_float32_a_step_names(compiled):
       assert (x[:1] * tf.reshape(tf.cast(out, tf.float64), [-1])[:1]).dtype == tf.float64
     for layer in (dense, mixed):
       assert layer(x[None]).dtype == tf.float64 and layer.kernel.dtype == "float64"
+    # Keras makes the loss scale float32 by name, from a constant the replay widened.
+    scaled = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
+    scaled.build([dense.kernel])
+    assert scaled.dynamic_scale.value.dtype == tf.float64
     # A float32 tensor that exists stays float32, and ops on it still trace.
     assert tf.function(lambda: tf.reduce_sum(made_before * made_before))().dtype == tf.float32
   assert tf.constant(1.5).dtype == tf.float32 and tf.zeros([1]).dtype == tf.float32

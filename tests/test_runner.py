@@ -846,3 +846,27 @@ class ControlFlowStep:
 def test_autograph_converts_any_callable_step(make):
   history = run(make(), steps=8)  # each failed with OperatorNotAllowedInGraphError
   np.testing.assert_array_equal(history["scale"], [1, 1, 1, 1, 2, 2, 2, 2])
+
+
+def test_a_weighted_average_keeps_a_float64_runs_precision():
+  """ctx.average(..., sample_weight=w) in a float64 run: the weights apply in float64
+  (tf.nn.compute_average_loss would weigh in float32, rounding to 1e-8)."""
+  rows = np.random.default_rng(0).normal(size=(8, 1)) / 3
+
+  def build():
+    model = keras.Sequential([keras.Input([1]), keras.layers.Dense(1, use_bias=False)])
+    return {"model": model}, {"model": keras.optimizers.SGD(0.0)}
+
+  def step(ctx, batch):
+    weights = tf.range(1, 5, dtype=batch.dtype) / 3
+    with tf.GradientTape() as tape:
+      value = ctx.average(ctx.models["model"](batch)[:, 0], sample_weight=weights)
+    ctx.minimize(value, "model", tape=tape)
+    return {"loss": value}
+
+  runner = ctl.Runner(step, build, tf.data.Dataset.from_tensor_slices(rows).batch(4),
+                      mixed_precision="float64", eager=True)
+  kernel = float(runner.models["model"].weights[0].numpy()[0, 0])
+  loss = runner.train(1)["loss"][0]
+  expected = np.sum(kernel * rows[:4, 0] * np.arange(1, 5) / 3) / 4
+  assert loss.dtype == np.float64 and abs(loss - expected) < 1e-15 * abs(expected) * 10

@@ -521,7 +521,10 @@ def promoted_to_float64():
     return originals[constant_op, "_constant_impl"](value, dtype, *args, **kwargs)
 
   def convert(value, dtype=None, *args, **kwargs):
-    if dtype is not None and not isinstance(value, core.Symbol):
+    # A value that is not a tensor yet, or a float64 tensor asked for as float32
+    # (LossScaleOptimizer's float32 scale, from an initializer that made float64).
+    if dtype is not None and (not isinstance(value, core.Symbol) or
+                              getattr(value, "dtype", None) == dtypes.float64):
       dtype = wide(dtype)
     return originals[tensor_conversion_registry, "convert"](value, dtype, *args, **kwargs)
 

@@ -218,9 +218,12 @@ class StepContext:
           f"the global batch size ({self.global_batch_size}). Pass one loss per row, e.g. "
           "ctx.average(tf.square(y - target)), not ctx.average(tf.reduce_mean(...)).")
     self._check_slice(per_example_loss)
-    value = tf.nn.compute_average_loss(
-        per_example_loss, sample_weight=sample_weight,
-        global_batch_size=self.global_batch_size)
+    if sample_weight is not None:
+      # In the loss's dtype: tf.nn.compute_average_loss weighs in float32, which
+      # would round a float64 run's loss.
+      per_example_loss *= tf.cast(sample_weight, per_example_loss.dtype)
+    value = tf.nn.compute_average_loss(per_example_loss,
+                                       global_batch_size=self.global_batch_size)
     return self._shares.mark(value)
 
   def _check_slice(self, per_example_loss):

@@ -465,12 +465,6 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
   first_differs = any(abs(c - r) > 1e-5 * (1 + abs(r)) for r, c in first.values())
   if replicas > 1:
     causes += _replica_causes(replicas, first, first_differs, about, named=bool(draws))
-  math = analysis.get("float32_math", [])
-  if not causes and math and any(r.precision == "float64" for r in rows):
-    causes.append(
-        "float32 arithmetic inside the float64 replay: " + "; ".join(math[:3]) + ". Its "
-        "float32 rounding can differ eagerly and compiled, and float64 cannot remove it: "
-        "compute it in the input's dtype, or judge with --no-float64.")
   if not causes:
     options = dict(config.options)
     if options.get("jit_compile"):
@@ -727,13 +721,15 @@ def load_module(path: str) -> Any:
 def float64_blockers(analysis: Mapping[str, Any]) -> str:
   """What in `ctl.parity_runs.analyze`'s findings keeps a float64 replay from
   deciding, or ''."""
-  if analysis.get("downcasts"):
-    return ("the step rounds float64 values to float32 at " +
-            "; ".join(analysis["downcasts"][:3]) + " (a tf.cast to float32, or a layer "
-            "with dtype='float32'), so the float64 replay carries float32 rounding")
+  if analysis.get("float32_made"):
+    return ("the step makes float32 values that the float64 replay cannot widen, at "
+            + "; ".join(analysis["float32_made"][:3]) + " (an op whose output is float32 "
+            "whatever its input's type), so the replay would carry float32 rounding. "
+            "Convert that value to its input's dtype (tf.cast(y, x.dtype)) to let "
+            "float64 decide")
   if analysis.get("float32_variables"):
-    return ("some variables stay float32 in a float64 run (a layer given "
-            "dtype='float32'): " + ", ".join(analysis["float32_variables"][:3]))
+    return ("some variables stay float32 in a float64 run: "
+            + ", ".join(analysis["float32_variables"][:3]))
   return ""
 
 
@@ -906,21 +902,17 @@ def amplified_note(report: Report, name: str, optimizers: Mapping[str, str]) -> 
 
 def _float64_unable(found, reference64, floor64):
   """Why float64 cannot decide for the reference's seed, or None."""
+  reason = float64_blockers(found.get("analysis", {}))
   if reference64 is None:
     failed = found["errors"].get("main64")
     if not failed:
       return "--no-float64"
-    made = found.get("analysis", {}).get("float32_made", [])
-    if made:
-      return ("the step makes float32 that the float64 replay cannot widen, at "
-              + "; ".join(made[:3]) + " (an op whose output is float32 whatever its "
-              f"input's type), and fails there in float64 ({failed}). Convert that "
-              "value to its input's dtype (tf.cast(y, x.dtype)) to let float64 decide")
+    if reason:
+      return f"{reason} (the reference fails there in float64: {failed})"
     return (f"the reference fails in float64 ({failed}): the step mixes a float32 value "
             "that the replay cannot widen into float64 tensors (a NumPy float32 array, "
             "a tf.Variable of float32, an op with a float32 output): give it the input's "
             "dtype")
-  reason = float64_blockers(found.get("analysis", {}))
   if reason:
     return reason
   if floor64 is None:

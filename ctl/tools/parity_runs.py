@@ -334,33 +334,26 @@ _UPDATES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
 def analyze(runner: Any) -> dict[str, Any]:
   """What the step's graph shows, traced once (nothing runs) on one batch:
 
-  * "downcasts": the user's lines where a float64 value is rounded to a
-    narrower float (a tf.cast, or a layer computing in float32): a float64
-    replay through them carries float32 rounding and cannot decide;
-  * "float32_variables": model variables that a float64 run keeps narrower
-    (a layer given dtype="float32");
-  * "float32_math": the user's lines where a float32 value is computed and then
-    widened into float64 (say, a rate from the step number): its float32
-    rounding is the float64 replay's too, and can differ eagerly and compiled;
+  * "float32_variables": model variables that a float64 run keeps narrower;
+  * "float32_made": in a float64 run, the user's lines that made a narrower
+    float that the replay could not widen (an op whose output is float32
+    whatever its input, such as tf.image.resize), each with its op: the replay
+    would carry float32 rounding, or fail where it meets float64 (traced up to
+    that line);
   * "batch_reductions": the user's lines that reduce over the batch axis
     (a sum, mean, max or norm of a tensor of examples) a value that feeds an
     update: each replica computes it over its own rows;
   * "micro_batches": whether an update accumulates over micro-batches;
   * "draws": the user's lines that draw numbers the layout changes
     (`sources.layout_dependent_draws`);
-  * "float32_made": in a float64 run, the user's lines that made a narrower
-    float that the replay could not widen (an op whose output is float32
-    whatever its input, such as tf.image.resize): what keeps float64 from
-    running, traced up to the line that fails;
   * "error": why the step could not be traced, if it could not.
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
   from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
   from ctl.base import sources  # pylint: disable=import-outside-toplevel
-  found = {"downcasts": [], "float32_variables": [], "float32_math": [],
-           "batch_reductions": [], "micro_batches": False, "draws": [], "float32_made": [],
-           "error": None}
+  found = {"float32_variables": [], "float32_made": [], "batch_reductions": [],
+           "micro_batches": False, "draws": [], "error": None}
   float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
   if float64:
     found["float32_variables"] = sorted(
@@ -391,14 +384,7 @@ def analyze(runner: Any) -> dict[str, Any]:
       frames = _tf_internal.op_stack(op)
       if any(getattr(f, "name", "") == "_micro_batch" for f in frames):
         found["micro_batches"] = True
-      if float64 and op.type == "Cast" and op.get_attr("SrcT") == tf.float64 and (
-          op.get_attr("DstT") in (tf.float32, tf.float16, tf.bfloat16)):
-        found["downcasts"].append(sources.user_line(frames) or op.name)
-      elif float64 and _widens_float32_math(op):
-        line = sources.user_call(frames)
-        if line:
-          found["float32_math"].append(line)
-      elif float64 and op.type not in _PASSED_ON and any(
+      if float64 and op.type not in _PASSED_ON and any(
           t.dtype in (tf.float32, tf.float16, tf.bfloat16) for t in op.outputs):
         line = sources.user_line(frames)
         if line:
@@ -409,8 +395,7 @@ def analyze(runner: Any) -> dict[str, Any]:
         line = sources.user_call(frames)
         if line:
           found["batch_reductions"].append(f"{line} ({op.type} over the batch axis)")
-  for key in ("downcasts", "float32_math", "batch_reductions"):
-    found[key] = list(dict.fromkeys(found[key]))
+  found["batch_reductions"] = list(dict.fromkeys(found["batch_reductions"]))
   lines = {}  # a line's first op that made float32 (what follows only passes it on)
   for made in found["float32_made"]:
     lines.setdefault(made.rsplit(" (", 1)[0], made)
@@ -420,17 +405,6 @@ def analyze(runner: Any) -> dict[str, Any]:
 
 # Ops that pass on a narrower float made elsewhere (a variable's: "float32_variables").
 _PASSED_ON = {"ReadVariableOp", "Placeholder", "Identity", "VarHandleOp"}
-# Ops whose float32 result is exact to widen: a read, a constant, a cast of an integer.
-_EXACT = {"ReadVariableOp", "Const", "Placeholder", "Identity", "Cast", "Reshape"}
-
-
-def _widens_float32_math(op):
-  """Whether `op` casts to float64 a float32 value computed by an inexact op."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  if op.type != "Cast" or op.get_attr("DstT") != tf.float64:
-    return False
-  source = op.inputs[0]
-  return source.dtype == tf.float32 and source.op.type not in _EXACT
 
 
 def _ancestors_of_updates(graph):
