@@ -286,3 +286,12 @@ def test_a_draw_with_its_line_is_the_cause_and_correct_batch_statistics_are_not_
     assert causes[0].startswith("draws whose numbers depend on the layout: " + line), causes
     assert not any("batch statistics" in c or "something is computed" in c or
                    "compiling alone" in c for c in causes), causes
+
+
+def test_the_default_jobs_count_the_cpus_this_process_may_use(monkeypatch):
+  """`taskset -c 0` on a 4-core machine: one job at a time, not four."""
+  monkeypatch.setattr(parity.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+  monkeypatch.setattr(parity.os, "cpu_count", lambda: 4)
+  assert parity.usable_cpus() == 1
+  monkeypatch.setattr(parity.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+  assert parity.usable_cpus() == 3
