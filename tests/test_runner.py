@@ -870,3 +870,28 @@ def test_a_weighted_average_keeps_a_float64_runs_precision():
   loss = runner.train(1)["loss"][0]
   expected = np.sum(kernel * rows[:4, 0] * np.arange(1, 5) / 3) / 4
   assert loss.dtype == np.float64 and abs(loss - expected) < 1e-15 * abs(expected) * 10
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "compiled"])
+def test_a_loss_made_of_averages_is_a_share_eagerly_too(eager):
+  """A critic loop that minimizes 2 * ctx.average(...) and returns half their sum:
+  sums and constant factors of shares, accepted compiled and, as well, eagerly
+  (where minimize's loss, itself made of a share, was counted twice)."""
+  rows = np.random.default_rng(0).normal(size=(16, 1)).astype("float32")
+
+  def build():
+    model = keras.Sequential([keras.Input([1]), keras.layers.Dense(1)])
+    return {"model": model}, {"model": keras.optimizers.SGD(0.01)}
+
+  def step(ctx, batches):
+    losses = []
+    for batch in batches:
+      with tf.GradientTape() as tape:
+        loss = ctx.average(tf.square(ctx.models["model"](batch)[:, 0])) * 2
+      ctx.minimize(loss, "model", tape=tape)
+      losses.append(loss)
+    return {"loss": tf.add_n(losses) * tf.constant(0.5)}
+
+  runner = ctl.Runner(step, build, tf.data.Dataset.from_tensor_slices(rows).batch(4),
+                      batches_per_step=2, eager=eager)
+  assert np.isfinite(runner.train(2)["loss"]).all()

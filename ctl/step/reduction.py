@@ -114,6 +114,9 @@ class Shares:
     value = tf.convert_to_tensor(value)
     if value.ref() in self._global_values:  # e.g. minimize's loss, from ctx.average
       return value  # listed twice, it would count twice in the eager check
+    if self._tape is not None and self._shares and _is_eager(value) and (
+        self.kind(value)[0] == GLOBAL):
+      return value  # made of shares (minimize's loss, 2 * ctx.average): counted there
     self._global_values.add(value.ref())
     self._shares.append(value)
     if self._tape is not None:

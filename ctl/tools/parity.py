@@ -218,6 +218,9 @@ class Report:
   # configurations whose reference is not deterministic on its own: no verdict
   # of rounding is possible (`not_deterministic`)
   unsteady: set[str] = dataclasses.field(default_factory=set)
+  # configurations whose logged values differ from the reference's at the first
+  # step, before any update could amplify rounding (`first_step_differs`)
+  first_differs: set[str] = dataclasses.field(default_factory=set)
 
   @property
   def configs(self) -> list[str]:
@@ -240,14 +243,19 @@ class Report:
             all(r.ok for r in self.decisive(config)))
 
   def verdict(self, config: str) -> str:
-    """"rounding", "DIFFERS", "undecided" (float32 alone, past its tolerance by
-    less than `UNDECIDED_FACTOR`) or "failed"."""
+    """"rounding", "DIFFERS", "failed", or "undecided": nothing past tolerance but
+    a reference that is not deterministic on its own, or float32 alone past its
+    tolerance by less than `UNDECIDED_FACTOR`, or further with the first step's
+    logged values alike (training amplified something; float32 alone cannot
+    tell rounding from a bug: two criteria must agree)."""
     if config in self.errors:
       return "failed"
     if self.within_rounding(config):
       return "rounding"
-    if (config not in self.unsteady and self.precision(config) == "float32" and
-        self.worst(config).margin < UNDECIDED_FACTOR):
+    if all(r.ok for r in self.decisive(config)):
+      return "undecided"  # unsteady
+    if self.precision(config) == "float32" and (
+        self.worst(config).margin < UNDECIDED_FACTOR or config not in self.first_differs):
       return "undecided"
     return "DIFFERS"
 
@@ -444,7 +452,8 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
         + (f"It draws with tf.random: {'; '.join(draws[:3])} (use ctx.normal, ctx.uniform "
            "or ctx.seed())." if draws else
            "Look for a draw that ctl does not seed: np.random or random in the step, "
-           "tf.random.normal without a seed (use ctx.normal, ctx.uniform or ctx.seed())."))
+           "tf.random.normal without a seed (use ctx.normal, ctx.uniform or ctx.seed()), "
+           "or data() shuffling without a seed (give shuffle a seed)."))
   elif draws:
     causes.append(
         "draws whose numbers depend on the layout: " + "; ".join(draws[:3]) + ". A "
@@ -462,7 +471,7 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
           "a LossScaleOptimizer skips an update whose gradient is not finite).")
       break
   replicas = config.replicas if config.strategy != "default" else 1
-  first_differs = any(abs(c - r) > 1e-5 * (1 + abs(r)) for r, c in first.values())
+  first_differs = first_step_differs(reference, run)
   if replicas > 1:
     causes += _replica_causes(replicas, first, first_differs, about, named=bool(draws))
   if not causes:
@@ -480,6 +489,18 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
       causes.append("no known cause matched: compare the first step's results "
                     "and each model's variables to see where it starts.")
   return causes
+
+
+def first_step_differs(reference: Arrays, run: Arrays) -> bool:
+  """Whether a logged value of `run` differs from the reference's at the first
+  step by more than rounding could (1e-5, relative): computed from the same
+  initial weights, before any update that training could amplify."""
+  for key in reference:
+    if key.startswith("loss/") and np.size(reference[key]) and np.size(run.get(key, [])):
+      r, c = float(np.ravel(reference[key])[0]), float(np.ravel(run[key])[0])
+      if np.isfinite(c) and abs(c - r) > 1e-5 * (1 + abs(r)):
+        return True
+  return False
 
 
 def not_deterministic(reference: Arrays, floors: Sequence[Arrays]) -> bool:
@@ -560,7 +581,7 @@ def format_report(report: Report, verbose: bool = False) -> str:
   one first) its largest difference and, if another, the variable closest to its
   tolerance; then what is past rounding and the likely causes. `verbose` adds
   every variable."""
-  lines = [f"{'configuration':28} {'verdict':8} {'precision':9} {'difference':>10} "
+  lines = [f"{'configuration':28} {'verdict':9} {'precision':9} {'difference':>10} "
            f"{'tolerance':>10}  variable"]
   for config in report.configs:
     if config in report.errors:
@@ -577,7 +598,7 @@ def format_report(report: Report, verbose: bool = False) -> str:
         shown.append((worst, "closest to its tolerance" if worst.ok else "furthest past"))
       for row, what in shown:
         mark = "" if row.ok else ", past"
-        lines.append(f"{label[0]:28} {label[1]:8} {precision:9} {row.difference:10.2e} "
+        lines.append(f"{label[0]:28} {label[1]:9} {precision:9} {row.difference:10.2e} "
                      f"{row.tolerance:10.2e}  {row.key} ({what}{mark})")
         label = ["", ""]
   # A note that several configurations share (float64 could not run the step,
@@ -597,20 +618,24 @@ def format_report(report: Report, verbose: bool = False) -> str:
     decisive = report.decisive(config)
     bad = [r for r in decisive if not r.ok]
     notes = [n for n in report.notes.get(config, []) if n not in shared]
-    if not bad and not notes and not report.causes.get(config):
+    if (not bad and not notes and not report.causes.get(config) and
+        report.verdict(config) != "undecided"):
       continue
     lines.append("")
     if bad:
       worst = report.worst(config)
       lines.append(f"{config}: {len(bad)} of {len(decisive)} past tolerance in "
                    f"{report.precision(config)} (at most {worst.margin:.3g} times it), e.g.")
-      if report.verdict(config) == "undecided":
-        lines.append(
-            f"{config}: undecided: float32 alone cannot tell a bug from amplified rounding "
-            f"under {UNDECIDED_FACTOR:g} times the tolerance. Let float64 decide (see why "
-            "it could not, above), or run more --seeds: a bug stays past on every seed.")
       for r in sorted(bad, key=lambda r: (_kind_order(r.key), -r.margin))[:5]:
         lines.append(f"  {r.key}: {r.difference:.2e} (tolerance {r.tolerance:.2e})")
+    if report.verdict(config) == "undecided":
+      lines.append(f"{config}: undecided: " + (
+          "nothing is past tolerance, but the reference is not deterministic on its own, "
+          "so no difference can be called rounding." if not bad else
+          f"float32 alone cannot tell a bug from rounding that training amplified, past its "
+          f"tolerance by under {UNDECIDED_FACTOR:g} times, or further with the first "
+          "step's logged values alike. Let float64 decide (see why it could not, above), "
+          "or run more --seeds: a bug stays past on every seed."))
     for note in notes:
       lines.append(f"{config}: {note}")
     for cause in report.causes.get(config, []):
@@ -852,6 +877,8 @@ def _report(configs, done, floor_samples):
         notes += amplified_note(report, name, about.get("optimizers", {}))
       if not_deterministic(runs[seed]["main"], floors):
         report.unsteady.add(name)
+      if first_step_differs(runs[seed]["main"], config_runs[seed]["main"]):
+        report.first_differs.add(name)
       report.causes[name] = diagnose(
           config, report.decisive(name), reference, run,
           dict(about, analysis=found.get("analysis", {})), floors=floors,

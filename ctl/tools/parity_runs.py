@@ -209,6 +209,7 @@ def _runner_factory(path, strategy, options, bindings, experiment):
   experiment's) step under `strategy` with `options`; seed None keeps the
   module's (the experiment's) own."""
   import ctl  # pylint: disable=import-outside-toplevel
+  import keras  # pylint: disable=import-outside-toplevel
   if path.endswith(".gin"):
     base = _experiment_runner(path, strategy, bindings, experiment)
     unused = [base]
@@ -226,8 +227,12 @@ def _runner_factory(path, strategy, options, bindings, experiment):
 
   def make(seed, float64):
     module = parity.load_module(path)  # anew: no Python state from an earlier run
+    seed = getattr(module, "seed", 0) if seed is None else seed
+    # TF combines a shuffle's seed with the global seed, which the runner before
+    # this one set: every run of a seed builds its data under that seed instead.
+    keras.utils.set_random_seed(seed)
     return ctl.Runner(module.train_step, module.build, module.data(), strategy=strategy,
-                      seed=getattr(module, "seed", 0) if seed is None else seed,
+                      seed=seed,
                       batches_per_step=getattr(module, "batches_per_step", 1),
                       mixed_precision="float64" if float64 else None, **options)
 
