@@ -47,9 +47,10 @@ def add_parser(subparsers: Any) -> None:
              "\n\nExit code 0 if every configuration is within rounding; 1 if one is not, "
              "or a run fails (its error is in the table: a step that raises, a batch "
              "that does not split over the replicas); 2 for a mistake in the command "
-             "or a module without build, train_step or data; 3 if none differs but "
-             "float32 alone could not decide one (undecided: past its tolerance by "
-             "less than 10 times, where float64 could not run).")
+             "or a module without build, train_step or data; 3 if none differs but one "
+             "is undecided (a reference not deterministic on its own, or float32 "
+             "alone, where float64 could not run, unable to tell a bug from "
+             "amplified rounding).")
   parser.add_argument("module", help="a Python file defining build, train_step and data, or "
                       "a .gin file or the name of a config a package ships (its "
                       "experiment's build method makes the runner)")

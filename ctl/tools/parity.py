@@ -662,8 +662,9 @@ def format_report(report: Report, verbose: bool = False) -> str:
       f"mixed); tolerance max({FLOOR_FACTOR:g} x floor, {ONE_STEP_TOLERANCE:.1e} x "
       f"{report.steps} steps); the floor is the most that moving every initial weight by "
       "one ulp moves the variable's group (1 run where float64 decides, "
-      f"{report.floor_samples} where float32 does). Where float32 decides, past its "
-      f"tolerance by less than {UNDECIDED_FACTOR:g} times is undecided."]
+      f"{report.floor_samples} where float32 does). Where float32 decides, DIFFERS needs "
+      f"{UNDECIDED_FACTOR:g} times the tolerance and a first step that differs; less is "
+      "undecided."]
   return "\n".join(lines)
 
 
