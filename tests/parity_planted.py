@@ -82,7 +82,8 @@ def train_step(ctx, real):
   elif BUG == "random_sync_bn":
     z = tf.random.normal([ctx.per_replica_batch_size, toy_gan.NOISE], seed=1)
   elif BUG == "tf_random":
-    z = tf.random.normal([ctx.global_batch_size, toy_gan.NOISE], seed=1)[:ctx.per_replica_batch_size]
+    z = tf.random.normal([ctx.global_batch_size, toy_gan.NOISE], seed=1)
+    z = z[:ctx.per_replica_batch_size]
   else:
     z = ctx.normal([toy_gan.NOISE])
   if BUG == "python_random":

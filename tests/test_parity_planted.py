@@ -2,8 +2,8 @@
 
 Every bug of tests/parity_planted.py, on seeds 0-4, 3 steps: each is called
 DIFFERS (decided in float64), with its cause named (with its line, where the
-step wrote it); and the same toy step without a bug is called rounding. (tests/test_parity_suite.py: no false alarm
-on ordinary GANs.)
+step wrote it); and the same toy step without a bug is called rounding.
+(tests/test_parity_suite.py: no false alarm on ordinary GANs.)
 """
 
 import os

@@ -10,8 +10,8 @@ frame that noticed the problem.
 from __future__ import annotations
 
 import linecache
-import warnings
 import os
+import warnings
 from collections.abc import Iterable
 from typing import Any
 

@@ -208,8 +208,9 @@ def _runner_factory(path, strategy, options, bindings, experiment):
   """A function of (seed, float64) making a fresh runner of the module's (or the
   experiment's) step under `strategy` with `options`; seed None keeps the
   module's (the experiment's) own."""
-  import ctl  # pylint: disable=import-outside-toplevel
   import keras  # pylint: disable=import-outside-toplevel
+
+  import ctl  # pylint: disable=import-outside-toplevel
   if path.endswith(".gin"):
     base = _experiment_runner(path, strategy, bindings, experiment)
     unused = [base]
