@@ -302,3 +302,15 @@ def test_the_default_jobs_count_the_cpus_this_process_may_use(monkeypatch):
   assert parity.usable_cpus() == 1
   monkeypatch.setattr(parity.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
   assert parity.usable_cpus() == 3
+
+
+def test_a_value_over_the_replicas_batch_is_named_when_the_first_step_agrees():
+  """A regulariser of the codes' batch mean, small next to the loss: the first
+  step's logged values agree to 1e-5, and the traced reduction is the evidence."""
+  reference, _, _ = runs()
+  moved = {k: v + 0.1 for k, v in reference.items()}
+  moved["loss/d"] = reference["loss/d"] + np.array([0.0] + [0.1] * 9)
+  line = "my_gan.py:60: mean_code = tf.reduce_mean(codes, axis=0) (Mean over the batch axis)"
+  causes = diagnosed(moved, {"analysis": {"batch_reductions": [line]}})
+  assert any(c.startswith("a value computed over the replica's batch: " + line)
+             for c in causes), causes

@@ -9,6 +9,10 @@ PREEMPTED_EXIT_CODE = 42
 USAGE_ERROR_EXIT_CODE = 2
 # `ctl train --logger NAME`: the experiment trackers ctl.loggers knows by name.
 LOGGER_NAMES = ("mlflow", "wandb")
+# What a step does instead of a draw whose numbers depend on the layout
+# (`sources.layout_dependent_draws`): the warning's, ctl check's and ctl parity's advice.
+STEP_DRAWS_FIX = ("Draw per example with ctx.normal or ctx.uniform, other draws from a "
+                  "seed of ctx.seed() (tf.random.stateless_*).")
 # What a shell reports for a program ended by Ctrl-C: 128 + SIGINT.
 INTERRUPTED_EXIT_CODE = 130
 

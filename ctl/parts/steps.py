@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from ctl.base import _tf_internal
 from ctl.base import arguments
+from ctl.base import constants
 from ctl.base import sources
 from ctl.step import reduction
 from ctl.step.context import StepContext
@@ -91,8 +92,7 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
       results = step_fn(ctx, batch)
     if not tf.executing_eagerly():
       sources.warn_of_layout_dependent_draws(
-          _static_rows(batch), "Draw per example with ctx.normal or ctx.uniform, and "
-          "other draws from a seed of ctx.seed() (tf.random.stateless_*).")
+          _static_rows(batch), constants.STEP_DRAWS_FIX)
     return reduction.step_results(shares, results, reductions, num_replicas=replicas,
                                   expected_keys=expected_keys, float_dtype=float_dtype)
 

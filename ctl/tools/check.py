@@ -39,6 +39,7 @@ import textwrap
 import tensorflow as tf
 
 from ctl.base import _tf_internal
+from ctl.base import constants
 from ctl.base import sources
 from ctl.parts import data as data_lib
 from ctl.parts.steps import TrainStep
@@ -260,8 +261,7 @@ def _draws(graph, batch):
   if not draws:
     return Finding(DRAWS, True, "every draw is the context's (or none is made).")
   return Finding(DRAWS, False, f"{'; '.join(draws[:_SHOWN])}: numbers that depend on the "
-                 "layout. Draw per example with ctx.normal or ctx.uniform, other draws "
-                 "from a seed of ctx.seed() (tf.random.stateless_*).")
+                 f"layout. {constants.STEP_DRAWS_FIX}")
 
 
 def _data_dependent_shapes(graphs):

@@ -80,6 +80,7 @@ from typing import Any
 
 import numpy as np
 
+from ctl.base import constants
 from ctl.distribute import launch
 
 FLOAT32_EPSILON = float(np.finfo(np.float32).eps)  # 1.19e-7
@@ -458,8 +459,8 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
     causes.append(
         "draws whose numbers depend on the layout: " + "; ".join(draws[:3]) + ". A "
         "tf.random op draws other numbers on each replica, eagerly and compiled, and a "
-        "stateless draw of the replica's rows draws the same rows on every replica: "
-        "draw per example with ctx.normal or ctx.uniform, other draws from ctx.seed().")
+        "stateless draw of the replica's rows draws the same rows on every replica. "
+        + constants.STEP_DRAWS_FIX)
   names = about.get("paths", {})
   for key in reference:
     if (key.startswith("counter:") or "/iteration/" in key) and not np.array_equal(
@@ -491,14 +492,14 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
   return causes
 
 
-def first_step_differs(reference: Arrays, run: Arrays) -> bool:
+def first_step_differs(reference: Arrays, run: Arrays, relative: float = 1e-5) -> bool:
   """Whether a logged value of `run` differs from the reference's at the first
-  step by more than rounding could (1e-5, relative): computed from the same
-  initial weights, before any update that training could amplify."""
+  step by more than rounding could (`relative`): computed from the same initial
+  weights, before any update that training could amplify."""
   for key in reference:
     if key.startswith("loss/") and np.size(reference[key]) and np.size(run.get(key, [])):
       r, c = float(np.ravel(reference[key])[0]), float(np.ravel(run[key])[0])
-      if np.isfinite(c) and abs(c - r) > 1e-5 * (1 + abs(r)):
+      if np.isfinite(c) and abs(c - r) > relative * (1 + abs(r)):
         return True
   return False
 
@@ -507,10 +508,7 @@ def not_deterministic(reference: Arrays, floors: Sequence[Arrays]) -> bool:
   """Whether a floor run already differs from `reference` at the first step: one
   ulp moves a loss by about an epsilon, an unseeded draw by its own size. Its
   differences are then no rounding floor, and no configuration can be judged."""
-  return any(abs(float(floor[k][0]) - float(reference[k][0])) >
-             1e-4 * (1 + abs(float(reference[k][0])))
-             for floor in floors for k in reference
-             if k.startswith("loss/") and np.size(reference[k]) and np.size(floor.get(k, [])))
+  return any(first_step_differs(reference, floor, relative=1e-4) for floor in floors)
 
 
 def _replica_causes(replicas, first, first_differs, about, named=False):
@@ -536,15 +534,19 @@ def _replica_causes(replicas, first, first_differs, about, named=False):
         "draws its own mask on each replica, and BatchNormalization averages over "
         "each replica's rows only (use synchronized=True, or draw the mask with "
         "ctx.uniform).")
-  if not first_differs or causes:
+  if causes:
     return causes
   analysis = about.get("analysis", {})
+  # Found in the step's graph: evidence even where the first step agrees (a
+  # regulariser whose per-replica value is small next to the loss).
   for line in analysis.get("batch_reductions", [])[:3]:
     causes.append(
         f"a value computed over the replica's batch: {line}. It reduces over the "
         "batch axis, and each replica sees its own rows: compute it per example "
         "(e.g. a norm over axis=1 and the axes after it, not the whole tensor), or "
         "as a global-batch mean with ctx.average.")
+  if not first_differs:
+    return causes
   if not causes and not named:
     causes.append(
         f"the first step already differs with {replicas} replicas: something is "

@@ -410,7 +410,7 @@ def analyze(runner: Any) -> dict[str, Any]:
 
 
 # Ops that pass on a narrower float made elsewhere (a variable's: "float32_variables").
-_PASSED_ON = {"ReadVariableOp", "Placeholder", "Identity", "VarHandleOp"}
+_PASSED_ON = {"ReadVariableOp", "Placeholder", "Identity"}
 
 
 def _ancestors_of_updates(graph):
