@@ -319,8 +319,17 @@ class Runner:
     step = checkpoints.step_named(checkpoint)
     if step is not None:
       path = checkpoints.of_step(workdir, step)
-      return checkpoints.Checkpointer(self.placement, self.state, self.feed,
-                                      os.path.dirname(path)).restore(path=path)
+      directory = os.path.dirname(path)
+    else:
+      directory, path = self._kept_or_newest(workdir, checkpoint)
+    return checkpoints.Checkpointer(self.placement, self.state, self.feed,
+                                    directory).restore(path=path)
+
+  @staticmethod
+  def _kept_or_newest(workdir, checkpoint):
+    """The checkpoints' directory and the path to restore: None, the newest that
+    reads whole; or in kept folder `checkpoint`, its best (which its
+    `checkpoint` file names first)."""
     negative = str(checkpoint).strip().startswith("-")  # -1: no step is
     if checkpoint != "newest" and (negative or not checkpoints.is_kept_name(checkpoint)):
       raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', 'best' (the "
@@ -340,9 +349,7 @@ class Runner:
           f"(fit(actions=[..., ctl.BestCheckpoints(metric, ...)]); with the GAN kit, "
           f"gan.Schedule.keep_best){kept_there}. Pass checkpoint='newest' (`ctl eval "
           "--checkpoint newest`) for the newest.")
-    checkpointer = checkpoints.Checkpointer(self.placement, self.state, self.feed, directory)
-    # A kept folder's `checkpoint` file names the one it keeps first (the best).
-    return checkpointer.restore(path=checkpoints.newest(workdir, kept) if kept else None)
+    return directory, checkpoints.newest(workdir, kept) if kept else None
 
   def train(self, num_steps: int) -> history_lib.History:
     """Runs `num_steps` steps; returns a `ctl.History` of them (each result

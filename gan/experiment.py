@@ -327,7 +327,7 @@ class ClassifierFID(ctl.Action):
                                 is_chief=context.is_chief)
     value = self.results["classifier_fid"]
     self.history.append((context.step, value))
-    context.publish(self.results)
+    context.report(self.results)
     _log.info("classifier FID at step %d: %.3f (KID %.4f, score %.3f; %d samples)",
               context.step, value, self.results["classifier_kid"],
               self.results["classifier_score"],
@@ -419,7 +419,7 @@ class EncoderQuality(ctl.Action):
 
   def __call__(self, context: ctl.FitContext) -> None:
     self.results = self.measure(context.over_samples, context.models)
-    context.publish(self.results)
+    context.report(self.results)
     _log.info("encoder at step %d: 1-NN accuracy %.3f (pixels %.3f, random encoder %.3f), "
               "reconstruction ratio %.3f", context.step, self.results["encoder_1nn_accuracy"],
               self.results["pixels_1nn_accuracy"], self.results["random_encoder_1nn_accuracy"],

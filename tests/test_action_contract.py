@@ -40,7 +40,7 @@ class Log(ctl.Action):
     self.calls.append(("begin", context.step))
 
   def __call__(self, context):
-    self.calls.append(("call", context.step, context.metric("score")))
+    self.calls.append(("call", context.step, context.metrics.get("score")))
 
   def end(self, context):
     self.calls.append(("end", context.step))

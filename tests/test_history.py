@@ -249,7 +249,7 @@ class Score(ctl.Action):
     self.every = ctl.Every(steps=4)
 
   def __call__(self, context):
-    context.publish({"score": 1.0 / (1 + context.step)})
+    context.report({"score": 1.0 / (1 + context.step)})
 
 
 def _fit(workdir, total_steps):

@@ -31,7 +31,7 @@ class GridAndScore(ctl.Action):
     self.every = ctl.Every(steps=4)
 
   def __call__(self, context):
-    context.log_image("grid", np.full((6, 6, 1), context.step, np.uint8))
+    context.report(images={"grid": np.full((6, 6, 1), context.step, np.uint8)})
     context.report({"score": 1.0 / (1 + context.step)})
 
 

@@ -22,9 +22,9 @@ import tensorflow as tf
 
 import ctl
 from ctl.distribute import peers
-from ctl.loop import checkpoints
 from ctl.loop import stopping
 from ctl.loop import workdir as workdir_lib
+from ctl.loop.session import Session
 
 import helpers
 from test_outer_loop import build
@@ -159,9 +159,10 @@ class SecondCtrlC:
 
   def __init__(self, tmp_path, monkeypatch, *, notebook=False):
     r = runner()
-    self.stopper = stopping.Stopper(
-        r.placement, checkpoints.Checkpointer(r.placement, r.state, r.feed, str(tmp_path / "c")),
-        steps_per_loop=r.steps_per_loop)
+    self.session = Session(r.compiled_step, r.history, str(tmp_path / "c"),
+                           checkpoint=ctl.Checkpoint()).__enter__()
+    self.stopper = stopping.Stopper(r.placement, self.session,
+                                    steps_per_loop=r.steps_per_loop)
     self.lines, self.exits = [], []
     monkeypatch.setattr(stopping, "_write", self.lines.append)
     monkeypatch.setattr(stopping.notebook, "in_notebook", lambda: notebook)
@@ -182,6 +183,7 @@ class SecondCtrlC:
 
   def close(self):
     self.stopper.close()
+    self.session.__exit__(None, None, None)
 
 
 def test_a_second_ctrl_c_in_a_long_call_quits_at_once(tmp_path, monkeypatch):

@@ -20,10 +20,11 @@ with the run's `FitContext` (below) on its schedule, and `end(context)` once
 as the `fit` ends, however it ends. Each action is also called once at the
 end of `fit`; the final step's scheduled work is that call. Actions run in
 the order given, so one reads the metrics an earlier one reported at the
-same step (`context.metrics`); `context.checkpointer` keeps a checkpoint
-(`BestCheckpoints`). Checkpointing is not an action: `fit` takes it as its own
-argument, because it also restores, saves first whenever anything is saved,
-and is what a signal or a failure falls back on.
+same step (`context.metrics`); `context.keep` keeps a checkpoint
+(`BestCheckpoints`). Checkpointing and TensorBoard's train scalars are not
+actions: `fit` takes them as its own arguments (`checkpoint=`, `summaries=`),
+and its `ctl.loop.session.Session` saves, restores and hands every record to
+the loggers.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -47,9 +48,6 @@ from ctl.loop import stopping
 from ctl.loop.checkpoints import is_kept_name
 from ctl.loop.checkpoints import write_pointer
 from ctl.loop.checkpoints import write_text_atomically
-from ctl.loop.loggers import JsonLines
-from ctl.loop.loggers import Logger
-from ctl.loop.loggers import TensorBoard
 from ctl.loop.schedule import Every
 from ctl.parts import export as export_lib
 from ctl.parts.data import check_evaluation_data
@@ -58,13 +56,9 @@ if TYPE_CHECKING:
   import keras
   import numpy.typing as npt
 
-  from ctl.distribute.strategies import Placement
-  from ctl.loop.checkpoints import Checkpointer
-  from ctl.loop.history import History
-  from ctl.loop.workdir import Lock
+  from ctl.loop.session import Session
   from ctl.parts.data import Data
   from ctl.parts.evaluation import Evaluator
-  from ctl.parts.state import State
   from ctl.step.context import StepFn
 
 _log = logging.getLogger("ctl")
@@ -75,66 +69,50 @@ DRY_RUN_SAMPLES = 16
 
 
 class FitContext:
-  """One `fit` call as its actions see it: the models, the step reached, the
-  latest results, the metrics reported at this step, and where to write.
+  """One `fit` call as its actions see it.
 
   Attributes:
     models, optimizers: name -> `keras.Model` / optimizer, as `build` returned them.
-    state: the run's `ctl.state.State` (models, optimizers, global step).
-    placement: the `ctl.strategies.Placement` the run is under.
+    step: the global step reached (steps done).
+    results: the last compiled call's results, each key an array of per-step values.
     history: every step's results so far (`ctl.History`).
     workdir: the work directory (None: nothing is written).
-    step: the global step reached (steps done).
-    start_step, start_time: the step this `fit` started from and when
-      (`time.perf_counter()`).
-    results: the last compiled call's results, each key an array of per-step values.
-    metrics: the metrics actions reported at this step (`report`), by name;
-      emptied when the loop moves on to a later step.
-    checkpointer: the run's `ctl.checkpoints.Checkpointer` (None when `fit`
-      does not checkpoint); `keep` copies the current step's checkpoint aside.
+    is_chief: whether this worker writes records, samples and kept files.
     examples_per_step: the examples one step reads over all replicas (None: unknown).
-    is_chief: whether this worker writes summaries, samples and kept files.
-    lock: the work directory's `ctl.workdir.Lock` (None off the chief or
-      without a workdir).
-    loggers: where the run's records go (`ctl.loggers`), on the chief: the
-      work directory's TensorBoard events and JSON lines files
-      (`history.jsonl`; `metrics.jsonl`, a line per step at which actions
-      reported metrics), then the fit's `loggers=`; [] elsewhere.
-    dry_run: whether this fit is `fit(dry_run=True)`'s: an action that
-      measures over many samples may measure over a handful
-      (`over_samples` and `evaluate` already do).
+    metrics: the metrics reported at this step (`report`), by name; {} once
+      the loop moves on to a later step.
+    can_evaluate: whether `evaluate` and `over_samples` run in this fit.
+
+  Methods: `report` (metrics and images, to every logger: TensorBoard,
+  metrics.jsonl, the trackers), `evaluate`, `over_samples`, `export`, `agree`
+  (a flag every worker shares) and `keep` (a copy of this step's checkpoint).
+  `evaluate` and `over_samples` measure over a handful of batches or samples
+  in `fit(dry_run=True)`.
   """
 
-  def __init__(self, state: State, placement: Placement, history: History,
-               workdir: str | None, *, evaluator: Evaluator | None = None,
-               examples_per_step: int | None = None):
-    self.state = state
-    self.placement = placement
-    self.history = history
-    self.workdir = workdir
-    self.step = self.start_step = int(state.global_step.numpy())
-    self.start_time = time.perf_counter()
+  def __init__(self, session: Session, *, evaluator: Evaluator | None = None,
+               dry_run: bool = False):
+    self._session = session
+    self._placement = session.placement
+    self._state = session.state
+    self._evaluator = evaluator
+    self._dry_run = dry_run
+    self.history = session.history
+    self.workdir = session.workdir
+    self.is_chief: bool = session.is_chief
+    self.examples_per_step = session.examples_per_step
+    self.step = int(self._state.global_step.numpy())
     self.results: dict[str, np.ndarray] = {}
     self._metrics = {}
     self._metrics_step = self.step  # the step `_metrics` were reported at
-    self.checkpointer: Checkpointer | None = None
-    self.examples_per_step = examples_per_step
-    self.is_chief: bool = placement.is_chief
-    self.lock: Lock | None = None
-    self.loggers: list[Logger] = []
-    self.tensorboard: TensorBoard | None = None  # one of `loggers`, on the chief
-    self.dry_run = False
-    self.timings: list[tuple[str, float]] | None = None  # (part, seconds), in a dry run
-    self._evaluator = evaluator
-    self._noop_writer = None
 
   @property
   def models(self) -> dict[str, keras.Model]:
-    return self.state.models
+    return self._state.models
 
   @property
   def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
-    return self.state.optimizers
+    return self._state.optimizers
 
   def __getattr__(self, name: str) -> Any:
     if name == "runner":  # what other loops hand their callbacks
@@ -142,113 +120,73 @@ class FitContext:
           "FitContext has no runner: the loop is given the runner's parts, and an "
           "action reads what it needs from the context: context.models, "
           "context.optimizers, context.history, context.evaluate(step_fn, data), "
-          "context.export(name, directory), context.state, context.placement.")
+          "context.export(name, directory), context.report(metrics).")
     raise AttributeError(f"'FitContext' object has no attribute {name!r}")
 
   @property
   def can_evaluate(self) -> bool:
     """Whether `evaluate` runs here: the fit was given an evaluator (`Runner.fit`
     always is) and its strategy is synchronous."""
-    return self._evaluator is not None and not self.placement.kind.asynchronous
+    return self._evaluator is not None and not self._placement.kind.asynchronous
 
   def evaluate(self, step_fn: StepFn, data: Data, *, global_batch_size: int | None = None,
                num_batches: int | None = None) -> dict[str, float]:
     """Runs an evaluation step over `data`; see `Runner.evaluate`."""
-    if self._evaluator is None:
-      raise ValueError("this fit has no evaluator: ctl.loop.fit.fit was called without "
-                       "evaluator=...; Runner.fit passes its own.")
-    if self.dry_run:
+    if self._dry_run:
       num_batches = min(num_batches or DRY_RUN_BATCHES, DRY_RUN_BATCHES)
-    return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
-                                    num_batches=num_batches)
+    return self._evaluator_or_error().evaluate(
+        step_fn, data, global_batch_size=global_batch_size, num_batches=num_batches)
 
   def over_samples(self, fn: Callable[[dict, tf.Tensor], dict[str, tf.Tensor]],
                    num_samples: int, *, batch_size: int = 500,
                    moments: Sequence[str] = ()) -> dict[str, Any]:
     """Runs `fn(models, indices)` over numbered samples on every replica; see
     `Runner.over_samples`. An action calling it is `collective`."""
+    if self._dry_run:
+      num_samples = min(num_samples, DRY_RUN_SAMPLES)
+      batch_size = min(batch_size, num_samples)
+    return self._evaluator_or_error().over_samples(fn, num_samples, batch_size=batch_size,
+                                                   moments=moments)
+
+  def _evaluator_or_error(self):
     if self._evaluator is None:
       raise ValueError("this fit has no evaluator: ctl.loop.fit.fit was called without "
                        "evaluator=...; Runner.fit passes its own.")
-    if self.dry_run:
-      num_samples = min(num_samples, DRY_RUN_SAMPLES)
-      batch_size = min(batch_size, num_samples)
-    return self._evaluator.over_samples(fn, num_samples, batch_size=batch_size,
-                                        moments=moments)
+    return self._evaluator
 
   def export(self, name: str, directory: str) -> tuple[str, str]:
     """Exports model `name` to `directory`; see `Runner.export`."""
     return export_lib.export(self.models, name, directory, is_chief=self.is_chief)
 
-  def report(self, metrics: dict[str, float]) -> None:
+  def report(self, metrics: Mapping[str, float] | None = None, *,
+             images: Mapping[str, npt.ArrayLike] | None = None) -> None:
     """Records `metrics` (name -> number) as measured at this step: later
-    actions at this step read them in `context.metrics`."""
+    actions at this step read them in `context.metrics`, and once the step's
+    actions have run every logger gets them (TensorBoard's `events/eval`,
+    `metrics.jsonl`, the trackers). `images` (name -> `[height, width,
+    channels]` uint8, e.g. a sample grid) go to the loggers at once."""
     if self._metrics_step != self.step:
       self._metrics, self._metrics_step = {}, self.step
-    self._metrics.update({k: float(v) for k, v in metrics.items()})
-
-  def publish(self, metrics: dict[str, float], writer: str = "eval") -> None:
-    """Reports `metrics` (`report`) and writes each as a scalar to
-    `<workdir>/events/<writer>` at this step: what an evaluating action does
-    with its results (`ctl.Evaluate`, the GAN kit's metric actions)."""
-    self.report(metrics)
-    with self.writer(writer).as_default(step=self.step):
-      for key, value in metrics.items():
-        tf.summary.scalar(key, value)
-
-  def write_metrics(self) -> None:
-    """Gives the loggers the metrics reported at this step, if any (the loop
-    calls it once the step's actions have run)."""
-    if self.metrics:
-      self.log("log_metrics", self.step, dict(self.metrics))
-
-  def log_image(self, name: str, image: npt.ArrayLike) -> None:
-    """Gives the loggers an image `[height, width, channels]` of uint8 at this
-    step (TensorBoard writes it to `<workdir>/events/train`)."""
-    self.log("log_image", self.step, name, np.asarray(image))
-
-  def log(self, method: str, *args: Any) -> None:
-    """Calls `method` (a `ctl.Logger` method's name) of every logger. A
-    tracker that fails is dropped, with a warning: the run goes on, and the
-    work directory keeps its records."""
-    for logger in list(self.loggers):
-      if isinstance(logger, (TensorBoard, JsonLines)):  # the workdir's: errors stop the run
-        getattr(logger, method)(*args)
-        continue
-      try:
-        getattr(logger, method)(*args)
-      except Exception as e:  # pylint: disable=broad-except
-        self.loggers.remove(logger)
-        _log.warning("logger %s failed at step %d (%s: %s); it gets nothing more from "
-                     "this fit, the work directory keeps every record.",
-                     type(logger).__name__, self.step, type(e).__name__, e)
+    self._metrics.update({k: float(v) for k, v in (metrics or {}).items()})
+    for name, image in (images or {}).items():
+      self._session.log_image(self.step, name, np.asarray(image))
 
   @property
   def metrics(self) -> dict[str, float]:
     """The metrics reported at this step, by name ({} once the loop moves on)."""
     return self._metrics if self._metrics_step == self.step else {}
 
-  def metric(self, name: str) -> float | None:
-    """The value of metric `name` reported at this step, or None."""
-    return self.metrics.get(name)
-
   def agree(self, flag: bool) -> bool:
     """True on every worker if `flag` is True on any (one process: `flag`):
     what collective work decides from one worker's view (the chief's metric)."""
-    return stopping.agree(self.placement, [flag])[0]
+    return stopping.agree(self._placement, [flag])[0]
 
-  def writer(self, name: str) -> tf.summary.SummaryWriter:
-    """The summary writer of `<workdir>/events/<name>` (a no-op off the chief
-    or without a workdir)."""
-    if self.tensorboard is not None:
-      return self.tensorboard.writer(name)
-    if self._noop_writer is None:
-      self._noop_writer = tf.summary.create_noop_writer()
-    return self._noop_writer
-
-  def flush(self) -> None:
-    """Writes out what the loggers hold (before the process may end)."""
-    self.log("flush")
+  def keep(self, into: str) -> str | None:
+    """Copies the checkpoint of this step into `<workdir>/checkpoints/<into>/`,
+    saving it first if it is not saved (on every worker: a save is
+    collective); returns the copy's path prefix on the chief (None
+    elsewhere). Only its keeper deletes it (`ctl.BestCheckpoints`)."""
+    return self._session.keep(into)
 
 
 class Action(Protocol):
@@ -295,40 +233,19 @@ def _needs_workdir(action, workdir):
                      "pass workdir=... to fit, or drop the action.")
 
 
-class Summaries(Action):
-  """Writes TensorBoard scalars to `<workdir>/events/train`, on the chief.
+class Summaries:
+  """When `fit` writes TensorBoard's train scalars to `<workdir>/events/train`,
+  on the chief: `fit(summaries=ctl.Summaries(ctl.Every(steps=100)))`.
 
-  Each step result (its mean over the steps run since the last loop call),
-  each optimizer's learning rate (`learning_rate/<name>`), `steps_per_second`
-  and `examples_per_second` (measured since the previous write).
+  At each step of `every` and at the fit's last step, the TensorBoard logger
+  (`ctl.loggers.TensorBoard`) writes each step result's mean over the last
+  compiled call, each optimizer's learning rate (`learning_rate/<name>`),
+  `steps_per_second` and `examples_per_second` (since its previous write).
+  `fit` lands a compiled call on each step of `every`.
   """
-  collective = False
 
   def __init__(self, every: Every | None = None):
     self.every = every or Every(steps=100)
-    self._since = None  # (step, time) of the previous write, or of the fit's start
-
-  def check(self, context: FitContext) -> None:
-    _needs_workdir(self, context.workdir)
-
-  def begin(self, context: FitContext) -> None:
-    self._since = (context.start_step, context.start_time)
-
-  def __call__(self, context: FitContext) -> None:
-    now = time.perf_counter()
-    since_step, since_time = self._since or (context.start_step, context.start_time)
-    self._since = (context.step, now)
-    with context.writer("train").as_default(step=context.step):
-      for key, values in context.results.items():
-        tf.summary.scalar(key, float(np.mean(values)))
-      for name, optimizer in context.optimizers.items():
-        tf.summary.scalar(f"learning_rate/{name}",
-                          float(np.asarray(optimizer.learning_rate)))
-      if context.step > since_step and now > since_time:
-        rate = (context.step - since_step) / (now - since_time)
-        tf.summary.scalar("steps_per_second", rate)
-        if context.examples_per_step:  # unknown for a dynamic batch size
-          tf.summary.scalar("examples_per_second", rate * context.examples_per_step)
 
 
 class Samples(Action):
@@ -380,7 +297,7 @@ class Samples(Action):
     if self.show or (self.show is None and notebook.in_notebook()):
       width = max(grid.shape[1], 256)  # small grids (28x28 digits) drawn larger
       self._shown = notebook.show_png(png.numpy(), self._shown, width=width)
-    context.log_image(self.name, grid)
+    context.report(images={self.name: grid})
     _log.debug("wrote %s", path)
 
 
@@ -404,7 +321,7 @@ class Evaluate(Action):
     self.num_batches = num_batches
 
   def check(self, context: FitContext) -> None:
-    if context.placement.kind.asynchronous:
+    if context._placement.kind.asynchronous:  # pylint: disable=protected-access
       raise ValueError("ctl.Evaluate cannot run under parameter_server (the "
                        "coordinator only schedules training steps); drop it and "
                        "evaluate the checkpoints with `ctl eval` in another process.")
@@ -416,7 +333,7 @@ class Evaluate(Action):
     metrics = context.evaluate(self.step_fn, self.data,
                                global_batch_size=self.global_batch_size,
                                num_batches=self.num_batches)
-    context.publish(metrics)
+    context.report(metrics)
     _log.info("eval at step %d: %s", context.step,
               "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
 
@@ -493,12 +410,13 @@ class BestCheckpoints(Action):
     _needs_workdir(self, context.workdir)
 
   def begin(self, context: FitContext) -> None:
-    if context.checkpointer is None:
+    if not context._session.saves:  # pylint: disable=protected-access
       raise ValueError(f"ctl.BestCheckpoints({self.metric!r}) keeps checkpoints, and this "
                        "fit saves none (checkpoint=False); drop checkpoint=False.")
     self._seen = self._said = False
     self.kept = []
-    self._folder = os.path.join(context.checkpointer.directory, self.directory)
+    self._start = context.step
+    self._folder = os.path.join(context.workdir, "checkpoints", self.directory)
     self._record = os.path.join(self._folder, "best.json")
     if context.is_chief:
       try:
@@ -528,7 +446,7 @@ class BestCheckpoints(Action):
       self._drop(missing, forget=undone)
 
   def __call__(self, context: FitContext) -> None:
-    value = context.metric(self.metric)
+    value = context.metrics.get(self.metric)
     self._seen |= value is not None
     if value is None and context.metrics and not self._said and context.is_chief:
       self._said = True  # other metrics came at this step, not this one: a typo?
@@ -539,7 +457,7 @@ class BestCheckpoints(Action):
     better = value is not None and np.isfinite(value) and self._ranks(context.step, value)
     if not context.agree(bool(better)):  # the chief's metric decides for every worker
       return
-    path = context.checkpointer.keep(self.directory)
+    path = context.keep(self.directory)
     if not context.is_chief:
       return
     self.kept = [k for k in self.kept if k["step"] != context.step]
@@ -550,9 +468,9 @@ class BestCheckpoints(Action):
     _log.info("ctl.BestCheckpoints: kept %s (%s %.6g)", path, self.metric, value)
 
   def end(self, context: FitContext) -> None:
-    if self._seen or context.step == context.start_step or not context.is_chief:
+    if self._seen or context.step == self._start or not context.is_chief:
       return
-    if context.metric(self.metric) is not None:  # reported, after this action ran
+    if context.metrics.get(self.metric) is not None:  # reported, after this action ran
       _log.warning("ctl.BestCheckpoints(%r): the metric was reported only after this "
                    "action ran at each step, so no checkpoint was kept for it. List "
                    "ctl.BestCheckpoints after the action that reports it.", self.metric)
@@ -625,7 +543,7 @@ class Profile(Action):
 
   def check(self, context: FitContext) -> None:
     _needs_workdir(self, context.workdir)
-    if context.placement.kind.asynchronous:
+    if context._placement.kind.asynchronous:  # pylint: disable=protected-access
       raise ValueError("ctl.Profile cannot run under parameter_server: the steps run "
                        "on the workers, and it traces this process, the coordinator. "
                        "Drop it and capture a worker's trace from TensorBoard's Profile "

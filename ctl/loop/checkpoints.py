@@ -482,19 +482,14 @@ class Checkpointer:
     _save_operative_config(self.directory)
     return path
 
-
-  def keep(self, into: str) -> str | None:
-    """Copies the checkpoint of the current step into `<directory>/<into>/`,
-    saving it first if it is not saved (on every worker: a save is collective);
-    returns the copy's path prefix on the chief (None elsewhere).
+  def copy_newest(self, into: str) -> str:
+    """Copies the newest checkpoint into `<directory>/<into>/` (on the chief);
+    returns the copy's path prefix.
 
     The copy is outside what `keep` rotates: only its keeper deletes it (see
     `ctl.BestCheckpoints`). It restores like any checkpoint:
     `tf.train.Checkpoint(...).restore(path)`.
     """
-    self.save()
-    if not self.is_chief:
-      return None
     source = self.latest
     target = os.path.join(self.directory, into)
     os.makedirs(target, exist_ok=True)
@@ -505,6 +500,7 @@ class Checkpointer:
       shutil.copyfile(path, partial)
       os.replace(partial, os.path.join(target, os.path.basename(path)))
     return os.path.join(target, os.path.basename(source))
+
 
 def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
             moved: Sequence[str] = ()) -> str | None:

@@ -7,7 +7,7 @@ that stays, so a config's mistake shows in seconds rather than an hour in.
 The dry run restores the newest checkpoint of the work directory, if it has
 one (what a resume would do; read only), then runs the fit in a scratch
 directory: one compiled call of one step, a checkpoint save, every action once
-(evaluations over a handful of batches or samples: `FitContext.dry_run`), and
+(evaluations over a handful of batches or samples: `FitContext.evaluate`), and
 a restore of the checkpoint it saved. Then it puts the runner back as it was
 (weights, optimizer slots, step, position in the data, `runner.history`) and
 removes the scratch directory. It logs what each part took. Trackers
@@ -28,11 +28,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from ctl.loop import checkpoints
-
 if TYPE_CHECKING:
-  from ctl.loop.actions import FitContext
-  from ctl.loop.checkpoints import Checkpointer
   from ctl.loop.history import History
   from ctl.loop.loggers import Logger
   from ctl.parts.steps import TrainStep
@@ -41,26 +37,26 @@ _log = logging.getLogger("ctl")
 
 
 class DryRun:
-  """What a dry run measured: `timings`, a (part, seconds) pair per part run."""
+  """What a dry run measured: `timings`, a (part, seconds) pair per part run.
 
-  def __init__(self, workdir: str | None = None) -> None:
+  Args:
+    workdir: the real run's work directory, which the dry run leaves untouched
+      (its newest checkpoint is restored first: `Session.restore`).
+    total_steps: the real run's.
+  """
+
+  def __init__(self, workdir: str | None = None, total_steps: int = 0) -> None:
     self.timings: list[tuple[str, float]] = []
-    self.workdir = workdir  # the real run's, which the dry run leaves untouched
+    self.workdir = workdir
+    self.total_steps = total_steps
+    self.restored = False  # the real run's newest checkpoint, by `Session.restore`
 
-  def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
-    """Adds the time the block takes to `timings` as `part`."""
-    return timed(self.timings, part)
-
-  def begin(self, context: FitContext) -> int:
-    """The step the dry run's fit trains to: one step past the start."""
-    context.timings = self.timings
-    return context.step + 1
-
-  def end(self, checkpointer: Checkpointer | None) -> None:
-    """Restores the checkpoint the fit saved (the same step: a read-back check)."""
-    if checkpointer is not None:
-      with self.timed(f"restore {os.path.basename(checkpointer.latest or '')}".strip()):
-        checkpointer.restore()
+  def begin(self, step: int) -> int:
+    """The step the dry run's fit trains to: one step past `step`, the start."""
+    if step >= self.total_steps and self.workdir:
+      _log.info("dry run: %s is at step %d, which is total_steps: the real run would "
+                "train nothing; the dry run trains one step past it", self.workdir, step)
+    return step + 1
 
 
 @contextlib.contextmanager
@@ -80,7 +76,7 @@ def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_ste
         compiled_step: TrainStep, history: History, skipped_loggers: list[Logger]) -> History:
   """Runs `fit_in(scratch_workdir, dry_run)` and puts the runner back; returns
   the history of the step it trained."""
-  dry = DryRun(workdir)
+  dry = DryRun(workdir, total_steps)
   started = time.perf_counter()
   scratch = tempfile.mkdtemp(prefix="ctl-dry-run-")
   state, feed = compiled_step.state, compiled_step.feed
@@ -89,14 +85,6 @@ def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_ste
   position = _save_position(feed, scratch)
   first_step = int(state.global_step.numpy())
   try:
-    newest = checkpoints.newest(workdir) if workdir else None
-    if newest:  # what the real run resumes from: read, never written
-      with dry.timed(f"restore {newest}"):
-        step = checkpoints.Checkpointer(compiled_step.placement, state, feed,
-                                        os.path.join(workdir, "checkpoints")).restore()
-      if step >= total_steps:
-        _log.info("dry run: %s is at step %d, which is total_steps: the real run would "
-                  "train nothing; the dry run trains one step past it", workdir, step)
     trained = fit_in(os.path.join(scratch, "run"), dry)
   finally:
     for v, value in zip(variables, values):

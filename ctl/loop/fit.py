@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -46,8 +45,8 @@ from ctl.loop import workdir as workdir_lib
 from ctl.loop.checkpoints import write_text_atomically
 from ctl.loop.progress import Progress
 from ctl.loop.schedule import check_every
+from ctl.loop.session import Session
 from ctl.parts import data as data_lib
-from ctl.parts import export as export_lib
 
 if TYPE_CHECKING:
   from ctl.parts.evaluation import Evaluator
@@ -103,46 +102,31 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
          actions, loggers, progress, seed, earlier_run, dry=None):
   checkpoint = _option("checkpoint", checkpoint, checkpoints.Checkpoint, workdir)
   summaries = _option("summaries", summaries, actions_lib.Summaries, workdir)
-  actions = _check_actions(actions)
   if summaries:
-    _check_action(summaries)
-    actions.insert(0, summaries)
-  feed = compiled_step.feed
-  context = actions_lib.FitContext(
-      compiled_step.state, compiled_step.placement, history, workdir, evaluator=evaluator,
-      examples_per_step=(None if feed.global_batch_size is None
-                         else feed.global_batch_size * feed.batches_per_step))
-  context.dry_run = dry is not None
+    check_every("Summaries", summaries.every)
+  actions = _check_actions(actions)
+  session = Session(compiled_step, history, workdir, checkpoint=checkpoint,
+                    summaries=summaries, dry=dry, records=not earlier_run)
+  context = actions_lib.FitContext(session, evaluator=evaluator, dry_run=dry is not None)
   for action in actions:
     action.check(context)
-  # Before restoring: one writer at a time (a dry run goes back nowhere: it writes nothing).
-  context.lock = _lock(context.placement, workdir,
-                       checkpoint.resume_from if checkpoint and dry is None else None)
-  try:
-    checkpointer = None
-    if checkpoint:
-      checkpointer = checkpoint.open(context.placement, context.state, feed, workdir)
-      context.step = context.start_step = checkpointer.restore(repair=True)
-    context.checkpointer = checkpointer
+  with session:
+    context.step = session.restore()
     if dry is not None:
-      total_steps = dry.begin(context)
-    run = _describe(context, compiled_step, total_steps, seed,
-                    previous_from=dry.workdir if dry is not None else context.workdir)
-    history_file = _open_history(context, write=not earlier_run)
-    metrics_file = _open_metrics(context, write=not earlier_run)
+      total_steps = dry.begin(context.step)
+    run = _describe(session, compiled_step, context.step, total_steps, seed,
+                    previous_from=dry.workdir if dry is not None else workdir)
     begun, status = [], "failed"
     try:
-      _begin_loggers(context, run, history_file, metrics_file, loggers)
-      if context.workdir and context.is_chief:  # once the trackers took the fit
-        manifest_lib.append(context.workdir, run.manifest)
+      session.begin(run, loggers)
       for action in actions:
         if _runs_here(action, context):
           getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
           begun.append(action)
-      trained = _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions,
-                       progress)
+      trained = _train(compiled_step, session, context, total_steps, checkpoint, summaries,
+                       actions, progress)
       if dry is not None:
-        dry.end(checkpointer)
+        session.restore()  # the checkpoint the dry run saved, read back
       status = "finished"
       return trained
     except (stopping.Interrupted, stopping.Preempted, KeyboardInterrupt):
@@ -150,10 +134,7 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
       raise
     finally:
       _end(begun, context)
-      _end_loggers(context, status)
-  finally:
-    if context.lock is not None:
-      context.lock.release()
+      session.close(status)
 
 
 def _check_loggers(loggers):
@@ -177,47 +158,23 @@ def _check_loggers(loggers):
   return list(loggers)
 
 
-def _describe(context, compiled_step, total_steps, seed, previous_from):
+def _describe(session, compiled_step, start_step, total_steps, seed, previous_from):
   """This fit's `ctl.loggers.Run`, with its manifest record; what it changes
   from the newest record in `previous_from` (the work directory; a dry run's
   real one), when it resumes, is logged on the chief."""
   feed = compiled_step.feed
   record = manifest_lib.describe(
-      context.placement, seed=seed, start_step=context.step, total_steps=total_steps,
+      session.placement, seed=seed, start_step=start_step, total_steps=total_steps,
       extra={"steps_per_loop": compiled_step.steps_per_loop,
              "global_batch_size": feed.global_batch_size,
              "batches_per_step": feed.batches_per_step})
-  if previous_from and context.is_chief and context.step > 0:
+  if previous_from and session.is_chief and start_step > 0:
     changes = manifest_lib.differences(manifest_lib.last(previous_from), record)
     if changes:
       _log.warning("this fit resumes %s at step %d with other settings than the fit "
-                   "before it (%s): %s", previous_from, context.step,
+                   "before it (%s): %s", previous_from, start_step,
                    manifest_lib.FILE_NAME, "; ".join(changes))
-  return loggers_lib.Run(context.workdir, context.step, total_steps, record)
-
-
-def _begin_loggers(context, run, history_file, metrics_file, loggers):
-  """The chief's loggers, begun: the work directory's, then the user's."""
-  if not context.is_chief:
-    return
-  if context.workdir is not None:
-    context.tensorboard = loggers_lib.TensorBoard(context.workdir)
-    context.loggers += [context.tensorboard, loggers_lib.JsonLines(history_file, metrics_file)]
-  for logger in context.loggers + list(loggers):
-    logger.begin(run)  # an error here stops the fit before its first step
-    if logger not in context.loggers:
-      context.loggers.append(logger)
-
-
-def _end_loggers(context, status):
-  """Each begun logger's `end`, however `fit` ends; one that fails is named."""
-  for logger in reversed(context.loggers):
-    try:
-      logger.end(status)
-    except Exception as e:  # pylint: disable=broad-except
-      _log.warning("%s.end failed: %s: %s", type(logger).__name__, type(e).__name__, e)
-  context.loggers = []
-  context.tensorboard = None
+  return loggers_lib.Run(session.workdir, start_step, total_steps, record)
 
 
 def _option(name, value, kind, workdir):
@@ -291,151 +248,99 @@ def _check_takes_the_context(action, method):
         "context.workdir, context.step, ...); see ctl.Action.") from None
 
 
-def _open_history(context, write):
-  """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
-  first; `runner.history` then holds those steps too. None if not `write`.
-
-  A file that is new starts with the steps the runner trained in memory before
-  this `fit` (say, a `train` in a notebook), so it holds every step of the
-  weights it follows.
-  """
-  history = context.history
-  history.drop_from(context.step)  # restored from a checkpoint: later steps are undone
-  if context.workdir is None or not context.is_chief or not write:
-    return None
-  history_file = history_lib.HistoryFile(context.workdir)
-  earlier = history_file.open(context.step, memory=history)
-  if len(earlier.steps):
-    history.drop_from(int(earlier.steps[0]))
-    history.extend(earlier)
-  return history_file
-
-
-def _open_metrics(context, *, write):
-  """`<workdir>/metrics.jsonl` on the chief, without the lines of steps after
-  the one the run starts from (a resumed run reports them again); None if not
-  `write`."""
-  if context.workdir is None or not context.is_chief or not write:
-    return None
-  metrics_file = history_lib.HistoryFile(context.workdir, history_lib.METRICS_FILE_NAME,
-                                         every_step=False)
-  metrics_file.open(context.step + 1)
-  # Lines lost to damage (a cut, a garbage line, a line or the file deleted)
-  # that TensorBoard's events hold.
-  put_back = metrics_file.add(loggers_lib.TensorBoard.scalars(context.workdir, 0,
-                                                              context.step))
-  if put_back:
-    _log.warning("%s: put back the metrics of step%s %s from TensorBoard's events (as "
-                 "float32 values); the file had lost them", metrics_file.path,
-                 "s" if len(put_back) > 1 else "", ", ".join(map(str, put_back)))
-  return metrics_file
-
-
-def _train(compiled_step, context, total_steps, checkpoint, checkpointer, actions, progress):
+def _train(compiled_step, session, context, total_steps, checkpoint, summaries, actions,
+           progress):
   if context.step >= total_steps:
     _log.info("already at step %d of %d: nothing to train", context.step, total_steps)
-    if checkpointer and not _finished(context):  # stopped after the last save
-      _finish(context, None, actions, None)
+    if session.saves and not session.ended(context.step):  # stopped after the last save
+      _finish(session, context, actions, None)
     return history_lib.History()
   data_lib.check_data_lasts(compiled_step.feed, total_steps - context.step,
                             f"fit({total_steps}) from step {context.step}")
+  start_step = context.step
   scheduled = [a for a in actions if a.every is not None]
   timers = _timers(checkpoint, scheduled)
   for every in timers:
     every.start(context.step)
-  abandoned = _abandoned_before(context, scheduled)
+  # Calls land on these steps: the saves', the actions' and the summaries'.
+  landings = timers + ([summaries.every] if summaries else [])
+  abandoned = _abandoned_before(session, context, scheduled)
   bar = Progress(total_steps, context.step, enabled=progress and context.is_chief)
-  stopper = stopping.Stopper(context.placement, checkpointer,
+  stopper = stopping.Stopper(session.placement, session if session.saves else None,
                              steps_per_loop=compiled_step.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
-  stopper.before_exit = lambda: (context.flush(), context.lock and context.lock.release())
+  stopper.before_exit = lambda: (session.flush(), session.release_lock())
   try:
     if abandoned:  # a stop abandoned them at the step this run resumes from
-      _run_again(context, abandoned, scheduled, stopper)
+      _run_again(session, context, abandoned, scheduled, stopper)
     while context.step < total_steps:
       ends = [compiled_step.steps_per_call, total_steps - context.step]
-      n = min(ends + [every.steps_to_next(context.step) for every in timers if every.steps])
+      n = min(ends + [every.steps_to_next(context.step) for every in landings
+                      if every.steps])
       # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
       # TF's profiler guide marks a custom loop's steps: one per compiled call.
       with stopper.in_call(n), tf.profiler.experimental.Trace(
-          "train", step_num=context.step, _r=1), _timed(context, f"compiled call of {n} step"
-                                                      f"{'s' if n > 1 else ''}"):
+          "train", step_num=context.step, _r=1), session.timed(
+              f"compiled call of {n} step{'s' if n > 1 else ''}"):
         results = compiled_step.run(n)
       # Kept before the NaN check: the steps up to a NaN, and its own, not the
       # steps after it in the call (they ran on non-finite weights).
       bad = _first_non_finite(results)
       kept = results if bad is None else {k: v[:bad + 1] for k, v in results.items()}
       context.history.append(context.step, kept)
-      context.log("log_steps", context.step, kept)
-      _check_finite(results, context.step, checkpointer, bad)
+      session.check_workdir(context.step + n, save=bad is None)
+      with session.timed("Summaries and history"):
+        session.log_steps(context.step, kept)
+      _check_finite(results, context.step, session, bad)
       context.step, context.results = context.step + n, results
       bar.update(context.step, results)
       if context.step < total_steps:  # the last step's work is the end's
-        due = lambda: _run_due(context, checkpoint, checkpointer, scheduled, stopper)  # noqa: E731
+        due = lambda: _run_due(session, context, checkpoint, scheduled, stopper)  # noqa: E731
       else:
-        due = lambda: _finish(context, checkpointer, actions, stopper)  # noqa: E731
+        due = lambda: _finish(session, context, actions, stopper)  # noqa: E731
       # A signal during the call: save first (a preempted job has little time
       # left), then this step's work, then stop.
       stopper.check(context.step, then=due)
-      _check_workdir(context, checkpointer)
       if context.step < total_steps:
         due()
-    _finish(context, checkpointer, actions, stopper)
+    _finish(session, context, actions, stopper)
     stopper.check_after_end(context.step)
   finally:
     stopper.close()
     bar.close()
-  return context.history.since(context.start_step)  # the steps this fit trained
+  return context.history.since(start_step)  # the steps this fit trained
 
 
-def _finish(context, checkpointer, actions, stopper):
-  """The end: a save, then every action once for the final step.
-
-  Then a mark that the end ran: a run stopped after its last checkpoint but
-  before, say, its export finds no mark when rerun and runs them again.
-  """
-  if checkpointer:
-    with _timed(context, "checkpoint save"):
-      _save(checkpointer)
+def _finish(session, context, actions, stopper):
+  """The end: a save, then every action once for the final step, then a note
+  that the end ran (`Session.mark_ended`)."""
+  session.save("end")
   for i, action in enumerate(actions):
-    with _timed(context, type(action).__name__):
-      _run(action, context, stopper, after=actions[i + 1:])
-  context.write_metrics()
-  if context.workdir and context.is_chief:
-    write_text_atomically(_finished_path(context), f"{context.step}\n")
+    with session.timed(type(action).__name__):
+      _run(action, session, context, stopper, after=actions[i + 1:])
+  session.log_metrics(context.step, context.metrics)
+  session.mark_ended(context.step)
 
 
-def _finished(context):
-  try:
-    with open(_finished_path(context)) as f:
-      return int(f.read()) == context.step
-  except (OSError, ValueError):
-    return False
-
-
-def _finished_path(context):
-  return os.path.join(context.workdir, "checkpoints", "finished_step")
-
-
-def _run_due(context, checkpoint, checkpointer, scheduled, stopper):
+def _run_due(session, context, checkpoint, scheduled, stopper):
   """Saves if the checkpoint is due, then runs the due actions in order.
 
   Every worker must agree on what is due: a save or an evaluation is
   collective, and a time-based schedule reads each worker's own clock.
   """
   timers = _timers(checkpoint, scheduled)
-  flags = stopping.agree(context.placement, [e.due(context.step) for e in timers])
+  flags = stopping.agree(session.placement, [e.due(context.step) for e in timers])
   due = flags
   if checkpoint:
     if flags[0]:
-      _save(checkpointer)
+      session.save("schedule")
       checkpoint.every.fired(context.step)
     due = flags[1:]
   due_now = [a for a, now in zip(scheduled, due) if now]
   for i, action in enumerate(due_now):
-    _run(action, context, stopper, after=due_now[i + 1:], scheduled=scheduled)
+    _run(action, session, context, stopper, after=due_now[i + 1:], scheduled=scheduled)
     action.every.fired(context.step)
-  context.write_metrics()
+  session.log_metrics(context.step, context.metrics)
   if any(flags):
     stopper.check(context.step)  # a signal that came during the work
 
@@ -457,7 +362,7 @@ def _note_abandoned(context, scheduled, remaining):
       "actions": [[scheduled.index(a), type(a).__name__] for a in remaining]}) + "\n")
 
 
-def _abandoned_before(context, scheduled):
+def _abandoned_before(session, context, scheduled):
   """The scheduled actions a stop abandoned at the step this run starts from
   (every worker agrees, from the chief's note); the note is used up."""
   wanted = set()
@@ -474,95 +379,22 @@ def _abandoned_before(context, scheduled):
       pass
     except (OSError, ValueError, KeyError, TypeError) as e:
       _log.warning("%s could not be read (%s); no action is run again.", path, e)
-  flags = stopping.agree(context.placement, [i in wanted for i in range(len(scheduled))])
+  flags = stopping.agree(session.placement, [i in wanted for i in range(len(scheduled))])
   return [a for a, again in zip(scheduled, flags) if again]
 
 
-def _run_again(context, abandoned, scheduled, stopper):
+def _run_again(session, context, abandoned, scheduled, stopper):
   if context.is_chief:
     _log.warning("running again at step %d what a stop abandoned there: %s", context.step,
                  ", ".join(type(a).__name__ for a in abandoned))
   for i, action in enumerate(abandoned):
-    _run(action, context, stopper, after=abandoned[i + 1:], scheduled=scheduled)
-  context.write_metrics()
+    _run(action, session, context, stopper, after=abandoned[i + 1:], scheduled=scheduled)
+  session.log_metrics(context.step, context.metrics)
 
 
 def _timers(checkpoint, scheduled):
   """The schedules `fit` follows: the checkpoint's first, then the actions'."""
   return ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
-
-
-def _save(checkpointer):
-  path = checkpointer.save()  # every worker: TF's save is collective
-  if path:
-    _log.debug("saved %s", path)
-
-
-def _lock(placement, workdir, resume_from):
-  """Locks the work directory on the chief; every worker fails if it cannot.
-
-  Also fails now, not at the first save, if the directory cannot be written,
-  removes what an export killed mid-way left (no other run writes here), and
-  goes back to the checkpoint of step `resume_from`, if not None (the workers
-  restore after it).
-  """
-  if workdir is None:
-    return None
-  lock, error = None, None
-  if placement.is_chief:
-    try:
-      _check_writable(os.path.join(workdir, "checkpoints"), workdir)
-      lock = workdir_lib.Lock(workdir)
-      if resume_from is not None:
-        checkpoints.go_back(
-            os.path.join(workdir, "checkpoints"), resume_from,
-            copied=[os.path.join(workdir, name) for name in (
-                history_lib.FILE_NAME, history_lib.METRICS_FILE_NAME)],
-            moved=[os.path.join(workdir, loggers_lib.NOTES_FOLDER)])
-    except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError) as e:
-      if lock is not None:
-        lock.release()
-        lock = None
-      error = e
-  if stopping.agree(placement, [error is not None])[0]:
-    raise error or workdir_lib.WorkdirInUse(
-        f"the chief could not take workdir {workdir!r}; its error says why.")
-  if lock is not None:  # no export runs: what is there was left by one that was stopped
-    for path in export_lib.remove_scratch(os.path.join(workdir, "export")):
-      _log.info("removed %s, left by an export that was stopped", path)
-  return lock
-
-
-def _check_writable(directory, workdir):
-  """Raises OSError naming the fix if `directory` cannot be written."""
-  try:
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
-      pass
-  except OSError as e:
-    raise OSError(f"workdir {workdir!r} cannot be written ({e.strerror or e}: "
-                  f"{e.filename or directory}); fix its permissions or pass another "
-                  "workdir.") from e
-
-
-def _check_workdir(context, checkpointer):
-  """A work directory deleted or moved mid-run is made again, and written again."""
-  if context.lock is None or context.lock.held():
-    return
-  context.lock.release()
-  context.lock = workdir_lib.Lock(context.workdir)
-  context.log("reopen")  # the files in it are new
-  saved = ""
-  if checkpointer and context.placement.workers == 1:
-    saved = f"; saved {checkpointer.save()}"
-  _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
-               "again and writing to it from here on%s. What was in it is not there.",
-               context.workdir, context.step, saved)
-
-
-def _timed(context, part):
-  """Times the block as `part` in a dry run (`context.timings`); else nothing."""
-  return dry_run_lib.timed(context.timings, part)
 
 
 def _nothing(context):
@@ -588,7 +420,7 @@ def _end(begun, context):
     raise failed
 
 
-def _run(action, context, stopper, after=(), scheduled=None):
+def _run(action, session, context, stopper, after=(), scheduled=None):
   """Runs `action` where it runs; a signal abandons it at once, and with it
   the actions `after` it at this step (of `scheduled`, if given: noted, for
   the run that resumes from this step to run them)."""
@@ -604,7 +436,7 @@ def _run(action, context, stopper, after=(), scheduled=None):
   except stopping.Abandoned as e:
     abandoned = e
   except Exception as e:  # a full disk, a bug in a sample function, ...
-    _save_after_failure(context, stopper, action, e)
+    _save_after_failure(session, context, action, e)
     raise
   else:
     return
@@ -621,12 +453,12 @@ def _run(action, context, stopper, after=(), scheduled=None):
   raise abandoned
 
 
-def _save_after_failure(context, stopper, action, error):
+def _save_after_failure(session, context, action, error):
   """An action failed: keep the steps trained since the last checkpoint."""
-  if stopper.checkpointer is None or context.placement.workers > 1:
+  if not session.saves or session.placement.workers > 1:
     return  # a save is collective: the other workers are not in this one
   try:
-    path = stopper.checkpointer.save()
+    path = session.save(f"{type(action).__name__} failed")
   except Exception:  # pylint: disable=broad-except
     return  # the action's error says more than the save's
   error.add_note(f"ctl: {type(action).__name__} failed at step {context.step}; the steps "
@@ -640,13 +472,13 @@ def _first_non_finite(results):
   return min(bad) if bad else None
 
 
-def _check_finite(results, first_step, checkpointer, i):
+def _check_finite(results, first_step, session, i):
   """Raises FloatingPointError if step `i` of `results` (the first with a NaN
   or Inf result, or None) exists."""
   if i is None:
     return
   values = ", ".join(f"{k} {v[i]:.6g}" for k, v in results.items())
-  last = checkpointer.latest if checkpointer else None
+  last = session.latest
   kept = (f"the last checkpoint, {last}, is intact (nothing later was saved)" if last
           else "no checkpoint was saved")
   raise FloatingPointError(

@@ -4,19 +4,23 @@
     runner.fit(10_000, "runs/x", loggers=[ctl.WandB(project="gans")])   # offline by default
     # ctl train dcgan --logger mlflow --logger wandb
 
-Every logger meets one contract (`Logger`), called by `fit` on the chief only:
+Every logger meets one contract (`Logger`), called by the fit's session
+(`ctl.loop.session.Session`) on the chief only, as methods:
 `begin(run)` as a fit starts (the run's manifest and parameters; a resumed
 run continues the tracker's run of the same work directory), `log_steps` after
 every compiled call with each step's results, `log_metrics` once a step's
 actions have run with the metrics they reported (`FitContext.report`),
-`log_image` for each sample grid, `flush`, and `end(status)` however the fit
-ends. Trackers are loggers rather than actions because they are not work on a
-schedule: they receive everything the run records, when it is recorded.
+`log_image` for each image they reported (a sample grid), `flush`, and
+`end(status)` however the fit ends. `FitContext.report` is the one call an
+action needs to reach every logger. Trackers are loggers rather than actions
+because they are not work on a schedule: they receive everything the run
+records, when it is recorded.
 
 The work directory's own records are loggers too, which `fit` always keeps
-when it has a workdir: `TensorBoard` (the manifest as text, the sample grids;
-its scalars are `ctl.Summaries`' means on its schedule and the metrics actions
-`publish`) and `JsonLines` (`history.jsonl`, every step; `metrics.jsonl`).
+when it has a workdir: `TensorBoard` (the manifest as text, the images; the
+step results' means, learning rates and speeds on the `ctl.Summaries`
+schedule in `events/train`; the metrics reported, in `events/eval`) and
+`JsonLines` (`history.jsonl`, every step; `metrics.jsonl`).
 
 A tracker keeps, in `<workdir>/trackers/<name>.json`, the id of its run and
 the last step it logged: a resumed fit logs to the same run and skips the
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
   import tensorflow as tf
 
   from ctl.loop.history import HistoryFile
+  from ctl.loop.schedule import Every
 
 _log = logging.getLogger("ctl")
 # `<workdir>/trackers/`: each tracker's note of its run (see the module docstring).
@@ -124,11 +129,30 @@ class Logger:
 
 
 class TensorBoard(Logger):
-  """TensorBoard event files in `<workdir>/events/<name>`; see the module docstring."""
+  """TensorBoard event files in `<workdir>/events/<name>`: the manifest as text,
+  the sample grids and, in `events/train` on the schedule `every` (and at the
+  fit's last step), each step result's mean over the last compiled call, each
+  optimizer's learning rate (`learning_rate/<name>`), `steps_per_second` and
+  `examples_per_second` (since the previous write); the metrics actions
+  report, in `events/eval`.
 
-  def __init__(self, workdir: str):
+  Args:
+    workdir: the work directory.
+    every: when to write the train scalars (a `ctl.Every`), or None: never.
+    optimizers: name -> optimizer, whose learning rates are written.
+    examples_per_step: the examples a step reads over all replicas (None: unknown).
+  """
+
+  def __init__(self, workdir: str, every: Every | None = None, *,
+               optimizers: Mapping[str, Any] | None = None,
+               examples_per_step: int | None = None):
     self.workdir = workdir
+    self.every = every
+    self._optimizers = optimizers or {}
+    self._examples_per_step = examples_per_step
     self._writers: dict[str, tf.summary.SummaryWriter] = {}
+    self._last_step = None  # the fit's
+    self._since = None  # (step, time) of the previous write, or of the fit's start
 
   def writer(self, name: str) -> tf.summary.SummaryWriter:
     """The summary writer of `<workdir>/events/<name>`, made on first use."""
@@ -168,6 +192,36 @@ class TensorBoard(Logger):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with self.writer("train").as_default(step=run.start_step):
       tf.summary.text("manifest", manifest_lib.text(run.manifest))
+    self._last_step = run.total_steps
+    self._since = (run.start_step, time.perf_counter())
+    if self.every is not None:
+      self.every.start(run.start_step)
+
+  def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
+    step = first_step + len(next(iter(results.values()), ()))
+    if self.every is None or not (self.every.due(step) or step >= self._last_step):
+      return
+    self.every.fired(step)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    now = time.perf_counter()
+    since_step, since_time = self._since
+    self._since = (step, now)
+    with self.writer("train").as_default(step=step):
+      for key, values in results.items():
+        tf.summary.scalar(key, float(np.mean(values)))
+      for name, optimizer in self._optimizers.items():
+        tf.summary.scalar(f"learning_rate/{name}", float(np.asarray(optimizer.learning_rate)))
+      if step > since_step and now > since_time:
+        rate = (step - since_step) / (now - since_time)
+        tf.summary.scalar("steps_per_second", rate)
+        if self._examples_per_step:  # unknown for a dynamic batch size
+          tf.summary.scalar("examples_per_second", rate * self._examples_per_step)
+
+  def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    with self.writer("eval").as_default(step=step):
+      for key, value in metrics.items():
+        tf.summary.scalar(key, value)
 
   def log_image(self, step: int, name: str, image: np.ndarray) -> None:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel

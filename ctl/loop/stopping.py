@@ -1,6 +1,6 @@
 """How `fit` stops: SIGTERM, Ctrl-C and SIGHUP end a run within a bounded time, saved.
 
-    stopper = Stopper(runner.placement, checkpointer)   # `fit` makes one per run
+    stopper = Stopper(runner.placement, session)   # `fit` makes one per run
     results = compiled_step.run(n)
     stopper.check(step)                       # saves and raises if a signal came
     with stopper.abandonable():               # an evaluation, samples, an export
@@ -58,7 +58,7 @@ from ctl.loop import notebook
 
 if TYPE_CHECKING:
   from ctl.distribute.strategies import Placement
-  from ctl.loop.checkpoints import Checkpointer
+  from ctl.loop.session import Session
 
 # How long an action (evaluation, samples, export) may go on after a SIGTERM
 # before ctl saves and exits from another thread: Python cannot abandon an
@@ -105,14 +105,14 @@ class Stopper:
 
   Args:
     placement: the `ctl.strategies.Placement` of the run (its workers).
-    checkpointer: its `ctl.checkpoints.Checkpointer`, or None (nothing saved;
-      SIGTERM then keeps its default action, ending the process at once).
+    session: the fit's `ctl.loop.session.Session`, which saves, or None (nothing
+      saved; SIGTERM then keeps its default action, ending the process at once).
   """
 
-  def __init__(self, placement: Placement, checkpointer: Checkpointer | None, *,
+  def __init__(self, placement: Placement, session: Session | None, *,
                steps_per_loop: int = 1):
     self._placement = placement
-    self.checkpointer = checkpointer
+    self.session = session
     self._steps_per_loop = steps_per_loop
     self._sigterm = self._sigint = False
     self._abandonable = False
@@ -136,20 +136,20 @@ class Stopper:
     self._one_process = self._placement.workers == 1
     if threading.current_thread() is not threading.main_thread():
       return  # Python delivers signals to the main thread only
-    if checkpointer is not None and _tf_handler_applies(self._placement):
+    if session is not None and _tf_handler_applies(self._placement):
       self._previous[signal.SIGTERM] = signal.getsignal(signal.SIGTERM)
-      self._tf_handler = _TFHandler(self._placement, checkpointer)
+      self._tf_handler = _TFHandler(self._placement, session)
       tf_sigterm = signal.getsignal(signal.SIGTERM)  # sets TF's own flag
       self._catch(signal.SIGTERM, lambda signum, frame: (tf_sigterm(signum, frame),
                                                          self._on_signal(signum)))
-    elif checkpointer is not None:
+    elif session is not None:
       self._catch(signal.SIGTERM, lambda signum, frame: self._on_signal(signum))
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # e.g. a background job
       self._catch(signal.SIGINT, lambda signum, frame: self._on_signal(signum))
     # A closed terminal or a dropped SSH session (SIGHUP): as SIGTERM, which the
     # signal's thread sends (`_hang_up`). `nohup` ignores it: left so.
     self._terminals = []  # stdout and stderr where they are the terminal
-    if checkpointer is not None and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+    if session is not None and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
       self._terminals = [fd for fd in (1, 2) if _is_terminal(fd)]
       # Detached at once in the main thread too, before it writes again.
       self._catch(signal.SIGHUP, lambda signum, frame: self._detach())
@@ -164,10 +164,10 @@ class Stopper:
     sigterm, sigint = agree(self._placement, [sigterm, self._sigint])
     if not (preempted or sigterm or sigint):
       return
-    saved = self.checkpointer is not None
+    saved = self.session is not None
     if saved and not preempted:
       with self._saving:
-        self.checkpointer.save()
+        self.session.save("signal")
     if self._quitting:  # a second Ctrl-C came during the call: no actions
       then = None
       _write("ctl: second Ctrl-C: saved at the end of the compiled call; stopping." if saved
@@ -189,9 +189,9 @@ class Stopper:
     if self._tf_handler is not None and self._tf_handler.received():
       raise self._preempted(step)
     if self._sigterm:
-      raise self._preempted(step, self.checkpointer is not None)
+      raise self._preempted(step, self.session is not None)
     if self._sigint:
-      raise Interrupted(step, self.checkpointer is not None)
+      raise Interrupted(step, self.session is not None)
 
   @contextlib.contextmanager
   def in_call(self, num_steps: int) -> Iterator[None]:
@@ -293,7 +293,7 @@ class Stopper:
     if count == 1:
       self._say(signum)
       doing, abandonable = self._see(signum)
-      if doing is not None and abandonable and self.checkpointer is not None:
+      if doing is not None and abandonable and self.session is not None:
         threading.Thread(target=self._stop_if_stuck, args=(doing, signum), daemon=True,
                          name="ctl-stuck").start()
 
@@ -327,10 +327,10 @@ class Stopper:
     """Saves from a signal's thread; returns what to say of it."""
     try:
       with self._saving:
-        path = self.checkpointer.save()
+        path = self.session.save("signal, from a thread")
       return f"{path} holds every step trained"
     except Exception as e:  # pylint: disable=broad-except
-      return f"the save failed ({e}); the steps since {self.checkpointer.latest} are lost"
+      return f"the save failed ({e}); the steps since {self.session.latest} are lost"
 
   def _stop_if_stuck(self, doing, signum):
     """After SIGTERM or Ctrl-C in an action: if it has not returned within
@@ -365,7 +365,7 @@ class Stopper:
     call, quitting = self._call, self._quitting
     if call is not None:
       self._quitting = True  # the main thread skips the actions due after the call
-    if self.checkpointer is None:
+    if self.session is None:
       if not self._keep_kernel("stops after the compiled call in flight"):
         self._quit_now(", without saving (no workdir)")
       return
@@ -375,7 +375,7 @@ class Stopper:
                                "TensorFlow call returns"):
         self._quit_now(f"; {said}")
       return
-    lost = f"the steps since {self.checkpointer.latest or 'the start'} are lost"
+    lost = f"the steps since {self.session.latest or 'the start'} are lost"
     if call is None or quitting:  # a save in progress, or a third Ctrl-C in a call
       if not self._keep_kernel("the cell stops after the work in progress (restarting "
                                "the kernel stops it now)"):
@@ -432,7 +432,7 @@ class Stopper:
     """The line a signal prints: what will happen, given the work in progress."""
     doing, abandonable = self._see(signum)
     at_rest = doing is not None and abandonable
-    saving = self.checkpointer is not None
+    saving = self.session is not None
     if signum == signal.SIGINT:
       name = "Ctrl-C"
       again = ("; press Ctrl-C again to quit at once" + (
@@ -568,19 +568,19 @@ class _TFHandler:
   SIGTERM flag, and the watcher threads it leaves running.
   """
 
-  def __init__(self, placement, checkpointer):
+  def __init__(self, placement, session):
     global _cluster_handler_made
     self._exited = False
 
     def exit_fn():  # after its save; the Stopper then exits
       self._exited = True
 
-    config = tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn,
-                                                         save_fn=checkpointer.save)
+    config = tf.distribute.experimental.TerminationConfig(
+        exit_fn=exit_fn, save_fn=lambda: session.save("preemption"))
     # The handler restores from the manager it is given: on every worker that
     # is the chief's directory, so all workers restore the same run count.
     self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        placement.resolver, checkpointer.restore_manager,
+        placement.resolver, session.restore_manager,
         termination_config=config)
     _cluster_handler_made = True
 

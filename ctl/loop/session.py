@@ -1,0 +1,355 @@
+"""One `fit`'s resources and the only place they are used: `Session`.
+
+    with Session(compiled_step, history, "runs/x", checkpoint=ctl.Checkpoint()) as session:
+      step = session.restore()             # the one restore of a fit
+      session.begin(run, loggers)          # history.jsonl, metrics.jsonl, manifest, loggers
+      ...
+      session.save("schedule")             # the one save: the loop, a signal, BestCheckpoints
+      session.close("finished")
+
+A session holds the work directory's lock (`ctl.loop.workdir.Lock`), the run's
+one `Checkpointer`, the records (`history.jsonl`, `metrics.jsonl`, the
+manifest) and the loggers, which it calls as methods: the work directory's
+own (`TensorBoard`, `JsonLines`), whose errors stop the run, then the user's
+trackers, each dropped with a warning if it fails. Nothing else in ctl saves
+or restores during a fit: the loop, the `Stopper`, `BestCheckpoints` (through
+`FitContext.keep`) and the dry run all go through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ctl.loop import checkpoints
+from ctl.loop import dry_run as dry_run_lib
+from ctl.loop import history as history_lib
+from ctl.loop import loggers as loggers_lib
+from ctl.loop import manifest as manifest_lib
+from ctl.loop import stopping
+from ctl.loop import workdir as workdir_lib
+from ctl.loop.checkpoints import write_text_atomically
+from ctl.parts import export as export_lib
+
+if TYPE_CHECKING:
+  import tensorflow as tf
+
+  from ctl.loop.actions import Summaries
+  from ctl.parts.steps import TrainStep
+
+_log = logging.getLogger("ctl")
+
+
+class Session:
+  """One fit's lock, checkpointer, records and loggers; see the module docstring.
+
+  Args:
+    compiled_step: the fit's `ctl.steps.TrainStep` (its placement, state and feed).
+    history: the runner's `ctl.History`, which the fit appends to.
+    workdir: the work directory, or None (nothing is written or restored).
+    checkpoint: the fit's `ctl.Checkpoint`, or None (no checkpoints).
+    summaries: the fit's `ctl.Summaries` (the TensorBoard logger's schedule of
+      train scalars), or None.
+    dry: the dry run this fit is (`ctl.loop.dry_run.DryRun`), or None.
+    records: whether to write history.jsonl and metrics.jsonl (False: a fit
+      with checkpoint=False over an earlier run's, which it leaves as they are).
+  """
+
+  def __init__(self, compiled_step: TrainStep, history: history_lib.History,
+               workdir: str | None, *, checkpoint: checkpoints.Checkpoint | None,
+               summaries: Summaries | None = None, dry: dry_run_lib.DryRun | None = None,
+               records: bool = True):
+    self.placement = compiled_step.placement
+    self.is_chief = self.placement.is_chief
+    self.workdir = workdir
+    self.history = history
+    self.checkpoint = checkpoint
+    self.state, self._feed = compiled_step.state, compiled_step.feed
+    self._summaries = summaries
+    self._dry = dry
+    self._records = records
+    self._lock: workdir_lib.Lock | None = None
+    self._checkpointer: checkpoints.Checkpointer | None = None
+    self._loggers: list[loggers_lib.Logger] = []
+    self._own: list[loggers_lib.Logger] = []  # the work directory's: errors stop the run
+    self.timings = dry.timings if dry is not None else None
+    feed = self._feed
+    self.examples_per_step = (None if feed.global_batch_size is None
+                              else feed.global_batch_size * feed.batches_per_step)
+
+  # The work directory and the checkpointer.
+
+  def __enter__(self) -> Session:
+    """Takes the work directory (one writer at a time; a dry run goes back
+    nowhere: it writes nothing) and opens the checkpointer."""
+    resume_from = (self.checkpoint.resume_from if self.checkpoint and self._dry is None
+                   else None)
+    self._lock = _lock(self.placement, self.workdir, resume_from)
+    try:
+      if self.checkpoint:
+        self._checkpointer = self.checkpoint.open(self.placement, self.state, self._feed,
+                                                  self.workdir)
+    except BaseException:
+      self.__exit__(None, None, None)
+      raise
+    return self
+
+  def __exit__(self, *exc_info: object) -> None:
+    if self._lock is not None:
+      self._lock.release()
+      self._lock = None
+
+  @property
+  def saves(self) -> bool:
+    """Whether this fit saves checkpoints."""
+    return self._checkpointer is not None
+
+  @property
+  def latest(self) -> str | None:
+    """The newest checkpoint's path prefix, or None."""
+    return self._checkpointer.latest if self._checkpointer else None
+
+  @property
+  def restore_manager(self) -> tf.train.CheckpointManager:
+    """The manager TF's preemption handler restores through (`ctl.stopping`)."""
+    return self._checkpointer.restore_manager
+
+  def restore(self) -> int:
+    """Restores the newest checkpoint that reads whole (repairing the directory
+    on the chief, see `Checkpointer.restore`); returns the global step.
+
+    A dry run first restores what the real run would resume from (read only),
+    and at its end reads back the checkpoint it saved.
+    """
+    dry = self._dry
+    if dry is not None and not dry.restored:
+      dry.restored = True
+      newest = checkpoints.newest(dry.workdir) if dry.workdir else None
+      if newest:
+        with self.timed(f"restore {newest}"):
+          checkpoints.Checkpointer(self.placement, self.state, self._feed,
+                                   os.path.join(dry.workdir, "checkpoints")).restore()
+    elif dry is not None and self._checkpointer is not None:
+      with self.timed(f"restore {os.path.basename(self.latest or '')}".strip()):
+        return self._checkpointer.restore()
+    if self._checkpointer is None:
+      return int(self.state.global_step.numpy())
+    return self._checkpointer.restore(repair=True)
+
+  def save(self, why: str) -> str | None:
+    """Saves the checkpoint of the current step, on every worker (a save is
+    collective); an already saved step is not saved again. Returns its path
+    on the chief. `why` goes in the log line."""
+    if self._checkpointer is None:
+      return None
+    with self.timed("checkpoint save"):
+      path = self._checkpointer.save()
+    if path:
+      _log.debug("saved %s (%s)", path, why)
+    return path
+
+  def keep(self, into: str) -> str | None:
+    """Saves the current step if it is not saved, and copies its checkpoint
+    into `<workdir>/checkpoints/<into>/` (see `Checkpointer.copy_newest`)."""
+    if self._checkpointer is None:
+      raise ValueError("this fit saves no checkpoints (checkpoint=False): there is none "
+                       "to keep; drop checkpoint=False.")
+    self.save(f"kept in {into}")
+    return self._checkpointer.copy_newest(into) if self.is_chief else None
+
+  @property
+  def checkpoint_directory(self) -> str | None:
+    return self._checkpointer.directory if self._checkpointer else None
+
+  def check_workdir(self, step: int, *, save: bool = True) -> None:
+    """A work directory deleted or moved mid-run is made again, written again
+    and, if `save` (the weights are finite), saved into at once."""
+    if self._lock is None or self._lock.held():
+      return
+    self._lock.release()
+    self._lock = workdir_lib.Lock(self.workdir)
+    for logger in self._loggers:
+      logger.reopen()  # the files in it are new
+    saved = ""
+    if self._checkpointer and self.placement.workers == 1 and save:
+      saved = f"; saved {self.save('workdir made again')}"
+    _log.warning("workdir %s disappeared (deleted or moved), noticed at step %d: made it "
+                 "again and writing to it from here on%s. What was in it is not there.",
+                 self.workdir, step, saved)
+
+  def release_lock(self) -> None:
+    """Releases the lock before the process may end from a signal's thread."""
+    if self._lock is not None:
+      self._lock.release()
+
+  def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
+    """Times the block as `part` in a dry run; else nothing."""
+    return dry_run_lib.timed(self.timings, part)
+
+  # The records and the loggers.
+
+  def begin(self, run: loggers_lib.Run, loggers: Sequence[loggers_lib.Logger]) -> None:
+    """Opens the chief's records and begins its loggers: the work directory's,
+    then `loggers`; appends the fit's manifest."""
+    history_file = self._open_history()
+    metrics_file = self._open_metrics()
+    if not self.is_chief:
+      return
+    if self.workdir is not None:
+      self._own = [loggers_lib.TensorBoard(self.workdir, self._summaries and self._summaries.every,
+                                           optimizers=self.state.optimizers,
+                                           examples_per_step=self.examples_per_step),
+                   loggers_lib.JsonLines(history_file, metrics_file)]
+    for logger in [*self._own, *loggers]:
+      logger.begin(run)  # an error here stops the fit before its first step
+      self._loggers.append(logger)
+    if self.workdir is not None:  # once the trackers took the fit
+      manifest_lib.append(self.workdir, run.manifest)
+
+  def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
+    self._each(first_step, lambda logger: logger.log_steps(first_step, results))
+
+  def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+    if metrics:
+      self._each(step, lambda logger: logger.log_metrics(step, dict(metrics)))
+
+  def log_image(self, step: int, name: str, image: np.ndarray) -> None:
+    self._each(step, lambda logger: logger.log_image(step, name, image))
+
+  def flush(self) -> None:
+    self._each(None, lambda logger: logger.flush())
+
+  def _each(self, step: int | None, call: Callable[[loggers_lib.Logger], None]) -> None:
+    """`call(logger)` for every logger. A tracker that fails is dropped, with
+    a warning: the run goes on, and the work directory keeps its records."""
+    for logger in list(self._loggers):
+      if logger in self._own:
+        call(logger)
+        continue
+      try:
+        call(logger)
+      except Exception as e:  # pylint: disable=broad-except
+        self._loggers.remove(logger)
+        _log.warning("logger %s failed%s (%s: %s); it gets nothing more from this fit, "
+                     "the work directory keeps every record.", type(logger).__name__,
+                     "" if step is None else f" at step {step}", type(e).__name__, e)
+
+  def close(self, status: str) -> None:
+    """Each begun logger's `end`, however the fit ends; one that fails is named."""
+    for logger in reversed(self._loggers):
+      try:
+        logger.end(status)
+      except Exception as e:  # pylint: disable=broad-except
+        _log.warning("%s.end failed: %s: %s", type(logger).__name__, type(e).__name__, e)
+    self._loggers, self._own = [], []
+
+  def _open_history(self):
+    """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
+    first; the runner's history then holds those steps too.
+
+    A file that is new starts with the steps the runner trained in memory before
+    this `fit` (say, a `train` in a notebook), so it holds every step of the
+    weights it follows.
+    """
+    step = int(self.state.global_step.numpy())
+    self.history.drop_from(step)  # restored from a checkpoint: later steps are undone
+    if self.workdir is None or not self.is_chief or not self._records:
+      return None
+    history_file = history_lib.HistoryFile(self.workdir)
+    earlier = history_file.open(step, memory=self.history)
+    if len(earlier.steps):
+      self.history.drop_from(int(earlier.steps[0]))
+      self.history.extend(earlier)
+    return history_file
+
+  def _open_metrics(self):
+    """`<workdir>/metrics.jsonl` on the chief, without the lines of steps after
+    the one the run starts from (a resumed run reports them again)."""
+    if self.workdir is None or not self.is_chief or not self._records:
+      return None
+    step = int(self.state.global_step.numpy())
+    metrics_file = history_lib.HistoryFile(self.workdir, history_lib.METRICS_FILE_NAME,
+                                           every_step=False)
+    metrics_file.open(step + 1)
+    # Lines lost to damage (a cut, a garbage line, a line or the file deleted)
+    # that TensorBoard's events hold.
+    put_back = metrics_file.add(loggers_lib.TensorBoard.scalars(self.workdir, 0, step))
+    if put_back:
+      _log.warning("%s: put back the metrics of step%s %s from TensorBoard's events (as "
+                   "float32 values); the file had lost them", metrics_file.path,
+                   "s" if len(put_back) > 1 else "", ", ".join(map(str, put_back)))
+    return metrics_file
+
+  # The end of a fit.
+
+  def ended(self, step: int) -> bool:
+    """Whether the end of a fit (its save and actions) ran at `step`."""
+    try:
+      with open(self._finished_path()) as f:
+        return int(f.read()) == step
+    except (OSError, TypeError, ValueError):
+      return False
+
+  def mark_ended(self, step: int) -> None:
+    """Notes that the end ran at `step`: a run stopped after its last checkpoint
+    but before, say, its export finds no note when rerun and runs them again."""
+    if self.workdir and self.is_chief:
+      write_text_atomically(self._finished_path(), f"{step}\n")
+
+  def _finished_path(self):
+    return os.path.join(self.workdir, "checkpoints", "finished_step")
+
+
+def _lock(placement, workdir, resume_from):
+  """Locks the work directory on the chief; every worker fails if it cannot.
+
+  Also fails now, not at the first save, if the directory cannot be written,
+  removes what an export killed mid-way left (no other run writes here), and
+  goes back to the checkpoint of step `resume_from`, if not None (the workers
+  restore after it).
+  """
+  if workdir is None:
+    return None
+  lock, error = None, None
+  if placement.is_chief:
+    try:
+      _check_writable(os.path.join(workdir, "checkpoints"), workdir)
+      lock = workdir_lib.Lock(workdir)
+      if resume_from is not None:
+        checkpoints.go_back(
+            os.path.join(workdir, "checkpoints"), resume_from,
+            copied=[os.path.join(workdir, name) for name in (
+                history_lib.FILE_NAME, history_lib.METRICS_FILE_NAME)],
+            moved=[os.path.join(workdir, loggers_lib.NOTES_FOLDER)])
+    except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError) as e:
+      if lock is not None:
+        lock.release()
+        lock = None
+      error = e
+  if stopping.agree(placement, [error is not None])[0]:
+    raise error or workdir_lib.WorkdirInUse(
+        f"the chief could not take workdir {workdir!r}; its error says why.")
+  if lock is not None:  # no export runs: what is there was left by one that was stopped
+    for path in export_lib.remove_scratch(os.path.join(workdir, "export")):
+      _log.info("removed %s, left by an export that was stopped", path)
+  return lock
+
+
+def _check_writable(directory, workdir):
+  """Raises OSError naming the fix if `directory` cannot be written."""
+  try:
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
+      pass
+  except OSError as e:
+    raise OSError(f"workdir {workdir!r} cannot be written ({e.strerror or e}: "
+                  f"{e.filename or directory}); fix its permissions or pass another "
+                  "workdir.") from e
