@@ -420,11 +420,19 @@ def overloaded():
       proc.wait()
 
 
-def second_ctrl_c_in_a_call(work):
+def second_ctrl_c_in_a_call(work, load=lambda: None):
   """Starts the run, pauses it inside the call of steps 4-6, presses Ctrl-C
-  twice; returns the process and the time of the second."""
+  twice; returns the process and the time of the second.
+
+  `load()` puts the machine under load once the run is paused: the calls
+  before it, whose time per step the stopper's estimate of the call's end
+  comes from, ran as they would on an idle machine, so which branch the
+  second Ctrl-C takes (wait for the call, or quit at once) does not depend on
+  how loaded the machine was while the step was traced. The load is left on
+  (the caller's `ExitStack`) until the process has ended."""
   proc = start(work, "--pause-in", "call", "--pause-at", "5")
   wait_for(proc, "PAUSED call 5")
+  load()
   proc.send_signal(signal.SIGINT)
   wait_for(proc, "ctl: Ctrl-C:")
   proc.send_signal(signal.SIGINT)
@@ -447,8 +455,9 @@ def test_a_second_ctrl_c_waits_for_a_call_that_ends_soon_and_saves_it(tmp_path):
 @pytest.mark.parametrize("load", ["idle", "overloaded"])
 def test_a_second_ctrl_c_in_a_call_that_does_not_end_quits_within_the_wait(tmp_path, load):
   work = tmp_path / "work"
-  with overloaded() if load == "overloaded" else contextlib.nullcontext():
-    proc, sent = second_ctrl_c_in_a_call(work)
+  with contextlib.ExitStack() as loads:
+    proc, sent = second_ctrl_c_in_a_call(
+        work, lambda: loads.enter_context(overloaded()) if load == "overloaded" else None)
     exit_code, log = finish(proc)  # without `go`: the call never finishes
     report(f"a second SIGINT inside a compiled call that does not end ({load})",
            time.monotonic() - sent)
