@@ -106,7 +106,8 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
     check_every("Summaries", summaries.every)
   actions = _check_actions(actions)
   session = Session(compiled_step, history, workdir, checkpoint=checkpoint,
-                    summaries=summaries, dry=dry, records=not earlier_run)
+                    summaries=summaries and summaries.every, dry=dry,
+                    records=not earlier_run)
   context = actions_lib.FitContext(session, evaluator=evaluator, dry_run=dry is not None)
   for action in actions:
     action.check(context)

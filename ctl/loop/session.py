@@ -42,7 +42,7 @@ from ctl.parts import export as export_lib
 if TYPE_CHECKING:
   import tensorflow as tf
 
-  from ctl.loop.actions import Summaries
+  from ctl.loop.schedule import Every
   from ctl.parts.steps import TrainStep
 
 _log = logging.getLogger("ctl")
@@ -56,8 +56,8 @@ class Session:
     history: the runner's `ctl.History`, which the fit appends to.
     workdir: the work directory, or None (nothing is written or restored).
     checkpoint: the fit's `ctl.Checkpoint`, or None (no checkpoints).
-    summaries: the fit's `ctl.Summaries` (the TensorBoard logger's schedule of
-      train scalars), or None.
+    summaries: when the TensorBoard logger writes the train scalars (the `every`
+      of the fit's `ctl.Summaries`), or None: never.
     dry: the dry run this fit is (`ctl.loop.dry_run.DryRun`), or None.
     records: whether to write history.jsonl and metrics.jsonl (False: a fit
       with checkpoint=False over an earlier run's, which it leaves as they are).
@@ -65,7 +65,7 @@ class Session:
 
   def __init__(self, compiled_step: TrainStep, history: history_lib.History,
                workdir: str | None, *, checkpoint: checkpoints.Checkpoint | None,
-               summaries: Summaries | None = None, dry: dry_run_lib.DryRun | None = None,
+               summaries: Every | None = None, dry: dry_run_lib.DryRun | None = None,
                records: bool = True):
     self.placement = compiled_step.placement
     self.is_chief = self.placement.is_chief
@@ -165,10 +165,6 @@ class Session:
     self.save(f"kept in {into}")
     return self._checkpointer.copy_newest(into) if self.is_chief else None
 
-  @property
-  def checkpoint_directory(self) -> str | None:
-    return self._checkpointer.directory if self._checkpointer else None
-
   def check_workdir(self, step: int, *, save: bool = True) -> None:
     """A work directory deleted or moved mid-run is made again, written again
     and, if `save` (the weights are finite), saved into at once."""
@@ -204,7 +200,7 @@ class Session:
     if not self.is_chief:
       return
     if self.workdir is not None:
-      self._own = [loggers_lib.TensorBoard(self.workdir, self._summaries and self._summaries.every,
+      self._own = [loggers_lib.TensorBoard(self.workdir, self._summaries,
                                            optimizers=self.state.optimizers,
                                            examples_per_step=self.examples_per_step),
                    loggers_lib.JsonLines(history_file, metrics_file)]
