@@ -20,8 +20,8 @@ import typing as _typing
 # not import TensorFlow.
 _EXPORTS = {
     "Runner": "runner", "StepContext": "context", "make_strategy": "strategies",
-    "choose_strategy": "strategies", "configure_logical_cpus": "strategies",
-    "STRATEGY_NAMES": "strategies", "worker": "strategies", "Worker": "strategies",
+    "choose_strategy": "distribute.cluster", "configure_logical_cpus": "strategies",
+    "STRATEGY_NAMES": "strategies", "worker": "strategies", "Worker": "distribute.placement",
     "Action": "actions", "FitContext": "actions", "Every": "schedule",
     "Checkpoint": "checkpoints", "Summaries": "actions", "Samples": "actions",
     "Evaluate": "actions", "Export": "actions", "Profile": "actions",
@@ -32,7 +32,6 @@ _EXPORTS = {
     "EachStep": "history", "read_history": "history",
     "Logger": "loggers", "MLflow": "loggers", "WandB": "loggers",
 }
-_RENAMED = {"STRATEGY_NAMES": "NAMES"}
 
 
 # Each module's short name, `ctl.<name>`, for its home in a subpackage
@@ -65,7 +64,7 @@ _MODULES = {
 def __getattr__(name: str) -> _typing.Any:
   if name in _EXPORTS:
     module = _importlib.import_module(_MODULES.get(_EXPORTS[name], f"ctl.{_EXPORTS[name]}"))
-    value = getattr(module, _RENAMED.get(name, name))
+    value = getattr(module, name)
   else:  # a submodule, e.g. ctl.checkpoints (ctl.loop.checkpoints)
     module = _MODULES.get(name, f"ctl.{name}")
     try:

@@ -19,7 +19,7 @@ import tensorflow as tf
 import yaml
 
 import ctl
-from ctl.distribute import strategies
+from ctl.distribute import cluster as cluster_lib
 
 import helpers
 
@@ -139,31 +139,31 @@ def ai_platform_cluster_spec(task_type, index):
 ])
 def test_cloud_trainers_clusters_read_as_tensorflow_names_them(env, strategy, task):
   assert choose(env)[0] == strategy
-  config = strategies.parse_tf_config(env)
+  config = cluster_lib.parse_tf_config(env)
   assert (config["task"]["type"], config["task"]["index"]) == task
-  assert set(config["cluster"]) <= set(strategies.TASK_TYPES) - {"evaluator"}
+  assert set(config["cluster"]) <= set(cluster_lib.TASK_TYPES) - {"evaluator"}
   assert config["environment"] == "cloud" and "job" in config  # kept as they were
 
 
 def test_tf_config_wins_over_cluster_spec():
   env = dict(vertex_cluster_spec("workerpool1", 0), **ai_platform_tf_config("worker", 1))
-  assert strategies.parse_tf_config(env)["task"] == json.loads(env["TF_CONFIG"])["task"]
+  assert cluster_lib.parse_tf_config(env)["task"] == json.loads(env["TF_CONFIG"])["task"]
 
 
 def test_export_tf_config_writes_what_tensorflow_reads_only_when_it_differs(caplog):
   env = ai_platform_tf_config("master", 0, chief="master")
   with caplog.at_level("INFO", logger="ctl"):
-    strategies.export_tf_config(env)
+    cluster_lib.export_tf_config(env)
   config = json.loads(env["TF_CONFIG"])
   assert config["task"]["type"] == "chief" and "master" not in config["cluster"]
   assert "this task is chief 0 of {'chief': 1, 'worker': 2}" in caplog.text
   env = vertex_cluster_spec("workerpool1", 1)
-  strategies.export_tf_config(env)
+  cluster_lib.export_tf_config(env)
   assert json.loads(env["TF_CONFIG"])["cluster"]["chief"] == [
       "cmle-training-workerpool0-ab-0:2222"]
   for env in (kubeflow_tf_config("worker", 1, chief=1, worker=2), {}):
     before = dict(env)
-    strategies.export_tf_config(env)
+    cluster_lib.export_tf_config(env)
     assert env == before  # nothing renamed: TF_CONFIG left byte for byte
 
 
@@ -222,7 +222,7 @@ def test_slurm_resolver_as_multi_worker_builds_it(rank, task_id, monkeypatch, no
   for key, value in slurm_env(rank).items():
     monkeypatch.setenv(key, value)
   monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-  resolver = strategies.slurm_cluster_resolver(num_gpus=0)
+  resolver = cluster_lib.slurm_cluster_resolver(num_gpus=0)
   assert resolver.cluster_spec().as_dict() == {"worker": ["node01:23456", "node02:23456"]}
   assert (resolver.task_type, resolver.task_id) == ("worker", task_id)
   assert resolver.num_accelerators() == {}  # CPU replicas, not GPU:0
@@ -234,7 +234,7 @@ def test_slurm_resolver_with_several_tasks_per_node(monkeypatch, no_shell_tools)
   env = slurm_env(3, tasks=4, nodes="gpu[7,9]", tasks_per_node="2(x2)")
   for key, value in dict(env, CTL_SLURM_PORT_BASE="30000").items():
     monkeypatch.setenv(key, value)
-  resolver = strategies.slurm_cluster_resolver(num_gpus=2)
+  resolver = cluster_lib.slurm_cluster_resolver(num_gpus=2)
   assert resolver.cluster_spec().as_dict() == {
       "worker": ["gpu7:30000", "gpu7:30001", "gpu9:30000", "gpu9:30001"]}
   assert (resolver.task_type, resolver.task_id) == ("worker", 3)
@@ -244,11 +244,11 @@ def test_slurm_resolver_with_several_tasks_per_node(monkeypatch, no_shell_tools)
 def test_slurm_resolver_outside_a_step_names_the_fix(monkeypatch):
   monkeypatch.delenv("SLURM_STEP_NUM_TASKS", raising=False)
   with pytest.raises(RuntimeError, match="not in a Slurm job step of several tasks.*srun"):
-    strategies.slurm_cluster_resolver(num_gpus=0)
+    cluster_lib.slurm_cluster_resolver(num_gpus=0)
   for key, value in dict(slurm_env(0), CTL_SLURM_PORT_BASE="http").items():
     monkeypatch.setenv(key, value)
   with pytest.raises(ValueError, match=r"CTL_SLURM_PORT_BASE \('http'\) must be a port"):
-    strategies.slurm_cluster_resolver(num_gpus=0)
+    cluster_lib.slurm_cluster_resolver(num_gpus=0)
 
 
 def _free_port_pair():
@@ -336,7 +336,7 @@ def test_tpu_is_chosen_first(env, devices):
 
 def test_tpu_devices_are_looked_for_on_disk(monkeypatch):
   looked = []
-  monkeypatch.setattr(strategies.os.path, "exists",
+  monkeypatch.setattr(cluster_lib.os.path, "exists",
                       lambda p: looked.append(p) or p == "/dev/accel0")
   assert ctl.choose_strategy(env={}, num_gpus=0)[0] == "tpu"
   assert "/dev/accel0" in looked
@@ -413,7 +413,7 @@ def test_trainjob_manifest():
     env = {"TF_CONFIG": tf_config.replace("$(TASK_INDEX)", str(i))}
     assert choose(env) == ("multi_worker", f"TF_CONFIG names {nodes} workers "
                                            "(chief + worker tasks)")
-    config = strategies.parse_tf_config(env)
+    config = cluster_lib.parse_tf_config(env)
     # JobSet's pod hostnames: <jobset>-<replicated job>-<job index>-<pod index>.<subdomain>
     assert config["cluster"]["worker"][i] == f"{name}-node-0-{i}.{name}:2222"
     assert config["task"] == {"type": "worker", "index": i}

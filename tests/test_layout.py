@@ -163,8 +163,10 @@ def test_public_functions_are_annotated(package):
 
 
 # What a strategy is (its replicas, workers, chief, kind) is decided in
-# ctl/distribute/strategies.py, once, as a `Placement`; every other module asks that.
-_STRATEGY_HOME = (os.path.join("ctl", "distribute", "strategies.py"), _TF_HOME)
+# ctl/distribute/strategies.py, once, as a `Placement` (ctl/distribute/placement.py);
+# every other module asks that.
+_STRATEGY_HOME = (os.path.join("ctl", "distribute", "strategies.py"),
+                  os.path.join("ctl", "distribute", "placement.py"), _TF_HOME)
 _STRATEGY_INSPECTIONS = {"extended", "num_replicas_in_sync", "cluster_resolver"}
 
 
@@ -174,6 +176,8 @@ def _strategy_inspections(tree):
     if not isinstance(node, ast.Attribute):
       continue
     text = ast.unparse(node)
+    if text == "tf.distribute.cluster_resolver":  # TF's module of resolvers
+      continue
     if node.attr in _STRATEGY_INSPECTIONS or (
         re.fullmatch(r"tf\.distribute\.(experimental\.)?\w+Strategy", text)
         and text != "tf.distribute.Strategy"):

@@ -10,6 +10,8 @@ import tensorflow as tf
 
 import ctl
 from ctl.base import _tf_internal
+from ctl.distribute import placement as placement_lib
+from ctl.distribute import strategies
 
 import helpers
 
@@ -38,7 +40,7 @@ def test_mirrored_uses_every_logical_cpu_by_default():
 def test_mirrored_cross_device_ops_knob(ops):
   strategy = ctl.make_strategy("mirrored", logical_cpus=2, cross_device_ops=ops)
   assert isinstance(_tf_internal.cross_device_ops(strategy),
-                    ctl.strategies.CROSS_DEVICE_OPS[ops])
+                    strategies.CROSS_DEVICE_OPS[ops])
 
 
 @pytest.mark.parametrize("name, knob", [
@@ -172,7 +174,7 @@ def test_multi_worker_index_counts_the_chief_first(cluster, task, expected):
   assert ctl.worker(strategy) == expected
 
 
-# A new kind of strategy: described once, in ctl.strategies, and every module follows.
+# A new kind of strategy: described once, in ctl.distribute.placement, and every module follows.
 
 class _Engine(tf.distribute.OneDeviceStrategy):
   """A strategy ctl was not written for (an engine's own, say). On one device:
@@ -201,12 +203,11 @@ def _tiny_runner(strategy, **options):
 
 
 def test_a_new_kind_is_described_once_and_every_module_follows_it():
-  from ctl.distribute import strategies
   ctl.make_strategy("mirrored", logical_cpus=2)  # the module's devices, before any op
   strategy = _Engine("/cpu:0")
   # A subclass is of its base's kind until described as a kind of its own.
   assert strategies.placement(strategy).kind.name == "one_device"
-  kind = strategies.register(strategies.Kind(
+  kind = placement_lib.register(placement_lib.Kind(
       "engine", _Engine, merge_call_updates=True,
       not_eager="its engine runs compiled programs only"))
   try:
@@ -225,21 +226,21 @@ def test_a_new_kind_is_described_once_and_every_module_follows_it():
                                rtol=1e-6)
     assert runner.placement.kind is kind
   finally:
-    del strategies.KINDS["engine"]
+    del placement_lib.KINDS["engine"]
 
 
 def test_a_strategy_of_no_known_kind_is_refused_naming_what_to_describe():
-  from ctl.distribute import strategies
 
   class Bare(tf.distribute.Strategy):
     pass
 
   with pytest.raises(TypeError, match=r"strategy Bare is of no kind ctl knows .*"
-                     r"ctl.strategies.register\(ctl.strategies.Kind\('my_kind', Bare"):
+                     r"ctl.distribute.placement.register\(ctl.distribute.placement.Kind\("
+                     r"'my_kind', Bare"):
     strategies.placement(Bare.__new__(Bare))
   with pytest.raises(TypeError, match="strategy must be a tf.distribute.Strategy or one "
                      "of auto, default"):
     ctl.Runner(lambda ctx, x: {}, lambda: ({}, {}), tf.data.Dataset.range(1).batch(1),
                strategy=object())
   with pytest.raises(ValueError, match="is already kind 'mirrored'"):
-    strategies.register(strategies.Kind("mine", tf.distribute.MirroredStrategy))
+    placement_lib.register(placement_lib.Kind("mine", tf.distribute.MirroredStrategy))

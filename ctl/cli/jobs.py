@@ -438,11 +438,11 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
     strategies.configure_logical_cpus(args.logical_cpus)  # before any TF op
   if getattr(args, "strategy", None):
     from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
-    if args.strategy not in strategies.NAMES:
+    if args.strategy not in strategies.STRATEGY_NAMES:
       raise experiments.ConfigError(
           f"--strategy {args.strategy!r} is not a strategy name"
-          f"{experiments.did_you_mean(args.strategy, strategies.NAMES)}; use one of "
-          f"{', '.join(strategies.NAMES)}.")
+          f"{experiments.did_you_mean(args.strategy, strategies.STRATEGY_NAMES)}; use one of "
+          f"{', '.join(strategies.STRATEGY_NAMES)}.")
   name = args.experiment or experiments.default_experiment()
   make = experiments.resolve_experiment(name)
   experiments.parse_gin([args.config], args.gin)

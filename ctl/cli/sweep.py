@@ -201,11 +201,11 @@ def _check_config(args, axes, seeds):
   config = experiments.find_config(args.config)
   name = args.experiment or experiments.default_experiment()
   make = experiments.resolve_experiment(name)
-  if args.strategy and args.strategy not in strategies.NAMES:
+  if args.strategy and args.strategy not in strategies.STRATEGY_NAMES:
     raise experiments.ConfigError(
         f"--strategy {args.strategy!r} is not a strategy name"
-        f"{experiments.did_you_mean(args.strategy, strategies.NAMES)}; use one of "
-        f"{', '.join(strategies.NAMES)}.")
+        f"{experiments.did_you_mean(args.strategy, strategies.STRATEGY_NAMES)}; use one of "
+        f"{', '.join(strategies.STRATEGY_NAMES)}.")
   seed_binding = args.seed_binding
   if seed_binding is None:
     gin_name = experiments.gin_name(make)

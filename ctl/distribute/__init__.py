@@ -1,2 +1,2 @@
-"""Distribution: strategies by name and what each kind is (`Placement`), waiting for a
-cluster's peers, and local multi-process clusters (`ctl launch`, no TensorFlow)."""
+"""Distribution: strategies by name, what each kind is (`placement`), where this task is
+(`cluster`), waiting for a cluster's peers, and local multi-process clusters (`ctl launch`)."""

@@ -1,4 +1,5 @@
-"""Strategies by name: one function from a string to a `tf.distribute.Strategy`.
+"""Strategies by name: one function from a string to a `tf.distribute.Strategy`;
+and, for a strategy made, its `Placement` (`placement`, `kind_of`, `worker`).
 
 Call it first, before any other TensorFlow work: logical CPU devices and
 collective ops can only be configured before TensorFlow runs its first op, and
@@ -12,15 +13,10 @@ collective ops can only be configured before TensorFlow runs its first op, and
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 from collections.abc import Mapping
-from collections.abc import MutableMapping
 from collections.abc import Sequence
-from typing import Any
-from typing import NamedTuple
 from typing import TypeAlias
 
 import tensorflow as tf
@@ -28,13 +24,18 @@ import tensorflow as tf
 from ctl.base import _tf_internal
 from ctl.base import arguments
 from ctl.base.constants import READY_DIR_VARIABLE
+from ctl.distribute import cluster
 from ctl.distribute import launch
 from ctl.distribute import peers
+from ctl.distribute.placement import KINDS
+from ctl.distribute.placement import Kind
+from ctl.distribute.placement import Placement
+from ctl.distribute.placement import Worker
 
 logger = logging.getLogger("ctl")
 
-NAMES = ("auto", "default", "one_device", "mirrored", "central_storage",
-         "multi_worker", "parameter_server", "tpu")
+STRATEGY_NAMES = ("auto", "default", "one_device", "mirrored", "central_storage",
+                  "multi_worker", "parameter_server", "tpu")
 
 ClusterCoordinator: TypeAlias = tf.distribute.experimental.coordinator.ClusterCoordinator
 """What schedules the steps of a `parameter_server` run on its workers."""
@@ -62,7 +63,7 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
   """Returns the `tf.distribute.Strategy` called `name`.
 
   Args:
-    name: one of `NAMES`. `auto` picks from the machine and logs why (see
+    name: one of `STRATEGY_NAMES`. `auto` picks from the machine and logs why (see
       `choose_strategy`).
     logical_cpus: split the CPU into this many logical devices, so that
       `mirrored` and `central_storage` have that many replicas on a machine
@@ -97,9 +98,10 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
     RuntimeError: when the devices can no longer be configured because
       TensorFlow already ran an op, or when no TPU or cluster is reachable.
   """
-  if name not in NAMES:
-    raise ValueError(f"strategy {name!r} is not known{arguments.did_you_mean(name, NAMES)}; "
-                     f"use one of {', '.join(NAMES)}.")
+  if name not in STRATEGY_NAMES:
+    raise ValueError(f"strategy {name!r} is not known"
+                     f"{arguments.did_you_mean(name, STRATEGY_NAMES)}; "
+                     f"use one of {', '.join(STRATEGY_NAMES)}.")
   launch.watch_launcher()  # in a task of `ctl launch`: stop if the launcher dies
   for knob, value, default, users in (
       ("cross_device_ops", cross_device_ops, None, ("mirrored",)),
@@ -120,11 +122,11 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
   if name in ("auto", "multi_worker", "parameter_server"):
     peers.startup_timeout(startup_timeout)  # a bad value fails before any wait
     peers.heartbeat_timeout(heartbeat_timeout)
-    export_tf_config()  # AI Platform's and Vertex AI's names, as TF reads them
+    cluster.export_tf_config()  # AI Platform's and Vertex AI's names, as TF reads them
   if logical_cpus is not None:
     configure_logical_cpus(logical_cpus)
   if name == "auto":
-    name, reason = choose_strategy()
+    name, reason = cluster.choose_strategy()
     if name == "default" and (logical_cpus or 1) > 1:
       name, reason = "mirrored", f"no TPU, cluster or GPU, and logical_cpus={logical_cpus}"
     logger.info("strategy 'auto' chose %r: %s", name, reason)
@@ -154,7 +156,7 @@ def announce_ready(env: Mapping[str, str] | None = None) -> None:
   directory = env.get(READY_DIR_VARIABLE)
   if not directory:
     return
-  task = parse_tf_config(env).get("task", {})
+  task = cluster.parse_tf_config(env).get("task", {})
   name = f"{task.get('type', 'worker')}-{task.get('index', 0)}"
   os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, name), "w") as f:
@@ -185,235 +187,6 @@ def configure_logical_cpus(count: int) -> None:
           "program, before creating any dataset, tensor or model.") from None
 
 
-def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None = None,
-                    tpu_devices: bool | None = None) -> tuple[str, str]:
-  """Decides what `auto` means on this machine.
-
-  Only cheap local signals are read: probing for a TPU over the network can
-  stall for minutes on a machine that has none. In order:
-
-  1. `TPU_NAME` or `COLAB_TPU_ADDR` set, or TPU chips attached: `tpu`.
-  2. A cluster in `TF_CONFIG` (what Kubeflow's TFJob, Vertex AI, AI Platform
-     and `ctl launch` set) or, without it, in `CLUSTER_SPEC` (Vertex AI's and
-     AI Platform's custom containers), its task types as `parse_tf_config`
-     names them: `parameter_server` if it has a `ps` job; `multi_worker` if
-     it has more than one `chief` + `worker` task. A task of type `evaluator`
-     evaluates beside the training cluster, not in it, so it gets a local
-     strategy. `TF_CONFIG` wins over Slurm when both are present.
-  3. A Slurm job step of more than one task (`srun` inside an allocation:
-     `SLURM_JOB_ID` and `SLURM_STEP_NUM_TASKS` > 1): `multi_worker`, its
-     cluster read from Slurm's variables (see `slurm_cluster_resolver`).
-     Parameter-server training on Slurm is not supported: use `TF_CONFIG`.
-  4. Otherwise by GPUs: `mirrored` for several, `one_device` for one,
-     `default` for none.
-
-  Args:
-    env: environment variables (default `os.environ`).
-    num_gpus: GPU count (default: TensorFlow's physical GPUs).
-    tpu_devices: whether TPU chips are attached (default: `/dev/accel0` or
-      `/dev/vfio/0` exists, as on a Cloud TPU VM).
-
-  Returns:
-    `(name, reason)`.
-
-  Raises:
-    ValueError: if `TF_CONFIG` is malformed or its task is not in its cluster.
-  """
-  env = os.environ if env is None else env
-  if tpu_devices is None:
-    tpu_devices = os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
-  if env.get("TPU_NAME") or env.get("COLAB_TPU_ADDR"):
-    return "tpu", "TPU_NAME or COLAB_TPU_ADDR is set"
-  if tpu_devices:
-    return "tpu", "TPU chips are attached to this host"
-  config = parse_tf_config(env)
-  note = ""
-  if config.get("cluster") or "sparseCluster" in config:
-    cluster, task = _check_tf_config(config)
-    if task.get("type") == "evaluator":
-      # A side-car evaluator reads the checkpoints the workers write; joining
-      # their collectives (or coordinating their parameter servers) would
-      # make it a second trainer.
-      note = "TF_CONFIG task is an 'evaluator', which does not train: "
-    elif cluster.get("ps"):
-      return "parameter_server", "TF_CONFIG names a 'ps' job"
-    elif _training_workers(cluster) > 1:
-      return "multi_worker", (f"TF_CONFIG names {_training_workers(cluster)} "
-                              "workers (chief + worker tasks)")
-  else:
-    tasks = slurm_step_tasks(env)
-    if tasks > 1:
-      return "multi_worker", (f"Slurm job {env.get('SLURM_JOB_ID')} runs this step "
-                              f"as {tasks} tasks (SLURM_STEP_NUM_TASKS)")
-    if _int(env.get("SLURM_NTASKS")) > 1 and env.get("SLURM_JOB_ID"):
-      logger.warning(
-          "Slurm job %s has SLURM_NTASKS=%s but this process was not started by "
-          "srun (no SLURM_STEP_NUM_TASKS), so it is one process on its own; to "
-          "train on every task, run it as `srun ctl train ...`.",
-          env.get("SLURM_JOB_ID"), env.get("SLURM_NTASKS"))
-  if num_gpus is None:
-    num_gpus = len(tf.config.list_physical_devices("GPU"))
-  if num_gpus > 1:
-    return "mirrored", f"{note}{num_gpus} GPUs are visible"
-  if num_gpus == 1:
-    return "one_device", f"{note}1 GPU is visible"
-  return "default", f"{note}no TPU, cluster or GPU found: one CPU device"
-
-
-# The task types TensorFlow's multi-worker code accepts (multi_worker_util).
-TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-
-
-def _training_workers(cluster):
-  # The chief trains too; TF counts it as a worker (multi_worker_util.worker_count).
-  return len(cluster.get("chief", ())) + len(cluster.get("worker", ()))
-
-
-def _check_tf_config(config):
-  """Returns `(cluster, task)` of a TF_CONFIG with a cluster, or raises naming the fix."""
-  if "sparseCluster" in config and not config.get("cluster"):
-    raise arguments.VariableError(
-        "TF_CONFIG has a 'sparseCluster' (Kubeflow TFJob with enableDynamicWorker: "
-        "true), which MultiWorkerMirroredStrategy and ParameterServerStrategy "
-        "cannot use; set enableDynamicWorker: false in the TFJob spec.")
-  cluster = config["cluster"]
-  for job, addresses in cluster.items():
-    if job not in TASK_TYPES:
-      raise arguments.VariableError(f"TF_CONFIG cluster has a job {job!r}; TensorFlow knows only "
-                       f"{', '.join(TASK_TYPES)} (and ctl reads "
-                       f"{', '.join(TASK_TYPE_ALIASES)} as theirs). Rename it.")
-    if (not isinstance(addresses, list) or not addresses
-        or not all(isinstance(a, str) and ":" in a for a in addresses)):
-      raise arguments.VariableError(f"TF_CONFIG cluster job {job!r} must be a non-empty list of "
-                       f"'host:port' strings, got {addresses!r}.")
-  for job in ("chief", "evaluator"):
-    if len(cluster.get(job, ())) > 1:
-      raise arguments.VariableError(f"TF_CONFIG cluster has {len(cluster[job])} {job!r} tasks; "
-                       f"TensorFlow allows one. Make the others 'worker' tasks.")
-  task = config.get("task")
-  if not isinstance(task, dict) or "type" not in task:
-    raise arguments.VariableError(
-        f"TF_CONFIG names a cluster but not this process's task (got task={task!r}); "
-        'add "task": {"type": "worker", "index": <i>} (Kubeflow and `ctl launch` '
-        "set it for each task).")
-  kind, index = task["type"], task.get("index", 0)
-  if kind not in TASK_TYPES:
-    raise arguments.VariableError(f"TF_CONFIG task type {kind!r} is not one of "
-                                  f"{', '.join(TASK_TYPES)}.")
-  # TF lets an evaluator be left out of the cluster (it is not part of
-  # training), whatever its index: AI Platform may run several.
-  count = (len(cluster.get(kind, ())) if kind != "evaluator" or kind in cluster
-           else float("inf"))
-  if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
-    raise arguments.VariableError(f"TF_CONFIG task {kind!r} index {index!r} is not in the cluster, "
-                     f"which has {count} {kind!r} task(s); use 0 to {count - 1}.")
-  return cluster, task
-
-
-def _int(text):
-  try:
-    return int(text)
-  except (TypeError, ValueError):
-    return 0
-
-
-def slurm_step_tasks(env: Mapping[str, str] | None = None) -> int:
-  """The number of tasks of this Slurm job step (0 outside `srun`).
-
-  `srun` sets `SLURM_STEP_NUM_TASKS` for each task it starts; a batch script
-  run by `sbatch` has only `SLURM_NTASKS`, and a process started from it
-  without `srun` is one process, whatever the allocation.
-  """
-  env = os.environ if env is None else env
-  if not env.get("SLURM_JOB_ID"):
-    return 0
-  return _int(env.get("SLURM_STEP_NUM_TASKS"))
-
-
-# Slurm tasks listen on SLURM_PORT_BASE + their index on the node (TF's own
-# default, 8888, is Jupyter's, which clusters often run on compute nodes).
-# Set CTL_SLURM_PORT_BASE to move it, e.g. when two jobs share a node.
-SLURM_PORT_BASE = 23456
-SLURM_PORT_BASE_VARIABLE = "CTL_SLURM_PORT_BASE"
-
-
-class _SlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-  """TF's Slurm resolver, also for nodes without GPUs.
-
-  TF's resolver lays tasks out on a node by stepping through its GPUs, so with
-  no GPUs it makes no tasks (a zero step), and it reports `gpus_per_task`
-  GPUs, which MultiWorkerMirroredStrategy then places replicas on. This one
-  lays tasks out as if each had at least one GPU but reports the GPUs this
-  process really sees (Slurm's `--gpus-per-task` binds them).
-  """
-
-  def __init__(self, num_gpus, **kwargs):
-    super().__init__(**kwargs)
-    self._visible_gpus = num_gpus
-
-  def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
-    del task_type, task_id, config_proto
-    return {"GPU": self._visible_gpus} if self._visible_gpus else {}
-
-
-def slurm_cluster_resolver(num_gpus: int | None = None, env: Mapping[str, str] | None = None
-                           ) -> tf.distribute.cluster_resolver.SlurmClusterResolver:
-  """The cluster of this Slurm job step, as `multi_worker` builds it.
-
-  TF's `SlurmClusterResolver` reads `SLURM_PROCID` (this task's rank),
-  `SLURM_STEP_NUM_TASKS`, `SLURM_STEP_NODELIST` (expanded in Python, e.g.
-  `node[01-02]`; no `scontrol` call) and `SLURM_STEP_TASKS_PER_NODE` (e.g.
-  `1(x2)`) from `os.environ`. Every task is a `worker`; the task of rank 0 is
-  worker 0, the chief. Task `i` on a node listens on port
-  `SLURM_PORT_BASE + i` (`$CTL_SLURM_PORT_BASE` overrides it). The resolver
-  does not set `CUDA_VISIBLE_DEVICES`: give each task its GPUs with Slurm
-  (`--gpus-per-task`) or run one task per node.
-
-  Args:
-    num_gpus: GPUs this task uses (default: TensorFlow's physical GPUs).
-    env: environment variables to check (default `os.environ`; the resolver
-      itself always reads `os.environ`).
-
-  Raises:
-    RuntimeError: outside a Slurm step of several tasks, or when a variable
-      the resolver needs is missing.
-  """
-  env = os.environ if env is None else env
-  tasks = slurm_step_tasks(env)
-  if tasks < 2:
-    raise RuntimeError(
-        "not in a Slurm job step of several tasks (SLURM_JOB_ID="
-        f"{env.get('SLURM_JOB_ID')!r}, SLURM_STEP_NUM_TASKS="
-        f"{env.get('SLURM_STEP_NUM_TASKS')!r}); start every task with `srun` "
-        "inside an allocation of 2 or more tasks, or set TF_CONFIG.")
-  port_base = env.get(SLURM_PORT_BASE_VARIABLE) or SLURM_PORT_BASE
-  if not str(port_base).isdigit() or not 0 < int(port_base) < 65536:
-    raise arguments.VariableError(f"{SLURM_PORT_BASE_VARIABLE} ({port_base!r}) must be a port "
-                     "number, e.g. 23456.")
-  if num_gpus is None:
-    num_gpus = len(tf.config.list_physical_devices("GPU"))
-  per_task = max(num_gpus, 1)
-  # No node has more tasks than the step, so `per_task * tasks` "GPUs" per node
-  # leave room for every task; TF would otherwise run nvidia-smi to count them.
-  return _SlurmClusterResolver(num_gpus, port_base=int(port_base),
-                               gpus_per_node=per_task * tasks, gpus_per_task=per_task,
-                               auto_set_gpu=False)
-
-
-class Worker(NamedTuple):
-  """This process's place among those that run the training program: `worker(strategy)`.
-
-  Attributes:
-    index: 0 to `count - 1`; the chief (TF_CONFIG's `chief`, else worker 0) is 0.
-    count: processes that run the replicas in sync.
-    is_chief: whether this process writes summaries, samples, exports and kept
-      checkpoints (what `FitContext.is_chief` says inside an action).
-  """
-  index: int
-  count: int
-  is_chief: bool
-
-
 def worker(strategy: tf.distribute.Strategy | None = None) -> Worker:
   """Which process this is, from `strategy` (default: the current one), not TF_CONFIG.
 
@@ -426,136 +199,6 @@ def worker(strategy: tf.distribute.Strategy | None = None) -> Worker:
   """
   strategy = strategy or tf.distribute.get_strategy()
   return _worker(strategy, kind_of(strategy))
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-  """What ctl needs to know of a kind of strategy: the same for every instance.
-
-  Every other module asks a `Placement` (which holds its kind) instead of
-  looking at the strategy's class. A new kind is described here, in `KINDS`,
-  or by `register(Kind(...))`; a strategy of no known kind is refused when a
-  runner is made, naming what to describe.
-
-  Attributes:
-    name: the kind's name (`make_strategy`'s, for the built-in ones).
-    strategy_class: the `tf.distribute.Strategy` class (its subclasses are of
-      this kind too, unless registered as kinds of their own).
-    multi_process: its replicas span processes that run the program in sync,
-      one per worker of its cluster (`multi_worker`).
-    asynchronous: this process only schedules the steps, each on a free
-      worker, which updates shared variables as it finishes (parameter
-      servers); there is no evaluation in it and no eager mode.
-    distributed_datasets: its input must come through TF's distributed
-      datasets (a TPU program cannot call a host-side iterator).
-    merge_call_updates: variables are updated through merge calls from the
-      replicas, which TF cannot run inside a `tf.cond` in replica context (so
-      Keras' `gradient_accumulation_steps` and `ema_overwrite_frequency`,
-      which update under one, fail).
-    merge_call_gradients: the gradient's sum over replicas is a merge call,
-      which XLA cannot compile: `jit_compile` compiles each update instead.
-    xla_always: the whole step is compiled with XLA anyway (a TPU).
-    replica_updates: Keras may update its own variables from each replica
-      (False under central storage, which refuses it: EMA, loss scaling).
-    not_eager: why the step cannot run eagerly under it (None: it can).
-    label: what messages call it (default: the class's name).
-  """
-  name: str
-  strategy_class: type
-  multi_process: bool = False
-  asynchronous: bool = False
-  distributed_datasets: bool = False
-  merge_call_updates: bool = False
-  merge_call_gradients: bool = False
-  xla_always: bool = False
-  replica_updates: bool = True
-  not_eager: str | None = None
-  label: str = ""
-
-  def __str__(self) -> str:
-    return self.label or self.strategy_class.__name__
-
-
-KINDS: dict[str, Kind] = {}
-
-
-def register(kind: Kind) -> Kind:
-  """Makes `kind` known to every `placement` from now on; returns it."""
-  if not isinstance(kind, Kind):
-    raise TypeError(f"register takes a ctl.strategies.Kind, got {kind!r}.")
-  if not (isinstance(kind.strategy_class, type) and
-          issubclass(kind.strategy_class, tf.distribute.Strategy)):
-    raise TypeError(f"Kind {kind.name!r}: strategy_class must be a subclass of "
-                    f"tf.distribute.Strategy, got {kind.strategy_class!r}.")
-  for other in KINDS.values():
-    if kind.name != other.name and kind.strategy_class is other.strategy_class:
-      raise ValueError(f"Kind {kind.name!r}: {kind.strategy_class.__name__} is already "
-                       f"kind {other.name!r}.")
-  KINDS[kind.name] = kind
-  return kind
-
-
-for _kind in (
-    Kind("default", _tf_internal.default_strategy_class(), label="the default strategy"),
-    Kind("one_device", tf.distribute.OneDeviceStrategy),
-    Kind("mirrored", tf.distribute.MirroredStrategy, merge_call_updates=True,
-         merge_call_gradients=True),
-    Kind("central_storage", tf.distribute.experimental.CentralStorageStrategy,
-         merge_call_updates=True, replica_updates=False),
-    Kind("multi_worker", tf.distribute.MultiWorkerMirroredStrategy, multi_process=True,
-         merge_call_updates=True, merge_call_gradients=True,
-         label="MultiWorkerMirroredStrategy"),
-    Kind("parameter_server", tf.distribute.experimental.ParameterServerStrategy,
-         asynchronous=True, not_eager="workers run the functions the coordinator schedules",
-         label="ParameterServerStrategy"),
-    Kind("tpu", tf.distribute.TPUStrategy, distributed_datasets=True,
-         merge_call_updates=True, xla_always=True,
-         not_eager="a TPU only runs compiled programs", label="TPUStrategy")):
-  register(_kind)
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-  """Where a strategy runs the step, described once: what every module asks.
-
-      placement = ctl.strategies.placement(strategy)
-      placement.replicas, placement.worker.is_chief, placement.kind.asynchronous
-
-  Attributes:
-    strategy: the strategy itself (to run, reduce and build under).
-    kind: its `Kind`.
-    replicas: replicas in sync (over every worker).
-    worker: this process's place among those that run the program (`Worker`).
-    parallel_calls: calls that run at once: the workers of a parameter-server
-      cluster, each running the calls scheduled on it; 1 otherwise.
-    in_cluster: whether this process is a task of a cluster that TF's
-      coordination service connects (a multi-worker cluster, even of one).
-  """
-  strategy: tf.distribute.Strategy = dataclasses.field(repr=False, compare=False)
-  kind: Kind
-  replicas: int
-  worker: Worker
-  parallel_calls: int = 1
-  in_cluster: bool = False
-
-  @property
-  def is_chief(self) -> bool:
-    """Whether this process writes checkpoints, summaries, samples and exports."""
-    return self.worker.is_chief
-
-  @property
-  def workers(self) -> int:
-    """Processes that run the replicas in sync."""
-    return self.worker.count
-
-  def created_in_scope(self, variable: tf.Variable) -> bool:
-    """Whether `variable` was made in the strategy's scope (so it is replicated)."""
-    return bool(self.strategy.extended.variable_created_in_scope(variable))
-
-  @property
-  def resolver(self) -> tf.distribute.cluster_resolver.ClusterResolver | None:
-    """The cluster's resolver (TF's preemption handler needs it); None outside one."""
-    return getattr(self.strategy, "cluster_resolver", None)
 
 
 def placement(strategy: tf.distribute.Strategy) -> Placement:
@@ -591,7 +234,7 @@ def kind_of(strategy: tf.distribute.Strategy) -> Kind:
   """The `Kind` of `strategy` (from its class alone); TypeError if none is known."""
   if not isinstance(strategy, tf.distribute.Strategy):
     raise TypeError(f"strategy must be a tf.distribute.Strategy or one of "
-                    f"{', '.join(NAMES)}, got {strategy!r}.")
+                    f"{', '.join(STRATEGY_NAMES)}, got {strategy!r}.")
   cls = strategy.__class__  # (a stand-in's too: mock.Mock(spec=...))
   by_class = {kind.strategy_class: kind for kind in KINDS.values()}
   for base in cls.__mro__:
@@ -599,96 +242,9 @@ def kind_of(strategy: tf.distribute.Strategy) -> Kind:
       return by_class[base]
   raise TypeError(
       f"strategy {cls.__name__} is of no kind ctl knows ({', '.join(KINDS)}). "
-      "Describe it once, before making a runner: ctl.strategies.register("
-      f"ctl.strategies.Kind('my_kind', {cls.__name__}, ...)), saying whether its "
-      "replicas span processes, update through merge calls, and so on (see Kind).")
-
-
-# What cloud trainers call TensorFlow's task types. AI Platform (runtime
-# versions before 2.1, and its custom containers' CLUSTER_SPEC) calls the chief
-# `master`; Vertex AI's CLUSTER_SPEC names its worker pools: pool 0 holds the
-# chief, 1 the workers, 2 the parameter servers (or a Reduction Server, whose
-# own image does not run ctl), 3 the evaluators.
-TASK_TYPE_ALIASES = {"master": "chief", "workerpool0": "chief", "workerpool1": "worker",
-                     "workerpool2": "ps", "workerpool3": "evaluator"}
-
-
-def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-  """Returns the cluster as TensorFlow names it ({} when none is set).
-
-  Read from `TF_CONFIG` (Kubeflow, Vertex AI, AI Platform, `ctl launch`), or,
-  when that is unset, from `CLUSTER_SPEC` (what Vertex AI and AI Platform set
-  in custom containers). Task types under other names are renamed (see
-  `TASK_TYPE_ALIASES`: AI Platform's `master` is the chief); an evaluator
-  job read from `CLUSTER_SPEC` is left out of the cluster, as TF_CONFIG
-  leaves it (it may list several; TensorFlow allows one). Other keys
-  (`environment`, `job`, a task's `trial` and `cloud`) are kept as they are.
-
-  Raises:
-    ValueError: naming the fix, if the variable is not a JSON object with a
-      `cluster` object, or names a task type twice (`master` and `chief`).
-  """
-  env = os.environ if env is None else env
-  source = "TF_CONFIG" if env.get("TF_CONFIG", "").strip() else "CLUSTER_SPEC"
-  text = env.get(source, "")
-  if not text.strip():
-    return {}
-  try:
-    config = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise arguments.VariableError(f"{source} is not valid JSON ({e}): {text[:200]!r}. Set it to "
-                     '\'{"cluster": {"worker": ["host:port", ...]}, "task": '
-                     '{"type": "worker", "index": 0}}\'.') from None
-  if not isinstance(config, dict) or not isinstance(config.get("cluster", {}), dict):
-    raise arguments.VariableError(f"{source} must be a JSON object with a 'cluster' object, got "
-                     f"{text[:200]!r}.")
-  return _tensorflow_names(config, source)
-
-
-def _tensorflow_names(config, source):
-  """`config` with TASK_TYPE_ALIASES renamed (the same object if none is used)."""
-  cluster = config.get("cluster") or {}
-  task = config.get("task")
-  kind = task.get("type") if isinstance(task, dict) else None
-  if not (set(cluster) & set(TASK_TYPE_ALIASES) or kind in TASK_TYPE_ALIASES
-          or (source == "CLUSTER_SPEC" and "evaluator" in cluster)):
-    return config
-  renamed = {}
-  for job, addresses in cluster.items():
-    name = TASK_TYPE_ALIASES.get(job, job)
-    if name in renamed:
-      raise arguments.VariableError(f"{source} cluster names the {name!r} job twice (as "
-                       f"{[j for j in cluster if TASK_TYPE_ALIASES.get(j, j) == name]}); "
-                       f"keep one of them.")
-    renamed[name] = addresses
-  if source == "CLUSTER_SPEC":
-    renamed.pop("evaluator", None)
-  config = dict(config, cluster=renamed)
-  if kind in TASK_TYPE_ALIASES:
-    config["task"] = dict(task, type=TASK_TYPE_ALIASES[kind])
-  return config
-
-
-def export_tf_config(env: MutableMapping[str, str] | None = None) -> None:
-  """Sets `TF_CONFIG` to `parse_tf_config`'s cluster where TensorFlow would read another.
-
-  TensorFlow reads `TF_CONFIG` itself (its resolvers and strategies) and knows
-  neither `CLUSTER_SPEC` nor the `master` task type; `make_strategy` calls
-  this first, so that TensorFlow and ctl read the same cluster.
-  """
-  env = os.environ if env is None else env
-  config = parse_tf_config(env)
-  if not config:
-    return
-  text = env.get("TF_CONFIG", "")
-  if text.strip() and json.loads(text) == config:
-    return
-  env["TF_CONFIG"] = json.dumps(config)
-  task = config.get("task") or {}
-  logger.info("TF_CONFIG set to the cluster %s names with TensorFlow's task types: "
-              "this task is %s %s of %s", "TF_CONFIG" if text.strip() else "CLUSTER_SPEC",
-              task.get("type"), task.get("index", 0),
-              {job: len(a) for job, a in config["cluster"].items()})
+      "Describe it once, before making a runner: ctl.distribute.placement.register("
+      f"ctl.distribute.placement.Kind('my_kind', {cls.__name__}, ...)), saying whether "
+      "its replicas span processes, update through merge calls, and so on (see Kind).")
 
 
 def _default(**unused):
@@ -726,14 +282,14 @@ def _multi_worker(communication, startup_timeout, heartbeat_timeout, **unused):
   # TF_CONFIG wins over Slurm, as in `choose_strategy`; with neither, TF's
   # default resolver gives a one-worker strategy.
   resolver, others, me, training, kind = None, [], None, {}, None
-  config = parse_tf_config()
+  config = cluster.parse_tf_config()
   if config.get("cluster") or "sparseCluster" in config:
-    cluster, task = _check_tf_config(config)
-    training = {job: cluster[job] for job in ("chief", "worker") if job in cluster}
+    jobs, task = cluster.check_tf_config(config)
+    training = {job: jobs[job] for job in ("chief", "worker") if job in jobs}
     kind = task["type"]
     others, me = peers.cluster_peers(training, kind, task.get("index", 0))
-  elif slurm_step_tasks() > 1:
-    resolver = slurm_cluster_resolver()
+  elif cluster.slurm_step_tasks() > 1:
+    resolver = cluster.slurm_cluster_resolver()
     training, kind = resolver.cluster_spec().as_dict(), resolver.task_type
     logger.info("multi_worker: Slurm task %s %d of %s", resolver.task_type,
                 resolver.task_id, training)
@@ -772,18 +328,17 @@ _MULTI_WORKER_TOO_LATE = (
 
 
 def _parameter_server(startup_timeout, **unused):
-  config = parse_tf_config()
-  cluster = config.get("cluster", {})
-  if not cluster.get("ps") or not cluster.get("worker") or not cluster.get("chief"):
+  jobs = cluster.parse_tf_config().get("cluster", {})
+  if not jobs.get("ps") or not jobs.get("worker") or not jobs.get("chief"):
     raise RuntimeError(
         "strategy 'parameter_server' needs a cluster with 'chief' (the "
         "coordinator), 'worker' and 'ps' jobs in TF_CONFIG; got jobs "
-        f"{sorted(cluster) or 'none'}. Start the run through a launcher that sets "
+        f"{sorted(jobs) or 'none'}. Start the run through a launcher that sets "
         "TF_CONFIG, or pick 'multi_worker' or 'mirrored'.")
   resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   if resolver.task_type in ("worker", "ps"):
     serve(resolver)  # never returns
-  others, me = peers.cluster_peers(cluster, resolver.task_type, resolver.task_id)
+  others, me = peers.cluster_peers(jobs, resolver.task_type, resolver.task_id)
   peers.wait_for_peers(others, me, peers.startup_timeout(startup_timeout))
   return tf.distribute.experimental.ParameterServerStrategy(resolver)
 

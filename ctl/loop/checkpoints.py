@@ -35,7 +35,7 @@ from ctl.loop.schedule import Every
 from ctl.loop.schedule import check_every
 
 if TYPE_CHECKING:
-  from ctl.distribute.strategies import Placement
+  from ctl.distribute.placement import Placement
   from ctl.parts.data import Feed
   from ctl.parts.state import State
 

@@ -32,7 +32,7 @@ from typing import Any
 from ctl.base import _tf_internal
 
 if TYPE_CHECKING:
-  from ctl.distribute.strategies import Placement
+  from ctl.distribute.placement import Placement
 
 FILE_NAME = "manifest.jsonl"
 # The distributions whose versions a record holds (the first is ctl's own).

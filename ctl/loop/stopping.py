@@ -57,7 +57,7 @@ from ctl.base.constants import PREEMPTED_EXIT_CODE
 from ctl.loop import notebook
 
 if TYPE_CHECKING:
-  from ctl.distribute.strategies import Placement
+  from ctl.distribute.placement import Placement
   from ctl.loop.session import Session
 
 # How long an action (evaluation, samples, export) may go on after a SIGTERM

@@ -30,8 +30,8 @@ import tensorflow as tf
 from ctl.base import arguments
 
 if TYPE_CHECKING:
+  from ctl.distribute.placement import Placement
   from ctl.distribute.strategies import ClusterCoordinator
-  from ctl.distribute.strategies import Placement
 
 DatasetFn: TypeAlias = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 """`dataset_fn(input_context)`: one input pipeline's dataset of per-replica batches."""
@@ -49,7 +49,7 @@ def make_feed(data: Data, placement: Placement, *,
     data: a `tf.data.Dataset` whose elements are global batches (any nest of
       tensors with the batch as first dimension), or a function taking a
       `tf.distribute.InputContext` and returning a dataset of per-replica batches.
-    placement: the `ctl.strategies.Placement` of the strategy that will run the step.
+    placement: the `ctl.distribute.placement.Placement` of the strategy that will run the step.
     global_batch_size: required with a dataset function; with a dataset, if
       given, it must equal the dataset's batch size.
     batches_per_step: how many batches each step takes.

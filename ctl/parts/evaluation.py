@@ -34,7 +34,7 @@ if TYPE_CHECKING:
   from collections.abc import Callable
   from collections.abc import Sequence
 
-  from ctl.distribute.strategies import Placement
+  from ctl.distribute.placement import Placement
   from ctl.parts.state import State
   from ctl.step.context import StepFn
 
@@ -95,7 +95,7 @@ class Evaluator:
 
   Args:
     state: the `ctl.state.State` (its models, and the step `ctx.step` reports).
-    placement: the `ctl.strategies.Placement` the state was built under.
+    placement: the `ctl.distribute.placement.Placement` the state was built under.
     eager: run as plain Python.
     float_dtype: the run's float type (`ctl.steps.run_on_replica`).
   """

@@ -25,7 +25,7 @@ from ctl.base import _tf_internal
 from ctl.step import context
 
 if TYPE_CHECKING:
-  from ctl.distribute.strategies import Placement
+  from ctl.distribute.placement import Placement
 
 BuildFn: TypeAlias = Callable[
     [], tuple[dict[str, keras.Model], dict[str, keras.optimizers.Optimizer]]]
@@ -72,7 +72,7 @@ def build_state(build: BuildFn, placement: Placement, *, seed: int = 0,
       dicts of Keras models and optimizers. An optimizer is built on the
       model of the same name; one that updates something else must be built
       in `build` (`optimizer.build(variables)`).
-    placement: the `ctl.strategies.Placement` of the strategy whose scope the
+    placement: the `ctl.distribute.placement.Placement` of the strategy whose scope the
       variables belong to.
     seed: `keras.utils.set_random_seed(seed)` runs just before `build`, which
       fixes the initial weights; and the draws' key.
@@ -274,7 +274,7 @@ def _refuse_shared_optimizers(optimizers):
 
 def _refuse_options_the_strategy_cannot_run(name, optimizer, kind):
   """Refuses, before anything is traced, the Keras optimizer options that fail
-  inside the compiled step under a strategy of `kind` (a `ctl.strategies.Kind`),
+  inside the compiled step under a strategy of `kind` (a `ctl.distribute.placement.Kind`),
   with what to use instead.
 
   Under a strategy that updates variables through merge calls from the

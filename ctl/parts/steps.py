@@ -43,8 +43,8 @@ from ctl.step.context import StepContext
 from ctl.step.context import autograph
 
 if TYPE_CHECKING:
+  from ctl.distribute.placement import Placement
   from ctl.distribute.strategies import ClusterCoordinator
-  from ctl.distribute.strategies import Placement
   from ctl.parts.data import Feed
   from ctl.parts.state import State
   from ctl.step.context import StepFn
@@ -164,7 +164,7 @@ class TrainStep:
     step_fn: the user's `(ctx, batch) -> dict of scalars`.
     state: the `ctl.state.State` it trains.
     feed: the training data's feed (`ctl.data.make_feed`).
-    placement: the `ctl.strategies.Placement` the state was built under.
+    placement: the `ctl.distribute.placement.Placement` the state was built under.
     eager: run as plain Python.
     jit_compile: compile with XLA (per update under merge-call strategies).
     coordinator: a `ClusterCoordinator` under parameter servers, else None.
