@@ -8,7 +8,7 @@ Starts a local Ray cluster and runs, on 2 workers of Ray Train's
 `fit` on a small `tf.data` dataset; once with `import keras` (Keras 3) and once
 with `tf.keras` (which Ray's `TF_USE_LEGACY_KERAS=1` would send to Keras 2,
 were tf_keras installed). Prints, for each, whether it trained or the error.
-The same cluster shape trains through ctl (`ctl.ray.train`, tests/test_ray.py).
+The same cluster shape trains through ctl (`ctl.cli.ray_train.train`, tests/test_ray.py).
 """
 
 import os

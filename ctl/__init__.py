@@ -51,7 +51,7 @@ _MODULES = {
     "evaluation": "ctl.parts.evaluation", "export": "ctl.parts.export",
     "data": "ctl.parts.data", "context": "ctl.step.context", "reduction": "ctl.step.reduction",
     "strategies": "ctl.distribute.strategies", "peers": "ctl.distribute.peers",
-    "launch": "ctl.distribute.launch", "ray": "ctl.cli.ray_train",
+    "launch": "ctl.distribute.launch",
     "check": "ctl.tools.check", "parity": "ctl.tools.parity",
     "parity_runs": "ctl.tools.parity_runs", "records": "ctl.tools.records",
     "experiments": "ctl.tools.experiments", "configs": "ctl.tools.configs",

@@ -37,6 +37,7 @@ import tensorflow as tf
 
 import ctl
 from ctl import cli
+from ctl.cli import ray_train
 
 import helpers
 
@@ -971,11 +972,11 @@ def heartbeat_timeout_variable_not_a_number(s):
 
 
 def ray_command_as_one_string(s):
-  ctl.ray.train("dcgan --workdir runs/x", num_workers=2)
+  ray_train.train("dcgan --workdir runs/x", num_workers=2)
 
 
 def ray_command_with_a_strategy(s):
-  ctl.ray.train(["dcgan", "--strategy", "mirrored"], num_workers=2)
+  ray_train.train(["dcgan", "--strategy", "mirrored"], num_workers=2)
 
 
 def gin_value_of_the_wrong_type(s):
@@ -1802,13 +1803,14 @@ CASES = [
          heartbeat_timeout_variable_not_a_number, ValueError,
          ("CTL_HEARTBEAT_TIMEOUT='1m' is not a number of seconds", "e.g. 60")),
     Case("ray-command-as-one-string",
-         "TypeError from ctl.ray.train: command must be ctl train's arguments as a list of "
-         "strings (e.g. ['dcgan', '--workdir', 'runs/x']) or a function of the strategy",
+         "TypeError from ray_train.train: command must be ctl train's arguments as a list of "
+         "strings (e.g. ['dcgan', '--workdir', 'runs/x']); for a function, "
+         "ctl.distribute.ray.train",
          ray_command_as_one_string, TypeError,
          ("command must be ctl train's arguments as a list of strings",
           "got 'dcgan --workdir runs/x'")),
     Case("ray-command-with-a-strategy",
-         "ValueError from ctl.ray.train: command has --strategy: Ray's workers always run "
+         "ValueError from ray_train.train: command has --strategy: Ray's workers always run "
          "'multi_worker'; drop it",
          ray_command_with_a_strategy, ValueError,
          ("command has --strategy", "always run 'multi_worker'; drop it")),

@@ -1,4 +1,4 @@
-"""A real Ray cluster: `ctl.ray.train` on 2 Ray Train workers, one killed mid-run.
+"""A real Ray cluster: `ctl train` on 2 Ray Train workers (`ctl.cli.ray_train`), one killed mid-run.
 
 The fixture starts a one-node Ray cluster (`ray start --head` on 127.0.0.1, 4
 logical CPUs, no dashboard, its files under the test's directory) and stops it
@@ -43,9 +43,10 @@ RUN = [*helpers.TINY_GAN, "--gin", f"gan.Schedule.total_steps = {STEPS}",
        "--gin", "gan.Experiment.mixed_precision = 'float64'"]
 
 DRIVER = """
-import sys, ctl
-result = ctl.ray.train(sys.argv[2:], num_workers=2, max_failures=1, storage_path=sys.argv[1],
-                       name="run")
+import sys
+from ctl.cli import ray_train
+result = ray_train.train(sys.argv[2:], num_workers=2, max_failures=1, storage_path=sys.argv[1],
+                         name="run")
 print("RAY RESULT error:", result.error, flush=True)
 """
 

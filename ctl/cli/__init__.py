@@ -14,8 +14,8 @@ The command line is its own layer over the library: each module here adds
 subcommands with `add_parser(subparsers)`, setting `run=function(args) -> exit
 code`, and imports the library module that does the work inside `run`. So
 `ctl --help` and `ctl COMMAND --help` import no TensorFlow and answer at once.
-One module here is a library function over the command: `ray_train`, which is
-`ctl.ray.train` (`ctl train` on the workers of a Ray cluster).
+One module here runs the command from Python: `ray_train`, `ctl train` on the
+workers of a Ray cluster (started by `ctl.distribute.ray`).
 While a command runs, the "ctl" logger's INFO lines go to stderr as `ctl: ...`
 (the library itself installs no handler), and TensorFlow's own log lines are
 hidden unless `--verbose` or CTL_VERBOSE=1 (`ctl.cli.quiet`).
