@@ -5,6 +5,7 @@ import ast
 import inspect
 import os
 
+import numpy as np
 import pytest
 
 import ctl
@@ -128,3 +129,42 @@ def test_one_report_reaches_tensorboard_metrics_jsonl_and_every_logger(tmp_path)
   assert scalars(events(str(tmp_path / "events" / "eval")), "norm") == {2: 2.0, 4: 4.0}
   assert [row["norm"] for row in ctl.read_history(str(tmp_path / "metrics.jsonl")).rows()] == [
       2.0, 4.0]
+
+
+class Measures(ctl.Action):
+  every = ctl.Every(steps=2)
+  collective = True
+  broken = True
+
+  def __call__(self, context):
+    if context.step == 4 and Measures.broken:
+      raise RuntimeError("a bug in an action")
+    context.report({"score": float(context.step)})
+
+
+def test_an_action_that_failed_runs_first_when_the_fixed_run_resumes(tmp_path, caplog):
+  with pytest.raises(RuntimeError, match="a bug in an action") as raised:
+    runner(steps_per_loop=2).fit(6, str(tmp_path), actions=[Measures()], progress=False)
+  assert any("it runs Measures at step 4 first" in note for note in raised.value.__notes__)
+  Measures.broken = False  # fixed
+  with caplog.at_level("WARNING", logger="ctl"):
+    runner(steps_per_loop=2).fit(6, str(tmp_path), actions=[Measures()], progress=False)
+  assert "running again at step 4 what a stop abandoned there: Measures" in caplog.text
+  assert [row["step"] for row in ctl.read_history(str(tmp_path / "metrics.jsonl")).rows()] == [
+      2, 4, 6]
+
+
+def test_a_name_that_left_the_context_names_its_replacement(tmp_path):
+  class Old(ctl.Action):
+    def __call__(self, context):
+      context.publish({"score": 1.0})
+
+  with pytest.raises(AttributeError, match=r"FitContext has no publish: use context.report"):
+    runner().fit(2, None, actions=[Old()], progress=False)
+  class Flat(ctl.Action):
+    def __call__(self, context):
+      context.report(images={"grid": np.zeros((4, 4))})
+
+  with pytest.raises(ValueError, match=r"images=\{'grid': ...\}\): an image is \[height, "
+                     r"width, channels\].*got shape \(4, 4\)"):
+    runner().fit(2, str(tmp_path), actions=[Flat()], progress=False)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -115,13 +116,10 @@ class FitContext:
     return self._state.optimizers
 
   def __getattr__(self, name: str) -> Any:
-    if name == "runner":  # what other loops hand their callbacks
-      raise AttributeError(
-          "FitContext has no runner: the loop is given the runner's parts, and an "
-          "action reads what it needs from the context: context.models, "
-          "context.optimizers, context.history, context.evaluate(step_fn, data), "
-          "context.export(name, directory), context.report(metrics).")
-    raise AttributeError(f"'FitContext' object has no attribute {name!r}")
+    fix = _GONE.get(name)
+    raise AttributeError(f"FitContext has no {name}: " + (fix or (
+        "an action reads what it needs from the context's names: "
+        f"{', '.join(CONTEXT_NAMES)} (see ctl.FitContext)")) + ".")
 
   @property
   def can_evaluate(self) -> bool:
@@ -167,9 +165,10 @@ class FitContext:
     channels]` uint8, e.g. a sample grid) go to the loggers at once."""
     if self._metrics_step != self.step:
       self._metrics, self._metrics_step = {}, self.step
+    images = {name: _image(name, image) for name, image in (images or {}).items()}
     self._metrics.update({k: float(v) for k, v in (metrics or {}).items()})
-    for name, image in (images or {}).items():
-      self._session.log_image(self.step, name, np.asarray(image))
+    for name, image in images.items():
+      self._session.log_image(self.step, name, image)
 
   @property
   def metrics(self) -> dict[str, float]:
@@ -187,6 +186,39 @@ class FitContext:
     collective); returns the copy's path prefix on the chief (None
     elsewhere). Only its keeper deletes it (`ctl.BestCheckpoints`)."""
     return self._session.keep(into)
+
+
+# What an action may rely on: every public name of `FitContext`.
+CONTEXT_NAMES = ("models", "optimizers", "step", "results", "history", "workdir", "is_chief",
+                 "examples_per_step", "metrics", "report", "evaluate", "over_samples",
+                 "can_evaluate", "export", "agree", "keep")
+# Names other loops' callbacks, or this one's before, read, and what to use instead.
+_GONE = {
+    "runner": "the loop is given the runner's parts; use context.models, "
+              "context.optimizers, context.evaluate(step_fn, data), context.export(name, "
+              "directory)",
+    "publish": "use context.report(metrics): it reaches TensorBoard, metrics.jsonl and "
+               "every logger",
+    "writer": "use context.report(metrics) or context.report(images={name: image}): the "
+              "TensorBoard logger writes them",
+    "log_image": "use context.report(images={name: image})",
+    "metric": "use context.metrics.get(name)",
+    "checkpointer": "use context.keep(folder) to keep this step's checkpoint; saves belong "
+                    "to fit (fit(checkpoint=ctl.Checkpoint(...)))",
+    "dry_run": "context.evaluate and context.over_samples measure over a handful in a dry run",
+}
+
+
+def _image(name, image):
+  """`image` as `[height, width, channels]` uint8 (floats taken in [0, 1])."""
+  pixels = np.asarray(image)
+  if pixels.ndim != 3 or pixels.shape[-1] not in (1, 3, 4):
+    raise ValueError(f"context.report(images={{{name!r}: ...}}): an image is [height, "
+                     f"width, channels] with 1, 3 or 4 channels, got shape {pixels.shape}; "
+                     "e.g. image[..., None] for a grey [height, width] one.")
+  if pixels.dtype != np.uint8:
+    pixels = np.clip(np.asarray(pixels, np.float32) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+  return pixels
 
 
 class Action(Protocol):
@@ -468,7 +500,8 @@ class BestCheckpoints(Action):
     _log.info("ctl.BestCheckpoints: kept %s (%s %.6g)", path, self.metric, value)
 
   def end(self, context: FitContext) -> None:
-    if self._seen or context.step == self._start or not context.is_chief:
+    failing = sys.exc_info()[1] is not None  # its own error says why nothing was kept
+    if self._seen or context.step == self._start or not context.is_chief or failing:
       return
     if context.metrics.get(self.metric) is not None:  # reported, after this action ran
       _log.warning("ctl.BestCheckpoints(%r): the metric was reported only after this "

@@ -437,6 +437,8 @@ def _run(action, session, context, stopper, after=(), scheduled=None):
   except stopping.Abandoned as e:
     abandoned = e
   except Exception as e:  # a full disk, a bug in a sample function, ...
+    if scheduled is not None and context.workdir is not None:  # the rerun runs them first
+      _note_abandoned(context, scheduled, [action, *after])
     _save_after_failure(session, context, action, e)
     raise
   else:
@@ -464,7 +466,8 @@ def _save_after_failure(session, context, action, error):
     return  # the action's error says more than the save's
   error.add_note(f"ctl: {type(action).__name__} failed at step {context.step}; the steps "
                  f"trained are saved in {path}. Fix the cause and rerun the same "
-                 "command to resume.")
+                 f"command to resume: it runs {type(action).__name__} at step "
+                 f"{context.step} first.")
 
 
 def _first_non_finite(results):

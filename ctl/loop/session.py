@@ -259,7 +259,8 @@ class Session:
     self.history.drop_from(step)  # restored from a checkpoint: later steps are undone
     if self.workdir is None or not self.is_chief or not self._records:
       return None
-    history_file = history_lib.HistoryFile(self.workdir)
+    # (A dry run's scratch file lacks the real run's steps: none is lost.)
+    history_file = history_lib.HistoryFile(self.workdir, every_step=self._dry is None)
     earlier = history_file.open(step, memory=self.history)
     if len(earlier.steps):
       self.history.drop_from(int(earlier.steps[0]))
