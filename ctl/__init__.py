@@ -15,82 +15,49 @@ import importlib as _importlib
 import logging as _logging
 import typing as _typing
 
-# The public names and the module of each, by its short name (`_MODULES`). They
-# load on first use, so that `import ctl` (and the `ctl` command's --help) does
-# not import TensorFlow.
-_EXPORTS = {
-    "Runner": "runner", "StepContext": "context", "make_strategy": "strategies",
-    "choose_strategy": "distribute.cluster", "configure_logical_cpus": "strategies",
-    "STRATEGY_NAMES": "strategies", "worker": "strategies", "Worker": "distribute.placement",
-    "Action": "actions", "FitContext": "actions", "Every": "schedule",
-    "Checkpoint": "checkpoints", "Summaries": "actions", "Samples": "actions",
-    "Evaluate": "actions", "Export": "actions", "Profile": "actions",
-    "BestCheckpoints": "actions", "PREEMPTED_EXIT_CODE": "constants",
-    "INTERRUPTED_EXIT_CODE": "constants", "Preempted": "stopping", "Interrupted": "stopping",
-    "WorkdirInUse": "workdir", "CheckpointError": "checkpoints",
-    "SharedVariableWarning": "state", "History": "history",
-    "EachStep": "history", "read_history": "history",
-    "Logger": "loggers", "MLflow": "loggers", "WandB": "loggers",
+# Every public name, and its home: the module that defines and documents it.
+# `__all__` is this table's names. A name loads on first use, so that `import
+# ctl` (and the `ctl` command's --help) does not import TensorFlow. A module has
+# one name, its home: `from ctl.tools import parity`, `ctl.loop.checkpoints`.
+_HOMES = {
+    "Runner": "ctl.runner", "MIXED_PRECISIONS": "ctl.runner", "StepContext": "ctl.step.context",
+    "make_strategy": "ctl.distribute.strategies", "choose_strategy": "ctl.distribute.cluster",
+    "configure_logical_cpus": "ctl.distribute.strategies",
+    "STRATEGY_NAMES": "ctl.distribute.strategies", "worker": "ctl.distribute.strategies",
+    "Worker": "ctl.distribute.placement",
+    "Action": "ctl.loop.actions", "FitContext": "ctl.loop.actions", "Every": "ctl.loop.schedule",
+    "Checkpoint": "ctl.loop.checkpoints", "Summaries": "ctl.loop.actions",
+    "Samples": "ctl.loop.actions", "Evaluate": "ctl.loop.actions", "Export": "ctl.loop.actions",
+    "Profile": "ctl.loop.actions", "BestCheckpoints": "ctl.loop.actions",
+    "PREEMPTED_EXIT_CODE": "ctl.base.constants", "INTERRUPTED_EXIT_CODE": "ctl.base.constants",
+    "Preempted": "ctl.loop.stopping", "Interrupted": "ctl.loop.stopping",
+    "WorkdirInUse": "ctl.loop.workdir", "CheckpointError": "ctl.loop.checkpoints",
+    "SharedVariableWarning": "ctl.parts.state", "History": "ctl.loop.history",
+    "EachStep": "ctl.loop.history", "read_history": "ctl.loop.history",
+    "Logger": "ctl.loop.loggers", "MLflow": "ctl.loop.loggers", "WandB": "ctl.loop.loggers",
+    # What packages built on ctl (the GAN kit) use: the argument checks, with
+    # ctl's message style; evaluation's moments and noise by sample; the
+    # prefix of a draw's error inside control flow; TFRecords as `ctl records`
+    # wrote them.
+    "arguments": "ctl.base", "Moments": "ctl.parts.evaluation",
+    "normal_by_index": "ctl.step.context", "DRAW_IN_CONTROL_FLOW": "ctl.step.context",
+    "read_records": "ctl.tools.records",
 }
-
-
-# Each module's short name, `ctl.<name>`, for its home in a subpackage
-# (ctl/loop, ctl/parts, ctl/step, ctl/distribute, ctl/tools, ctl/base), as an
-# attribute: `ctl.parity.check`, `from ctl import parity`. (`import ctl.parity`
-# would need an import hook, and importing ctl changes no global state;
-# an import statement names the home: `from ctl.tools.parity import check`.)
-# `ctl.loop` is the outer loop's package (its modules: `from ctl.loop import fit`).
-_MODULES = {
-    "actions": "ctl.loop.actions", "checkpoints": "ctl.loop.checkpoints",
-    "stopping": "ctl.loop.stopping", "workdir": "ctl.loop.workdir",
-    "history": "ctl.loop.history", "progress": "ctl.loop.progress",
-    "schedule": "ctl.loop.schedule", "notebook": "ctl.loop.notebook",
-    "loggers": "ctl.loop.loggers", "manifest": "ctl.loop.manifest",
-    "dry_run": "ctl.loop.dry_run",
-    "state": "ctl.parts.state", "steps": "ctl.parts.steps",
-    "evaluation": "ctl.parts.evaluation", "export": "ctl.parts.export",
-    "data": "ctl.parts.data", "context": "ctl.step.context", "reduction": "ctl.step.reduction",
-    "strategies": "ctl.distribute.strategies", "peers": "ctl.distribute.peers",
-    "launch": "ctl.distribute.launch",
-    "check": "ctl.tools.check", "parity": "ctl.tools.parity",
-    "parity_runs": "ctl.tools.parity_runs", "records": "ctl.tools.records",
-    "experiments": "ctl.tools.experiments", "configs": "ctl.tools.configs",
-    "eval_parity": "ctl.tools.eval_parity",
-    "arguments": "ctl.base.arguments", "constants": "ctl.base.constants",
-    "sources": "ctl.base.sources",
-}
+__all__ = list(_HOMES)
 
 
 def __getattr__(name: str) -> _typing.Any:
-  if name in _EXPORTS:
-    module = _importlib.import_module(_MODULES.get(_EXPORTS[name], f"ctl.{_EXPORTS[name]}"))
-    value = getattr(module, name)
-  else:  # a submodule, e.g. ctl.checkpoints (ctl.loop.checkpoints)
-    module = _MODULES.get(name, f"ctl.{name}")
-    try:
-      value = _importlib.import_module(module)
-    except ModuleNotFoundError as e:
-      if e.name != module:  # the submodule exists but an import inside it failed
-        raise
-      raise AttributeError(f"module 'ctl' has no attribute {name!r}") from None
+  if name not in _HOMES:
+    raise AttributeError(f"module 'ctl' has no attribute {name!r}")
+  value = getattr(_importlib.import_module(_HOMES[name]), name)
   globals()[name] = value
   return value
 
 
 def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(_EXPORTS))
+  return sorted(set(globals()) | set(_HOMES))
 
 
 # A library leaves output to the application: ctl logs to the "ctl" logger,
 # which the `ctl` command (ctl/cli) and the examples show on stderr.
 _logging.getLogger("ctl").addHandler(_logging.NullHandler())
-
-__all__ = ["Runner", "StepContext", "make_strategy", "choose_strategy",
-           "configure_logical_cpus", "STRATEGY_NAMES", "worker", "Worker", "Action",
-           "FitContext",
-           "Every", "Checkpoint",
-           "Summaries", "Samples", "Evaluate", "Export", "Profile", "BestCheckpoints",
-           "PREEMPTED_EXIT_CODE",
-           "INTERRUPTED_EXIT_CODE", "Preempted", "Interrupted", "WorkdirInUse",
-           "CheckpointError", "SharedVariableWarning",
-           "History", "EachStep", "read_history", "Logger", "MLflow", "WandB"]

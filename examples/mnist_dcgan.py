@@ -90,7 +90,7 @@ def main(argv=None):
   p.add_argument("--fid-samples", type=int, default=5000,
                  help="samples for the classifier FID at the end (0: none)")
   p.add_argument("--seed", type=int, default=0, help="initial weights and noise")
-  p.add_argument("--mixed-precision", choices=ctl.runner.MIXED_PRECISIONS,
+  p.add_argument("--mixed-precision", choices=ctl.MIXED_PRECISIONS,
                  help="compute in 16 bits, keep float32 weights (without it: float32 "
                       "throughout); bfloat16 is faster only on a CPU with bfloat16 "
                       "instructions (docs/quality.md); float16 is for GPUs (a CPU emulates "

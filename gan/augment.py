@@ -38,7 +38,7 @@ import gin
 import tensorflow as tf
 
 import ctl
-from ctl.base import arguments
+from ctl import arguments
 
 POLICIES = ("color", "translation", "cutout")
 # The paper's choice for its low-data experiments (all three).

@@ -24,7 +24,8 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from ctl.base import arguments
+import ctl
+from ctl import arguments
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 _MNIST = {"train": "mnist_train_5k.npz", "test": "mnist_test_5k.npz"}
@@ -200,10 +201,9 @@ def records_dataset(global_batch_size: int, *, path: str, seed: int = 0,
     with_labels: elements are `(images, labels)`; the files must hold labels.
     input_context: a `tf.distribute.InputContext` when used in a dataset function.
   """
-  from ctl.tools import records  # pylint: disable=import-outside-toplevel
   _require_batch_size(global_batch_size)
-  dataset = records.read_records(path, global_batch_size, input_context=input_context,
-                                 shuffle_seed=seed, repeat=True)
+  dataset = ctl.read_records(path, global_batch_size, input_context=input_context,
+                             shuffle_seed=seed, repeat=True)
   element = dataset.element_spec
   labelled = isinstance(element, tuple) and len(element) == 2
   if with_labels and not labelled:

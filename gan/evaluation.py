@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import gin
 import numpy as np
 
-from ctl.base import arguments
-from ctl.parts.evaluation import Moments
+from ctl import Moments
+from ctl import arguments
 from gan import classifier as classifier_lib
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ def frechet_distance_from_moments(moments_a: Moments, moments_b: Moments) -> flo
   for name, moments in (("moments_a", moments_a), ("moments_b", moments_b)):
     if not isinstance(moments, Moments) or moments.count < 2:
       raise ValueError(f"{name} must be the Moments of >= 2 feature rows "
-                       f"(ctl.evaluation.Moments.of(features)), got {moments!r:.80}.")
+                       f"(ctl.Moments.of(features)), got {moments!r:.80}.")
   if moments_a.total.shape != moments_b.total.shape:
     raise ValueError(f"moments_a has {moments_a.total.shape[0]} dims but moments_b has "
                      f"{moments_b.total.shape[0]}; compute both with the same feature "

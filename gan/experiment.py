@@ -12,7 +12,7 @@
 `Experiment` says what the experiment is (data, models, loss family, penalty,
 optimizers, EMA, `Schedule`); its methods build, train, evaluate and export
 the same runner, and are what the `ctl` command calls (the contract is
-`ctl.experiments.Experiment`). `make_step` is the ordinary ctl step it trains
+`ctl.tools.experiments.Experiment`). `make_step` is the ordinary ctl step it trains
 (read it to see how a GAN step is written) and `make_build` the runner's
 `build`; `fixed_samples` and `ClassifierFID` are the outer loop's sample grids
 and FID, usable in a hand-written `fit`.
@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 import ctl
-from ctl.base import arguments
+from ctl import arguments
 from gan import augment as augment_lib
 from gan import data as data_lib
 from gan import ema as ema_lib
@@ -271,12 +271,11 @@ class ClassifierFID(ctl.Action):
     self._sample_fn = self._make_sample_fn()  # one function: compiled once per runner
 
   def _make_sample_fn(self):
-    from ctl.step.context import normal_by_index
     from gan import evaluation
 
     def samples(models, indices):
-      images = self._images(models, indices, normal_by_index(self._seed, indices,
-                                                             self._noise_dim))
+      images = self._images(models, indices, ctl.normal_by_index(self._seed, indices,
+                                                                 self._noise_dim))
       logits, features = evaluation.classifier_outputs(images)
       out = {"features": features, "feature_moments": features, "logits": logits}
       if self._num_classes:
@@ -295,11 +294,10 @@ class ClassifierFID(ctl.Action):
   def generate(self, models: dict[str, keras.Model], batch_size: int = 500) -> np.ndarray:
     """The `num_samples` images `models[model]` makes, sample i from its noise
     (and label i % num_classes), here in this process."""
-    from ctl.step.context import normal_by_index
     out = []
     for start in range(0, self.num_samples, batch_size):
       indices = tf.range(start, min(start + batch_size, self.num_samples), dtype=tf.int64)
-      z = normal_by_index(self._seed, indices, self._noise_dim)
+      z = ctl.normal_by_index(self._seed, indices, self._noise_dim)
       out.append(np.asarray(self._images(models, indices, z)))
     return np.concatenate(out)
 
@@ -642,7 +640,7 @@ class Experiment:
     Raises:
       FileNotFoundError: no such checkpoint in `<workdir>/checkpoints`.
     """
-    workdir = ctl.workdir.path(workdir)  # ~ expanded, as fit does
+    workdir = os.path.expanduser(workdir)  # as Runner.restore reads it
     runner, image_shape = self._runner(strategy)
     step = runner.restore(workdir, checkpoint)
     fid = self._fid(image_shape)
@@ -666,7 +664,7 @@ class Experiment:
     Raises:
       FileNotFoundError: no such checkpoint in `<workdir>/checkpoints`.
     """
-    workdir = ctl.workdir.path(workdir)
+    workdir = os.path.expanduser(workdir)
     runner, _ = self._runner(strategy)
     runner.restore(workdir, checkpoint)
     return list(runner.export(self.sampled_model,
@@ -734,7 +732,7 @@ def _check(experiment: Experiment) -> None:
   arguments.integer("ema_start_step", experiment.ema_start_step, minimum=0)
   arguments.integer("fid_samples", experiment.fid_samples, minimum=2)
   augment_lib.check_policy(experiment.augment)
-  if experiment.mixed_precision not in (None, *ctl.runner.MIXED_PRECISIONS, "float64"):
+  if experiment.mixed_precision not in (None, *ctl.MIXED_PRECISIONS, "float64"):
     raise ValueError("mixed_precision must be None, 'mixed_bfloat16', 'mixed_float16' or "
                      f"'float64', got {experiment.mixed_precision!r}.")
   _check_penalty(experiment.penalty, experiment.encoder is not None)

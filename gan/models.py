@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from ctl.base import arguments
+from ctl import arguments
 
 CONDITIONINGS = ("projection", "concat")
 

@@ -22,8 +22,7 @@ import gin
 import tensorflow as tf
 
 import ctl
-from ctl.base import arguments
-from ctl.step import context
+from ctl import arguments
 from gan.losses import at_least_float32
 
 Discriminator = Callable[[tf.Tensor], tf.Tensor]  # images -> logits
@@ -92,7 +91,7 @@ def r1_penalty(ctx: ctl.StepContext, discriminator: Discriminator, real: tf.Tens
   try:
     return tf.cond(due, penalty, zeros)
   except ValueError as error:
-    if not str(error).startswith(context.DRAW_IN_CONTROL_FLOW):
+    if not str(error).startswith(ctl.DRAW_IN_CONTROL_FLOW):
       raise
     raise ValueError(
         f"r1_penalty(every={every}) computes the penalty in a tf.cond on the step, and "

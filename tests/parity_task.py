@@ -229,9 +229,10 @@ def train(task, strategy, o):
                       strategy=strategy, seed=7, steps_per_loop=o["steps_per_loop"],
                       eager=o["eager"], jit_compile=o["jit"],
                       batches_per_step=batches_per_step)
-  if o["perturbed"]:  # the rounding floor's run (ctl.parity)
+  if o["perturbed"]:  # the rounding floor's run (ctl.tools.parity)
+    from ctl.tools import parity
     with strategy.scope():
-      ctl.parity.perturb(runner.models)
+      parity.perturb(runner.models)
   return toy_gan.results(runner.train(o["steps"]), runner.models, prefix=f"{task}/")
 
 

@@ -38,6 +38,8 @@ import tensorflow as tf
 import ctl
 from ctl import cli
 from ctl.cli import ray_train
+from ctl.distribute import strategies
+from ctl.loop import workdir as workdir_lib
 
 import helpers
 
@@ -663,7 +665,7 @@ def profile_from_step_0(s):
 
 def profile_under_parameter_servers(s):
   strategy = _stand_in(tf.distribute.experimental.ParameterServerStrategy)
-  placement = mock.Mock(kind=ctl.strategies.kind_of(strategy))
+  placement = mock.Mock(kind=strategies.kind_of(strategy))
   ctl.Profile(start=10, steps=5).check(mock.Mock(placement=placement, workdir=str(s.path)))
 
 
@@ -677,7 +679,7 @@ def profile_option_not_start_steps(s):
 # The work directory and its checkpoints.
 
 def second_run_in_the_same_workdir(s):
-  held = ctl.workdir.Lock(str(s.path))  # as another run holds it (flock is per open file)
+  held = workdir_lib.Lock(str(s.path))  # as another run holds it (flock is per open file)
   s.values["pid"] = os.getpid()
   try:
     runner = _runner()

@@ -99,14 +99,17 @@ def test_an_api_reference_to_a_name_that_is_not_there_fails_the_build(tmp_path):
 
 
 def _all(package):
-  """The package's `__all__`, read from its source (importing gan imports TensorFlow)."""
+  """The package's `__all__`, read from its source (importing gan imports TensorFlow):
+  a list, or `list(TABLE)`, the keys of a dict (ctl's table of homes)."""
   with open(os.path.join(ROOT, package, "__init__.py")) as f:
     tree = ast.parse(f.read())
-  for node in tree.body:
-    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__"
-                                            for t in node.targets):
-      return ast.literal_eval(node.value)
-  raise AssertionError(f"{package}/__init__.py has no __all__")
+  values = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+  assert "__all__" in values, f"{package}/__init__.py has no __all__"
+  value = values["__all__"]
+  if isinstance(value, ast.Call):  # list(TABLE)
+    return list(ast.literal_eval(values[value.args[0].id]))
+  return ast.literal_eval(value)
 
 
 @pytest.mark.parametrize("package", ["ctl", "gan"])

@@ -38,6 +38,7 @@ from test_faults import wait_for
 
 import ctl
 from ctl.loop import checkpoints
+from ctl.loop import stopping
 
 from helpers import RESUME_TASK
 from helpers import ROOT
@@ -95,7 +96,7 @@ MATRIX = [
     Cell("SIGTERM or Ctrl-C, the action stuck", "evaluation",
          "test_a_signal_during_a_stuck_evaluation_saves_from_another_thread",
          "the evaluation's batch never comes (a pipeline that yields nothing): after "
-         "ctl.stopping.STUCK_SECONDS (5 s) a thread saves a checkpoint and ends the process "
+         "ctl.loop.stopping.STUCK_SECONDS (5 s) a thread saves a checkpoint and ends the process "
          "(in a notebook it saves and keeps the kernel)", "42 / 130", "none"),
     Cell("SIGTERM, SIGINT or SIGHUP, 10 times each", "evaluation",
          "test_a_stop_during_an_evaluation_reading_through_python_always_exits",
@@ -139,7 +140,7 @@ MATRIX = [
     Cell("second SIGINT", "inside a compiled call",
          "test_a_second_ctrl_c_waits_for_a_call_that_ends_soon_and_saves_it",
          "when the calls so far say the call in flight ends within "
-         "ctl.stopping.SECOND_CTRL_C_WAIT_SECONDS (3 s): a line says so, the call ends, a "
+         "ctl.loop.stopping.SECOND_CTRL_C_WAIT_SECONDS (3 s): a line says so, the call ends, a "
          "checkpoint is saved, the actions due are skipped, and the process stops", "130",
          "none"),
     Cell("second SIGINT, the call longer", "inside a compiled call",
@@ -223,7 +224,7 @@ MATRIX = [
          "42", "42", "none"),
     Cell("manifest.jsonl cut mid-line", "start-up",
          "test_loggers.py::test_a_manifest_cut_mid_line_keeps_every_other_record",
-         "the next fit's record starts a line of its own; `ctl.manifest.read` gives every "
+         "the next fit's record starts a line of its own; `ctl.loop.manifest.read` gives every "
          "other record and names the cut line", "0", "the cut record"),
     Cell("a tracker's note (trackers/<name>.json) empty or garbage", "start-up",
          "test_loggers.py::test_a_damaged_tracker_note_resumes_the_same_tracker_run",
@@ -277,13 +278,13 @@ MATRIX = [
          "moved or deleted", "1", "none"),
     Cell("evaluation data that never ends (unknown length)", "evaluation",
          "test_evaluation_data_of_unknown_length_that_never_ends_is_cut_with_a_warning",
-         "the evaluation stops after ctl.evaluation.UNKNOWN_LENGTH_BATCHES (1000) batches, "
+         "the evaluation stops after ctl.parts.evaluation.UNKNOWN_LENGTH_BATCHES (1000) batches, "
          "with a warning naming num_batches and .take(); its metrics are over those "
          "batches and the run goes on (an endless dataset of known, infinite length is "
          "refused before training: tests/test_bad_input.py)", "0", "none"),
     Cell("evaluation data that yields no batch for long", "evaluation",
          "test_evaluation_data_that_yields_nothing_for_long_is_said",
-         "after ctl.evaluation.QUIET_SECONDS (60 s) without a batch, a warning (a filter "
+         "after ctl.parts.evaluation.QUIET_SECONDS (60 s) without a batch, a warning (a filter "
          "that matches nothing? a generator that blocks?); the evaluation goes on waiting, "
          "and a SIGTERM or Ctrl-C then saves and stops within 5 s (the stuck-action row)",
          "0", "none"),
@@ -462,7 +463,7 @@ def test_a_second_ctrl_c_in_a_call_that_does_not_end_quits_within_the_wait(tmp_p
     report(f"a second SIGINT inside a compiled call that does not end ({load})",
            time.monotonic() - sent)
   assert exit_code == ctl.INTERRUPTED_EXIT_CODE, log
-  assert (f"the call did not end within {ctl.stopping.SECOND_CTRL_C_WAIT_SECONDS:g} s; "
+  assert (f"the call did not end within {stopping.SECOND_CTRL_C_WAIT_SECONDS:g} s; "
           "without saving: the steps since "
           f"{os.path.join(str(work), 'checkpoints', 'ckpt-4')} are lost.") in log
   assert newest(work) == 4
@@ -543,7 +544,7 @@ def test_a_signal_during_a_stuck_evaluation_saves_from_another_thread(tmp_path, 
   proc.send_signal(signum)
   exit_code, log = finish(proc)
   report(f"{name} during a stuck evaluation "
-         f"(ctl.stopping.STUCK_SECONDS = {ctl.stopping.STUCK_SECONDS:g})",
+         f"(ctl.loop.stopping.STUCK_SECONDS = {stopping.STUCK_SECONDS:g})",
          time.monotonic() - sent)
   assert exit_code == code, log
   said = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"

@@ -253,19 +253,80 @@ def test_every_module_of_ctl_lives_in_a_layer_and_imports_down_only():
   assert not upward, "\n".join(upward)
 
 
-def test_each_module_is_one_object_under_its_short_name_and_its_home():
-  import importlib  # pylint: disable=import-outside-toplevel
+def _homes():
+  """ctl's one table: each public name and its home module, read from ctl/__init__.py."""
+  with open(os.path.join(ROOT, "ctl", "__init__.py")) as f:
+    tree = ast.parse(f.read())
+  tables = [node.value for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)]
+  assert len(tables) == 1, f"ctl/__init__.py keeps {len(tables)} tables; keep one"
+  return ast.literal_eval(tables[0])
 
+
+def _bound_at_top(tree):
+  """The names a module binds at its top level (definitions, assignments, imports)."""
+  names = set()
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+  return names
+
+
+def test_ctl_keeps_one_table_of_public_names_and_their_homes():
   import ctl  # pylint: disable=import-outside-toplevel
-  homes = {"parity": "ctl.tools.parity", "records": "ctl.tools.records",
-           "checkpoints": "ctl.loop.checkpoints", "actions": "ctl.loop.actions",
-           "stopping": "ctl.loop.stopping", "history": "ctl.loop.history",
-           "evaluation": "ctl.parts.evaluation", "data": "ctl.parts.data",
-           "reduction": "ctl.step.reduction", "strategies": "ctl.distribute.strategies",
-           "experiments": "ctl.tools.experiments", "constants": "ctl.base.constants"}
-  for short, home in homes.items():
-    module = getattr(ctl, short)  # `ctl.parity.check`, `from ctl import parity`
-    assert module is importlib.import_module(home), short
+  homes = _homes()
+  assert ctl.__all__ == list(homes)
+  trees = dict(_sources())
+  missing = []
+  for name, home in homes.items():
+    path = os.path.join(*home.split("."))
+    tree = trees.get(f"{path}.py") or trees[os.path.join(path, "__init__.py")]
+    if name not in _bound_at_top(tree):
+      missing.append(f"{name}: not defined in its home {home}")
+  assert not missing, "\n".join(missing)
+
+
+def _past_the_face(tree, exported, *, homes=False):
+  """(line, text) of each use of ctl beyond its public names: `ctl.<name>` or `from
+  ctl import <name>` of a name it does not export and, unless `homes`, any import
+  of a module of ctl (`from ctl.<module> import`, `import ctl.<module>`)."""
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id == "ctl" and node.attr not in exported):
+      yield node.lineno, ast.unparse(node)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "ctl":
+      yield from ((node.lineno, f"from ctl import {a.name}") for a in node.names
+                  if a.name not in exported and not (homes and a.name in _LAYERS))
+    elif isinstance(node, ast.ImportFrom) and not homes and node.level == 0 and (
+        node.module.startswith("ctl.")):
+      yield node.lineno, f"from {node.module} import ..."
+    elif isinstance(node, ast.Import) and not homes:
+      yield from ((node.lineno, f"import {a.name}") for a in node.names
+                  if a.name.startswith("ctl."))
+
+
+def test_gan_uses_ctls_public_names_only():
+  # The kit is built on ctl as any package would be: `import ctl`, `ctl.Runner`,
+  # `from ctl import arguments`; what it needs more is made public in ctl/__init__.py.
+  exported = set(_homes())
+  found = [f"{path}:{line}: {text}" for path, tree in _sources()
+           if path.split(os.sep)[0] == "gan" for line, text in _past_the_face(tree, exported)]
+  assert not found, "\n".join(found)
+
+
+def test_no_arrow_through_ctls_face_to_a_name_it_does_not_export():
+  # `ctl.<name>` loads only the names of the table; a module is reached by its
+  # home (`from ctl.tools import parity`), not as `ctl.parity`.
+  exported = set(_homes())
+  found = [f"{path}:{line}: {text}" for path, tree in _sources()
+           if path.split(os.sep)[0] in ("ctl", "gan")
+           for line, text in _past_the_face(tree, exported, homes=True)]
+  assert len(found) == 0, "\n".join(found)
 
 
 def test_results_are_reduced_over_replicas_in_one_place():

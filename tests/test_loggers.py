@@ -18,6 +18,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import ctl
+from ctl.loop import loggers as loggers_lib
+from ctl.loop import manifest
 
 import helpers
 import test_outer_loop
@@ -189,7 +191,7 @@ def test_a_tracker_that_cannot_begin_stops_the_fit_before_its_first_step(tmp_pat
   assert ctl.read_history(str(tmp_path)).steps.size == 0
 
 
-class Unreachable(ctl.loggers.Tracker):
+class Unreachable(loggers_lib.Tracker):
   """A tracker whose server does not answer."""
   name = "unreachable"
 
@@ -203,12 +205,12 @@ class Unreachable(ctl.loggers.Tracker):
 
 
 def test_a_tracker_that_cannot_start_is_one_error_naming_it_and_no_fit_is_recorded(tmp_path):
-  with pytest.raises(ctl.loggers.TrackerError,
+  with pytest.raises(loggers_lib.TrackerError,
                      match=r"^unreachable: could not start a run \(ConnectionError: "
                            r"http://127.0.0.1:9: connection refused\); fix the tracker's "
                            r"address or drop the logger. Nothing was trained.$"):
     train(tmp_path, 12, [Unreachable()])
-  assert ctl.manifest.read(str(tmp_path)) == []  # no record of a fit that never ran
+  assert manifest.read(str(tmp_path)) == []  # no record of a fit that never ran
 
 
 @pytest.mark.slow
@@ -262,7 +264,7 @@ def test_each_fit_appends_its_manifest_and_a_resume_under_another_seed_says_so(
     runner = test_outer_loop.runner(seed=1)
     runner.fit(8, str(tmp_path), progress=False)
   assert "seed was 0 and is now 1" in caplog.text
-  records = ctl.manifest.read(str(tmp_path))
+  records = manifest.read(str(tmp_path))
   assert [(r["start_step"], r["total_steps"], r["seed"]) for r in records] == [
       (0, 4, 0), (4, 8, 1)]
   record = records[0]
@@ -293,7 +295,7 @@ def test_a_manifest_cut_mid_line_keeps_every_other_record(tmp_path, caplog):
   path.write_text(text[:len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the 2nd cut
   train(tmp_path, 12, [])
   with caplog.at_level(logging.WARNING, logger="ctl"):
-    records = ctl.manifest.read(str(tmp_path))
+    records = manifest.read(str(tmp_path))
   assert [r["start_step"] for r in records] == [0, 8]
   assert "manifest.jsonl: left out line 2, cut short or unreadable" in caplog.text
 
@@ -339,6 +341,6 @@ def test_ctl_train_logs_its_gin_bindings_to_mlflow(tmp_path):
   assert params["gin.gan.dcgan_generator.width"] == "8"
   assert [step for step, _ in metrics["generator_loss"]] == [0, 1, 2, 3]
   assert images == [2, 4]
-  record = ctl.manifest.read(str(tmp_path / "run"))[0]
+  record = manifest.read(str(tmp_path / "run"))[0]
   assert "Schedule.total_steps = 4" in record["gin"]["config"]
   assert record["command"][1:3] == ["train", os.path.join("examples", "configs", "dcgan.gin")]

@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
+from ctl.distribute import launch
 from ctl.distribute import peers
 from ctl.loop import stopping
 from ctl.loop import workdir as workdir_lib
@@ -85,7 +86,7 @@ def test_a_signal_during_an_action_saves_at_once_and_stops(tmp_path, signum, rai
     assert isinstance(stopped.value, ctl.Interrupted)
     assert "Ctrl-C: saved a checkpoint at step 4" in str(stopped.value)
   if signum == signal.SIGTERM:  # the process is exiting with 42: a further SIGTERM is let go
-    assert signal.getsignal(signum) is ctl.stopping.already_stopping
+    assert signal.getsignal(signum) is stopping.already_stopping
     signal.signal(signum, previous)
   assert signal.getsignal(signum) is previous
   assert not (tmp_path / workdir_lib.LOCK_NAME).exists()  # released
@@ -101,7 +102,7 @@ def test_sighup_stops_as_sigterm_unless_ignored_as_under_nohup(tmp_path, nohup, 
   nohup (SIGHUP ignored) the run goes on to its end. (The real hang-up of a
   terminal is in tests/test_fault_matrix.py.)"""
   # Not this test's terminal: ctl would send it to /dev/null.
-  monkeypatch.setattr(ctl.stopping, "_is_terminal", lambda fd: False)
+  monkeypatch.setattr(stopping, "_is_terminal", lambda fd: False)
   previous = signal.signal(signal.SIGHUP, signal.SIG_IGN if nohup else signal.SIG_DFL)
   try:
     if nohup:
@@ -120,7 +121,7 @@ def test_sighup_stops_as_sigterm_unless_ignored_as_under_nohup(tmp_path, nohup, 
           capfd.readouterr().err)
     # After the stop (exit code 42) a further SIGHUP is let go, not a death by SIGHUP.
     assert signal.getsignal(signal.SIGHUP) == (signal.SIG_IGN if nohup else
-                                               ctl.stopping.already_stopping)
+                                               stopping.already_stopping)
   finally:
     signal.signal(signal.SIGHUP, previous)
 
@@ -457,7 +458,7 @@ class Clock:
 def test_waiting_for_peers_names_those_that_never_answer(capsys):
   with socket.create_server(("127.0.0.1", 0)) as up:
     here = f"127.0.0.1:{up.getsockname()[1]}"
-    gone = f"127.0.0.1:{ctl.launch.free_ports(1)[0]}"
+    gone = f"127.0.0.1:{launch.free_ports(1)[0]}"
     others, me = peers.cluster_peers({"worker": [here, gone, "127.0.0.1:1"]}, "worker", 2)
     assert others == [("worker 0", here), ("worker 1", gone)] and me == "127.0.0.1:1"
     clock = Clock()
@@ -472,7 +473,7 @@ def test_waiting_for_peers_names_those_that_never_answer(capsys):
 
 
 def test_while_waiting_this_task_listens_for_its_peers():
-  port = ctl.launch.free_ports(1)[0]
+  port = launch.free_ports(1)[0]
   checked = []
   with socket.socket() as late:  # the peer: bound, listening from the first sleep on
     late.bind(("127.0.0.1", 0))
@@ -495,7 +496,7 @@ def test_while_waiting_this_task_listens_for_its_peers():
 def test_a_signal_ends_the_wait_for_peers(capsys):
   def interrupt(seconds):
     os.kill(os.getpid(), signal.SIGTERM)
-  gone = f"127.0.0.1:{ctl.launch.free_ports(1)[0]}"
+  gone = f"127.0.0.1:{launch.free_ports(1)[0]}"
   previous = signal.getsignal(signal.SIGTERM)
   with pytest.raises(SystemExit) as stopped:
     peers.wait_for_peers([("chief 0", gone)], None, 0, sleep=interrupt)

@@ -17,7 +17,7 @@ def add_parser(subparsers: Any) -> None:
   parser = subparsers.add_parser(
       "records", help="write a dataset as sharded TFRecord files",
       description="Writes a dataset as sharded TFRecord files plus spec.json, for "
-      "ctl.records.read_records: the embedded MNIST digits, a prepared TFDS "
+      "ctl.read_records: the embedded MNIST digits, a prepared TFDS "
       "dataset, or a folder of images.")
   parser.add_argument("--dataset", required=True, metavar="mnist|tfds:NAME|folder:PATH",
                       help="mnist: the embedded digits, (uint8 image [28,28,1], int32 "
