@@ -258,7 +258,7 @@ def test_an_experiment_without_the_method_is_named(own_experiment, capsys, clean
                    "own_experiment:OnlyEvaluates"]) == 2
   err = capsys.readouterr().err
   assert "OnlyEvaluates has no method export" in err, err
-  assert "ctl.experiments.Experiment" in err and len(err.strip().splitlines()) == 1
+  assert "ctl.tools.experiments.Experiment" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_config_file_suggests_a_neighbour(capsys):

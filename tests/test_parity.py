@@ -7,7 +7,7 @@ form) and, under mirrored with 2 replicas and multi_worker, the optimizer
 options (`parity_task.OPTIMIZERS`: clipping, weight decay, EMA, loss scaling, a
 schedule, RMSprop, SGD with momentum, Lion) and `micro_batches`. Every step's
 reduced results and every model's final weights must be within rounding of the
-eager run under the default strategy, by ctl.parity's float32 criterion: each
+eager run under the default strategy, by ctl.tools.parity's float32 criterion: each
 variable's difference, relative to its model's largest weight, at most 10 times the
 rounding floor (the most that moving the eager run's initial weights by one ulp
 moved its model), or within 16 float32 epsilons per step. (ctl parity's float64
@@ -60,7 +60,7 @@ def runs(tmp_path_factory):
 
 
 def of_task(arrays, task):
-  """The arrays of `task`, keyed as ctl.parity keys them (`loss/...`, `<model>/<i>`)."""
+  """The arrays of `task`, keyed as ctl.tools.parity keys them (`loss/...`, `<model>/<i>`)."""
   return {k[len(task) + 1:]: v for k, v in arrays.items() if k.startswith(task + "/")}
 
 

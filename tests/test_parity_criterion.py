@@ -1,4 +1,4 @@
-"""ctl.parity's criterion and report on arrays made here (no training, no processes):
+"""ctl.tools.parity's criterion and report on arrays made here (no training, no processes):
 what counts as rounding in float32 and in float64, how configurations are named,
 what the diagnosis reads, what the table shows."""
 

@@ -739,7 +739,7 @@ def test_micro_batch_slices_are_strided():
 
 
 def test_float64_runs_everything_in_float64():
-  """mixed_precision="float64": variables, data, draws and results, where ctl.parity
+  """mixed_precision="float64": variables, data, draws and results, where ctl.tools.parity
   replays a run; Keras' floatx is float64 while the step runs (a learning-rate
   schedule computes in it), and float32 again afterwards."""
   draws, floatx = {}, []

@@ -234,7 +234,7 @@ def gin_search_paths_first(directories):
 
   gin resolves `include 'x.gin'` against its search paths, the current
   directory first, and has no public way to search elsewhere first; ctl puts
-  the including files' directories there (`ctl.experiments.parse_gin`).
+  the including files' directories there (`ctl.tools.experiments.parse_gin`).
   """
   _note_version("gin-config")
   from gin import config  # pylint: disable=import-outside-toplevel
@@ -326,7 +326,7 @@ def checkpoint_pointer_naming_nothing_as_missing():
   `tf.train.CheckpointManager` reads the file when it is made and raises
   ValueError ("Invalid checkpoint state") for such a file, with no public way
   around it; ctl then finds the checkpoints from their files
-  (`ctl.checkpoints.Checkpointer.restore`).
+  (`ctl.loop.checkpoints.Checkpointer.restore`).
   """
   _note_version("tensorflow")
   from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=import-outside-toplevel

@@ -7,7 +7,7 @@ import it without importing TensorFlow."""
 PREEMPTED_EXIT_CODE = 42
 # What ctl's commands and argparse exit with for a bad argument or config.
 USAGE_ERROR_EXIT_CODE = 2
-# `ctl train --logger NAME`: the experiment trackers ctl.loggers knows by name.
+# `ctl train --logger NAME`: the experiment trackers ctl.loop.loggers knows by name.
 LOGGER_NAMES = ("mlflow", "wandb")
 # What a step does instead of a draw whose numbers depend on the layout
 # (`sources.layout_dependent_draws`): the warning's, ctl check's and ctl parity's advice.

@@ -3,7 +3,7 @@ TensorFlow, Keras and ctl.
 
     where = sources.user_line(_tf_internal.stack())   # "my_gan.py:42: z = ..."
 
-Errors and `ctl.parity`'s diagnoses name the user's line, not the library
+Errors and `ctl.tools.parity`'s diagnoses name the user's line, not the library
 frame that noticed the problem.
 """
 

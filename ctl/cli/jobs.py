@@ -394,7 +394,7 @@ def run_workdir(args: argparse.Namespace) -> str:
   does (the shell leaves `--workdir=~/x` as it is), or `default_workdir`.
 
   Raises:
-    ctl.experiments.ConfigError: an empty `--workdir`.
+    ctl.tools.experiments.ConfigError: an empty `--workdir`.
   """
   from ctl.loop import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
@@ -422,10 +422,10 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
 
   Returns:
     `(name, make)`: the experiment's name and what makes it (gin-configured),
-    for `ctl.experiments.make_experiment`.
+    for `ctl.tools.experiments.make_experiment`.
 
   Raises:
-    ctl.experiments.ConfigError: with a message naming the bad argument or
+    ctl.tools.experiments.ConfigError: with a message naming the bad argument or
       binding and the fix.
   """
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel

@@ -76,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
                       help="float32 floor runs where float32 decides (default 3)")
   parser.add_argument("--jobs", type=int, metavar="N",
                       help="processes at once (default: the CPUs this process may use, at most 4)")
-  # What each run's process is given (ctl.parity.check starts them).
+  # What each run's process is given (ctl.tools.parity.check starts them).
   parser.add_argument("--run-one", metavar="CONFIG", help=argparse.SUPPRESS)
   parser.add_argument("--role", default="config", help=argparse.SUPPRESS)
   parser.add_argument("--out", help=argparse.SUPPRESS)

@@ -455,7 +455,7 @@ class Launch:
     """Whether every task is ready: its ready file exists, or it exited with 0."""
     for task in self.tasks:
       if not task.ready:
-        name = f"{task.type}-{task.index}"  # as `ctl.strategies.announce_ready` writes it
+        name = f"{task.type}-{task.index}"  # as strategies.announce_ready writes it
         task.ready = task.code == 0 or os.path.exists(os.path.join(self._ready_dir, name))
     return all(task.ready for task in self.tasks)
 

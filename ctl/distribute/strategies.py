@@ -82,7 +82,7 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
       seconds to wait for the cluster's other tasks before exiting with code 1
       and a message naming those that never answered; None reads
       `CTL_STARTUP_TIMEOUT`, else 600; 0 waits forever. SIGTERM and Ctrl-C
-      end the wait at once (see `ctl.peers`).
+      end the wait at once (see `ctl.distribute.peers`).
     heartbeat_timeout: `multi_worker`: seconds a peer may miss its heartbeats
       before TensorFlow's coordination service declares it dead and every
       task stops with an error naming it; None reads `CTL_HEARTBEAT_TIMEOUT`,

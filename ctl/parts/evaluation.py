@@ -94,10 +94,10 @@ class Evaluator:
   """Runs evaluation steps on the models of `state` under `placement`'s strategy.
 
   Args:
-    state: the `ctl.state.State` (its models, and the step `ctx.step` reports).
+    state: the `ctl.parts.state.State` (its models, and the step `ctx.step` reports).
     placement: the `ctl.distribute.placement.Placement` the state was built under.
     eager: run as plain Python.
-    float_dtype: the run's float type (`ctl.steps.run_on_replica`).
+    float_dtype: the run's float type (`ctl.parts.steps.run_on_replica`).
   """
 
   def __init__(self, state: State, placement: Placement, *,
@@ -153,7 +153,7 @@ class Evaluator:
           "evaluate: the evaluation data's length is unknown (a dataset after a "
           "filter, from a generator, or a dataset function) and it had not ended "
           "after %d batches: "
-          "stopped there (ctl.evaluation.UNKNOWN_LENGTH_BATCHES), and the metrics "
+          "stopped there (ctl.parts.evaluation.UNKNOWN_LENGTH_BATCHES), and the metrics "
           "are over those batches. Pass num_batches=N to choose how many, or make "
           "the data finite (data.take(N); no .repeat() before a filter).", bound)
     return {k: v / examples for k, v in totals.items()}
@@ -167,7 +167,7 @@ class Evaluator:
     `fn` gets a replica's consecutive sample indices (int64 `[rows]`) and
     returns a dict of per-sample tensors `[rows, ...]`; its result for a
     sample must depend on the index only (draw noise with
-    `ctl.context.normal_by_index`), so that it is the same on any number of
+    `ctl.normal_by_index`), so that it is the same on any number of
     replicas, workers and any batch size. The last batch is padded; padded
     rows are computed and dropped (masked from `moments`). Each output named in
     `moments` (`[rows, d]`) is returned as its `Moments`, summed on each replica
@@ -223,7 +223,7 @@ class Evaluator:
       _check_sample_outputs(outputs, rows, moments)
       if not tf.executing_eagerly():
         sources.warn_of_layout_dependent_draws(
-            rows, "Draw a sample's noise from its index with ctl.context.normal_by_index.")
+            rows, "Draw a sample's noise from its index with ctl.normal_by_index.")
       mask = tf.cast(indices < limit, tf.float64)
       sums = {}
       for name in moments:

@@ -62,13 +62,13 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
   """Runs `step_fn(ctx, batch)` on this replica; returns its results as `float_dtype`.
 
   Records in `reductions` (result key -> "SUM" or "MEAN") how each result is
-  reduced over replicas (see `ctl.reduction`).
+  reduced over replicas (see `ctl.step.reduction`).
 
   Args:
     step_fn: the user's `(ctx, batch) -> dict of scalars`.
     batch: this replica's rows.
     step: int64 scalar, the global step the context reports.
-    state: the `ctl.state.State` whose models and optimizers the step uses.
+    state: the `ctl.parts.state.State` whose models and optimizers the step uses.
     replicas: the replicas in sync.
     global_batch_size: examples over all replicas; None takes this replica's
       batch size (one replica, dynamic batch).
@@ -86,7 +86,7 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
       global_batch_size=global_batch_size, num_replicas=replicas,
       replica_id=tf.distribute.get_replica_context().replica_id_in_sync_group,
       compile_update=compile_update, float_dtype=float_dtype, shares=shares)
-  step_fn = autograph(step_fn)  # only the user's code: see ctl.context.autograph
+  step_fn = autograph(step_fn)  # only the user's code: see ctl.step.context.autograph
   with shares.recording(batch):  # eagerly, the reductions below need its tapes
     with tf.variable_creator_scope(_refuse_new_variable), _keras_floatx(float_dtype):
       results = step_fn(ctx, batch)
@@ -162,8 +162,8 @@ class TrainStep:
 
   Args:
     step_fn: the user's `(ctx, batch) -> dict of scalars`.
-    state: the `ctl.state.State` it trains.
-    feed: the training data's feed (`ctl.data.make_feed`).
+    state: the `ctl.parts.state.State` it trains.
+    feed: the training data's feed (`ctl.parts.data.make_feed`).
     placement: the `ctl.distribute.placement.Placement` the state was built under.
     eager: run as plain Python.
     jit_compile: compile with XLA (per update under merge-call strategies).

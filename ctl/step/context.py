@@ -68,7 +68,7 @@ def draw_key(seed: int) -> tf.Tensor:
   """The Philox key of a run's draws from `seed`, as the int64 [1] with its
   bits: what the run's key variable holds (`State.draw_key`, `StepContext(key=)`).
   A step that reads the key from a variable takes another seed without a new
-  trace (`ctl.parity_runs.start_as`)."""
+  trace (`ctl.tools.parity_runs.start_as`)."""
   return tf.bitcast(_philox_key(tf.constant([seed, 0], tf.int64)), tf.int64)
 
 
@@ -195,7 +195,7 @@ class StepContext:
     self._compile_update = compile_update
     self._float_dtype = float_dtype  # float64 in a float64 run
     # The shares of global-batch means this replica made: how the runner
-    # reduces a result follows from them (`ctl.reduction`).
+    # reduces a result follows from them (`ctl.step.reduction`).
     self._shares = shares if shares is not None else reduction.Shares()
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
@@ -678,7 +678,7 @@ def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
 
   ctl's own code is written for graphs and is not converted: tracing a step
   converted every ctl function it called, about 2 s of a first call. So only
-  the user's functions are: the step (`ctl.steps`) and a loss function given
+  the user's functions are: the step (`ctl.parts.steps`) and a loss function given
   to `minimize`. They are called from a converted one-line function, so
   autograph's own rules apply to them as under a `tf.function`: any callable
   (a `functools.partial`, an object with `__call__`, a bound method, a lambda,

@@ -13,7 +13,7 @@ integer or boolean tensor (a count) is refused: neither reduction gives it.
     values = step_results(shares, results, ops, num_replicas=n)   # per replica
     reduced = across_replicas(strategy, ops, per_replica_values)  # cross-replica
 
-Training (`ctl.steps`) and evaluation (`ctl.evaluation`) both reduce here.
+Training (`ctl.parts.steps`) and evaluation (`ctl.parts.evaluation`) both reduce here.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def make_experiment(make: Callable[[], Any], name: str,
         f"--experiment {name}: {type(experiment).__name__} has no method "
         f"{', '.join(missing)}, which this command calls. An experiment is an object "
         "with build(strategy), train(workdir, strategy), evaluate(workdir, strategy) "
-        "and export(workdir, directory, strategy) (ctl.experiments.Experiment); "
+        "and export(workdir, directory, strategy) (ctl.tools.experiments.Experiment); "
         "--experiment names the class or function that makes one.")
   return experiment
 

@@ -1,6 +1,7 @@
 """Parity: does a strategy switch change a run's numbers by more than float rounding?
 
-    report = ctl.parity.check("my_gan.py", ["compiled", "mirrored:2"], steps=10)
+    from ctl.tools import parity
+    report = parity.check("my_gan.py", ["compiled", "mirrored:2"], steps=10)
     print(report)                 # per configuration: its largest differences, verdict
     report.ok                     # every configuration within rounding
 
@@ -35,7 +36,7 @@ for is float64 there (`_tf_internal.promoted_to_float64`: a tf.cast or
 ctx.normal to float32, tf.zeros, a Python float's constant, a layer with
 dtype="float32"). float64 cannot decide where an op makes float32 whatever its
 input (tf.image.resize) or a float32 value comes from outside, and the replay
-fails or carries float32 rounding (`ctl.parity_runs.analyze` names the line
+fails or carries float32 rounding (`ctl.tools.parity_runs.analyze` names the line
 that made it), or when the run itself cannot run float64 (a TPU). The report
 says which, and why, once; float32 then decides, and a difference past its
 tolerance by less than `UNDECIDED_FACTOR` is "undecided", not DIFFERS.
@@ -55,7 +56,7 @@ function returning a dataset of global batches), and may set
 `batches_per_step` and `seed`; or a .gin file describes an experiment, whose
 runner (its build method) runs with each configuration's options. Each
 configuration runs in its own process (`ctl parity` runs `python -m ctl.cli
-parity --run-one ...` for each, which calls `ctl.parity_runs.run_one`), since
+parity --run-one ...` for each, which calls `ctl.tools.parity_runs.run_one`), since
 TensorFlow fixes its devices and collectives once per process.
 """
 
@@ -426,7 +427,7 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
     rows: its rows in the precision that decided (`compare`).
     reference, run: the reference's and the configuration's arrays, in that
       precision.
-    about: what the reference's process recorded (`ctl.parity_runs.describe`,
+    about: what the reference's process recorded (`ctl.tools.parity_runs.describe`,
       `analyze`):
       "paths" (key -> name), "layers" (model -> the kinds of its layers that
       draw or average per replica), "statistics" (model -> its
@@ -747,7 +748,7 @@ def load_module(path: str) -> Any:
 
 
 def float64_blockers(analysis: Mapping[str, Any]) -> str:
-  """What in `ctl.parity_runs.analyze`'s findings keeps a float64 replay from
+  """What in `ctl.tools.parity_runs.analyze`'s findings keeps a float64 replay from
   deciding, or ''."""
   if analysis.get("float32_made"):
     return ("the step makes float32 values that the float64 replay cannot widen, at "

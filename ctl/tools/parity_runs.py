@@ -4,7 +4,7 @@ the step's analysis.
     parity_runs.run_one("my_gan.py", parity.Config.parse("mirrored:2"), 10, "out.npz",
                         seeds=[0, 1])
 
-`ctl.parity.check` starts a process per configuration (`ctl parity ... --run-one
+`ctl.tools.parity.check` starts a process per configuration (`ctl parity ... --run-one
 CONFIG`), which calls `run_one`: it makes the strategy, then for each seed a
 fresh runner per run (the configuration as it is, its float64 replay, and in the
 reference's process the floor runs and the analysis of the traced step), and

@@ -196,13 +196,13 @@ def read_spec(directory: str) -> dict:
   """The `spec.json` of a records directory, as a dict."""
   if not tf.io.gfile.isdir(directory):
     raise FileNotFoundError(f"records directory {directory!r} does not exist; write "
-                            "it first with ctl.records.write_records or `ctl records`.")
+                            "it first with ctl.tools.records.write_records or `ctl records`.")
   path = os.path.join(directory, SPEC_FILE)
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(
         f"{directory!r} has no {SPEC_FILE}, so it holds no complete set of records "
         "(write_records writes it last); write them with "
-        "ctl.records.write_records or `ctl records --out ...`.")
+        "ctl.tools.records.write_records or `ctl records --out ...`.")
   with tf.io.gfile.GFile(path) as f:
     spec = json.load(f)
   if spec.get("version") != _SPEC_VERSION:
