@@ -2,23 +2,16 @@
 
     import ctl
     from ctl.distribute import ray as ctl_ray
-    # your function in each of 2 Ray workers, all again from the start after a failure:
     result = ctl_ray.train(lambda: my_fit(ctl.make_strategy("multi_worker")),
                            num_workers=2, max_failures=3)
 
-Ray Train's `TensorflowTrainer` starts the workers, one Ray actor each, and
-writes each one's `TF_CONFIG`, from which `fn` makes the `multi_worker`
-strategy (`ctl train` on the workers is `ctl.cli.ray_train.train`). Ray also
-sets `TF_USE_LEGACY_KERAS=1` there, which sends `tf.keras` to Keras 2
-(tf_keras), while ctl and the GAN kit use Keras 3: it is removed first.
-
-When a worker dies (or raises), Ray stops the others and starts every worker
-again, up to `max_failures` times: a run that saves checkpoints in a work
-directory every worker sees (on one machine, any; on a cluster, the shared
-filesystem Ray's `storage_path` is on) resumes from the last. Relative paths
-are the caller's: each worker starts in the caller's directory where it exists.
-Needs `pip install 'ctl-loops[ray]'`; connects to the cluster `RAY_ADDRESS`
-names, or to one started on this machine (`ray.init()`).
+Ray Train's `TensorflowTrainer` starts the workers and writes each one's
+`TF_CONFIG`, which `make_strategy` reads (`ctl train` on the workers:
+`ctl.cli.ray_train`). Ray's `TF_USE_LEGACY_KERAS=1`, which would send `tf.keras`
+to Keras 2, is removed first. After a failure Ray starts every worker again, up
+to `max_failures` times: a fit resumes from a work directory every worker sees
+(relative paths are the caller's). Needs `pip install 'ctl-loops[ray]'`; joins
+the cluster `RAY_ADDRESS` names, or starts one here (`ray.init()`).
 """
 
 from __future__ import annotations
