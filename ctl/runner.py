@@ -16,9 +16,9 @@
 The same `train_step` runs eagerly (`eager=True`: print and pdb work), compiled, or
 distributed; only the `strategy` argument changes. The runner puts together
 the parts that do the work and hands them to the code that uses them: the
-placement (`ctl.strategies`), the state (`ctl.state`), the data's feed
-(`ctl.data`), the compiled step (`ctl.steps`), evaluation (`ctl.evaluation`)
-and export (`ctl.export`). The outer loop (`ctl.loop`), checkpoints, stopping
+placement (`ctl.distribute.strategies`), the state (`ctl.parts.state`), the data's feed
+(`ctl.parts.data`), the compiled step (`ctl.parts.steps`), evaluation (`ctl.parts.evaluation`)
+and export (`ctl.parts.export`). The outer loop (`ctl.loop`), checkpoints, stopping
 and `ctl check` take those parts, not the runner.
 """
 
@@ -67,7 +67,7 @@ class Runner:
   or a sum or constant multiple of such values) is summed over replicas; a
   value that does not depend on one (a per-replica mean such as an accuracy)
   is averaged. Either way the logged number is the global-batch value. A value
-  that mixes the two is an error (see `ctl.reduction`).
+  that mixes the two is an error (see `ctl.step.reduction`).
 
   Args:
     step_fn: the step function, `(ctx, batch) -> dict`, run in replica
@@ -80,7 +80,7 @@ class Runner:
       something else must be built in `build` (`optimizer.build(variables)`).
     data: `tf.data.Dataset` of global batches, or a function of a
       `tf.distribute.InputContext` returning per-replica batches (then pass
-      `global_batch_size`). See `ctl.data`.
+      `global_batch_size`). See `ctl.parts.data`.
     strategy: a `tf.distribute.Strategy` or a name for `ctl.make_strategy`.
       Under `parameter_server` this process is the coordinator: each step is
       scheduled on a free worker (asynchronous training), every worker reads
@@ -96,7 +96,7 @@ class Runner:
       `LossScaleOptimizer`. "float64" runs everything in float64: the models'
       variables and computations, the data (its floating-point tensors are
       cast), `ctx.normal`/`ctx.uniform` (the float32 draws, cast) and the
-      results; `ctl.parity` replays runs this way to tell rounding from bugs.
+      results; `ctl.tools.parity` replays runs this way to tell rounding from bugs.
     global_batch_size: needed only when `data` is a dataset function.
     batches_per_step: batches each step takes (e.g. one per critic update).
 
@@ -109,10 +109,10 @@ class Runner:
     seed: as given.
     eager: as given.
     steps_per_loop: as given.
-    placement: where the step runs (`ctl.strategies.Placement`).
-    state: the models, optimizers and step counter (`ctl.state.State`).
-    feed: the training data's `ctl.data.Feed`.
-    compiled_step: the compiled step (`ctl.steps.TrainStep`: `run(n)`,
+    placement: where the step runs (`ctl.distribute.placement.Placement`).
+    state: the models, optimizers and step counter (`ctl.parts.state.State`).
+    feed: the training data's `ctl.parts.data.Feed`.
+    compiled_step: the compiled step (`ctl.parts.steps.TrainStep`: `run(n)`,
       `replica_step`, `trace_count`). These four are the parts the runner made,
       which the loop and the tools take.
   """
@@ -176,7 +176,7 @@ class Runner:
     self._evaluator = evaluation.Evaluator(self.state, self.placement, eager=eager,
                                            float_dtype=float_dtype)
     # Every step's results: `train` and `fit` append; `fit` with a workdir
-    # starts it from the run's history file (`ctl.history`).
+    # starts it from the run's history file (`ctl.loop.history`).
     self.history = history_lib.History()
 
   @property
@@ -189,7 +189,7 @@ class Runner:
     `Runner`'s keyword arguments changed (e.g. `eager=True`, `steps_per_loop=5`).
 
     It builds models of its own (the same initial weights: the seed is the
-    same) and reads the data from its start: `ctl.parity` runs an experiment's
+    same) and reads the data from its start: `ctl.tools.parity` runs an experiment's
     runner this way under other execution options.
     """
     allowed = set(self._arguments) - {"step_fn", "build", "data"}
@@ -222,7 +222,7 @@ class Runner:
     100 steps to `<workdir>/events/train`. On SIGTERM it saves and
     exits with code 42 (`ctl.PREEMPTED_EXIT_CODE`); on Ctrl-C it saves and
     raises `ctl.Interrupted` (a second Ctrl-C quits at once); see
-    `ctl.stopping`. One run at a time may write a work directory: another
+    `ctl.loop.stopping`. One run at a time may write a work directory: another
     fails at once with `ctl.WorkdirInUse`. A NaN or Inf result stops training
     with a FloatingPointError before anything later is saved.
 
@@ -247,13 +247,13 @@ class Runner:
       dry_run: run each part once, tiny, and write nothing that stays: one
         compiled call of one step, a checkpoint save and restore, every action
         once (evaluations over a handful of samples); then the runner is put
-        back as it was (see `ctl.dry_run`). Seconds, not an hour in.
+        back as it was (see `ctl.loop.dry_run`). Seconds, not an hour in.
 
     Every step's results are appended to `<workdir>/history.jsonl` (on the
     chief; a resume first drops the steps after its checkpoint) and to
     `runner.history`, which a resumed `fit` starts from the file. Each fit
     appends its manifest (versions, seed, strategy, machine, command, gin
-    config, git commit) to `<workdir>/manifest.jsonl`; see `ctl.manifest`.
+    config, git commit) to `<workdir>/manifest.jsonl`; see `ctl.loop.manifest`.
 
     Returns:
       A `ctl.History`: each result key's per-step values (numpy) for the steps
@@ -284,12 +284,12 @@ class Runner:
                    num_samples: int, *, batch_size: int = 500,
                    moments: Sequence[str] = ()) -> dict[str, Any]:
     """Runs `fn(models, indices)` on every replica over samples 0 .. N - 1:
-    each output gathered in sample order, or its `ctl.evaluation.Moments`.
+    each output gathered in sample order, or its `ctl.Moments`.
 
     For metrics of what a model generates (FID and its kin): with noise drawn
-    by `ctl.context.normal_by_index`, sample i is the same on any number of
+    by `ctl.normal_by_index`, sample i is the same on any number of
     replicas and workers, and so is the result. See
-    `ctl.evaluation.Evaluator.over_samples`.
+    `ctl.parts.evaluation.Evaluator.over_samples`.
     """
     return self._evaluator.over_samples(fn, num_samples, batch_size=batch_size,
                                         moments=moments)

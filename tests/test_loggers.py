@@ -234,7 +234,7 @@ def test_a_fit_killed_before_its_first_save_leaves_no_mlflow_run_running(tmp_pat
 
 @pytest.mark.parametrize("loggers, message", [
     ("mlflow", "pass a list of loggers"),
-    (["mlflow"], r"ctl.loggers.by_name\('mlflow'\)"),
+    (["mlflow"], r"ctl.loop.loggers.by_name\('mlflow'\)"),
     ([ctl.Logger], r"is a class; pass an instance of it, e.g. Logger\(\)"),
     ([object()], "lacks begin, log_steps, log_metrics, log_image, flush, end"),
 ])

@@ -270,7 +270,7 @@ class Summaries:
   on the chief: `fit(summaries=ctl.Summaries(ctl.Every(steps=100)))`.
 
   At each step of `every` and at the fit's last step, the TensorBoard logger
-  (`ctl.loggers.TensorBoard`) writes each step result's mean over the last
+  (`ctl.loop.loggers.TensorBoard`) writes each step result's mean over the last
   compiled call, each optimizer's learning rate (`learning_rate/<name>`),
   `steps_per_second` and `examples_per_second` (since its previous write).
   `fit` lands a compiled call on each step of `every`.

@@ -158,9 +158,9 @@ class Checkpointer:
   that is removed at once.
 
   Args:
-    placement: the `ctl.strategies.Placement` (who is the chief).
-    state: the `ctl.state.State` saved: models, optimizers, the step counter.
-    feed: the training data's feed (`ctl.data.make_feed`), whose position is
+    placement: the `ctl.distribute.placement.Placement` (who is the chief).
+    state: the `ctl.parts.state.State` saved: models, optimizers, the step counter.
+    feed: the training data's feed (`ctl.parts.data.make_feed`), whose position is
       saved when it can be.
     directory: where checkpoints go.
     keep: how many of the newest checkpoints to keep.

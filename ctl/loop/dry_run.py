@@ -108,7 +108,7 @@ def _save_position(feed, scratch):
   it back), or None when TF cannot save it (the dry run then moves it)."""
   if not feed.checkpointable:
     _log.warning("dry run: the data's position cannot be saved here (see "
-                 "ctl.checkpoints), so it moves on by the step the dry run trains")
+                 "ctl.loop.checkpoints), so it moves on by the step the dry run trains")
     return None
   position = tf.train.Checkpoint(data=feed.iterator)
   try:

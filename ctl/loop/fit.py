@@ -3,20 +3,20 @@
     history = fit(runner.compiled_step, runner.history, 10_000, "runs/x")  # `Runner.fit`
 
 It takes the parts it uses, as Orbit's controller takes a trainer: the
-compiled step (`ctl.steps.TrainStep`, which holds the placement, the state and
+compiled step (`ctl.parts.steps.TrainStep`, which holds the placement, the state and
 the data's feed), the history it appends to, and the evaluator its actions call.
 
 Each pass runs one compiled call of up to `steps_per_loop` steps (shortened to
 land on the next step-based save or action), checks the results are finite,
 advances the progress display, saves a checkpoint if one is due, and runs the
-actions that are due (`ctl.actions`), each given the `FitContext`. Training resumes
+actions that are due (`ctl.loop.actions`), each given the `FitContext`. Training resumes
 from the newest checkpoint in `<workdir>/checkpoints`, so rerunning the same
 command after a crash, a kill or a preemption continues where it stopped.
-One run at a time holds the work directory (`ctl.workdir.Lock`).
+One run at a time holds the work directory (`ctl.loop.workdir.Lock`).
 
-SIGTERM and Ctrl-C save a checkpoint and stop (`ctl.stopping`): SIGTERM exits
+SIGTERM and Ctrl-C save a checkpoint and stop (`ctl.loop.stopping`): SIGTERM exits
 with `PREEMPTED_EXIT_CODE` (42, TF's restart code), which schedulers that
-restart on failure then resume; Ctrl-C raises `ctl.stopping.Interrupted`.
+restart on failure then resume; Ctrl-C raises `ctl.loop.stopping.Interrupted`.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _check_loggers(loggers):
   for logger in loggers:
     if isinstance(logger, str):
       raise TypeError(f"fit(loggers=[{logger!r}]): pass a logger, e.g. "
-                      f"ctl.loggers.by_name({logger!r}) or ctl.MLflow(); names are for "
+                      f"ctl.loop.loggers.by_name({logger!r}) or ctl.MLflow(); names are for "
                       "`ctl train --logger`.")
     if isinstance(logger, type):
       raise TypeError(f"logger {logger.__name__} is a class; pass an instance of it, e.g. "
@@ -160,7 +160,7 @@ def _check_loggers(loggers):
 
 
 def _describe(session, compiled_step, start_step, total_steps, seed, previous_from):
-  """This fit's `ctl.loggers.Run`, with its manifest record; what it changes
+  """This fit's `ctl.loop.loggers.Run`, with its manifest record; what it changes
   from the newest record in `previous_from` (the work directory; a dry run's
   real one), when it resumes, is logged on the chief."""
   feed = compiled_step.feed

@@ -72,7 +72,7 @@ class Run:
     workdir: the work directory (None: nothing is written there).
     start_step: the step the fit starts from (above 0: it resumes).
     total_steps: the step it trains up to.
-    manifest: the fit's record (`ctl.manifest.describe`).
+    manifest: the fit's record (`ctl.loop.manifest.describe`).
   """
   workdir: str | None
   start_step: int

@@ -12,7 +12,7 @@ instructions TensorFlow's kernels use) and any GPU, the determinism settings
 (op determinism, mixed precision, XLA), the command line, the gin
 configuration when one is parsed (its text and its bindings), and the git
 commit of the code where there is one. `fit` writes it, shows it in
-TensorBoard (a text summary) and hands it to the loggers (`ctl.loggers`);
+TensorBoard (a text summary) and hands it to the loggers (`ctl.loop.loggers`);
 `params` flattens it into the name -> value pairs trackers store as parameters.
 """
 

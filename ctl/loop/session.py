@@ -52,7 +52,7 @@ class Session:
   """One fit's lock, checkpointer, records and loggers; see the module docstring.
 
   Args:
-    compiled_step: the fit's `ctl.steps.TrainStep` (its placement, state and feed).
+    compiled_step: the fit's `ctl.parts.steps.TrainStep` (its placement, state and feed).
     history: the runner's `ctl.History`, which the fit appends to.
     workdir: the work directory, or None (nothing is written or restored).
     checkpoint: the fit's `ctl.Checkpoint`, or None (no checkpoints).
@@ -119,7 +119,7 @@ class Session:
 
   @property
   def restore_manager(self) -> tf.train.CheckpointManager:
-    """The manager TF's preemption handler restores through (`ctl.stopping`)."""
+    """The manager TF's preemption handler restores through (`ctl.loop.stopping`)."""
     return self._checkpointer.restore_manager
 
   def restore(self) -> int:

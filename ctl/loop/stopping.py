@@ -104,7 +104,7 @@ class Stopper:
   """Watches SIGTERM, SIGINT and SIGHUP during `fit`; see the module docstring.
 
   Args:
-    placement: the `ctl.strategies.Placement` of the run (its workers).
+    placement: the `ctl.distribute.placement.Placement` of the run (its workers).
     session: the fit's `ctl.loop.session.Session`, which saves, or None (nothing
       saved; SIGTERM then keeps its default action, ending the process at once).
   """
