@@ -113,8 +113,8 @@ def test_the_wheel_installs_and_trains_a_shipped_config_outside_the_repo(install
 
   # ctl, gan and every config are the wheel's, not the repo's (nor the editable install's)
   where = json.loads(_run([
-      os.path.join(env_dir, "bin", "python"), "-c", "import json, ctl, gan; from ctl import "
-      "configs; print(json.dumps([ctl.__file__, gan.__file__, configs.shipped()]))"],
+      os.path.join(env_dir, "bin", "python"), "-c", "import json, ctl, gan; from ctl.tools "
+      "import configs; print(json.dumps([ctl.__file__, gan.__file__, configs.shipped()]))"],
       cwd=workdir).stdout)
   assert list(where[2]) == NAMES, where
   venv_root = os.path.realpath(env_dir)
