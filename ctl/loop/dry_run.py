@@ -49,7 +49,6 @@ class DryRun:
     self.timings: list[tuple[str, float]] = []
     self.workdir = workdir
     self.total_steps = total_steps
-    self.restored = False  # the real run's newest checkpoint, by `Session.restore`
 
   def begin(self, step: int) -> int:
     """The step the dry run's fit trains to: one step past `step`, the start."""

@@ -127,7 +127,7 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
       trained = _train(compiled_step, session, context, total_steps, checkpoint, summaries,
                        actions, progress)
       if dry is not None:
-        session.restore()  # the checkpoint the dry run saved, read back
+        session.read_back()  # the checkpoint the dry run saved
       status = "finished"
       return trained
     except (stopping.Interrupted, stopping.Preempted, KeyboardInterrupt):

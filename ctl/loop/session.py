@@ -126,23 +126,23 @@ class Session:
     """Restores the newest checkpoint that reads whole (repairing the directory
     on the chief, see `Checkpointer.restore`); returns the global step.
 
-    A dry run first restores what the real run would resume from (read only),
-    and at its end reads back the checkpoint it saved.
+    A dry run first restores what the real run would resume from (read only).
     """
     dry = self._dry
-    if dry is not None and not dry.restored:
-      dry.restored = True
-      newest = checkpoints.newest(dry.workdir) if dry.workdir else None
-      if newest:
-        with self.timed(f"restore {newest}"):
-          checkpoints.Checkpointer(self.placement, self.state, self._feed,
-                                   os.path.join(dry.workdir, "checkpoints")).restore()
-    elif dry is not None and self._checkpointer is not None:
-      with self.timed(f"restore {os.path.basename(self.latest or '')}".strip()):
-        return self._checkpointer.restore()
+    newest = checkpoints.newest(dry.workdir) if dry is not None and dry.workdir else None
+    if newest:
+      with self.timed(f"restore {newest}"):
+        checkpoints.Checkpointer(self.placement, self.state, self._feed,
+                                 os.path.join(dry.workdir, "checkpoints")).restore()
     if self._checkpointer is None:
       return int(self.state.global_step.numpy())
     return self._checkpointer.restore(repair=True)
+
+  def read_back(self) -> None:
+    """Restores the checkpoint this fit saved last (a dry run's check that it reads)."""
+    if self._checkpointer is not None:
+      with self.timed(f"restore {os.path.basename(self.latest or '')}".strip()):
+        self._checkpointer.restore()
 
   def save(self, why: str) -> str | None:
     """Saves the checkpoint of the current step, on every worker (a save is
