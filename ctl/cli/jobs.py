@@ -6,17 +6,12 @@
     ctl eval dcgan --across default,mirrored:2,multi_worker:2   # the same numbers?
     ctl export dcgan --out exported/
 
-The configuration is a .gin file's path or the name of one an installed
-package ships (ctl/tools/configs.py; the GAN kit ships bigan, conditional_dcgan,
-dcgan, hinge_sn, tfgan_mnist and wgan_gp), and the work directory is runs/<name> unless
---workdir says otherwise. Each subcommand makes the experiment once the .gin
-file is parsed and calls one of its methods: train, evaluate, export
-(ctl/tools/experiments.py defines the contract). `--experiment` names what makes it,
-as gin knows it or as `module.path:attribute`; by default, the one an installed
-package registers under the entry points `ctl.experiments`. A mistake in the
-configuration exits with code 2 and one paragraph naming the binding and the
-closest known names, not a traceback. The library (gin, TensorFlow) is imported
-when a subcommand runs, not to build the parser.
+The configuration is a .gin file's path or the name of one an installed package
+ships (ctl/tools/configs.py); the work directory is runs/<name> unless --workdir
+says otherwise. Each subcommand makes the experiment once the .gin file is parsed
+and calls one of its methods (ctl/tools/experiments.py defines the contract). A
+mistake in the configuration exits with code 2 and one paragraph naming the
+binding, not a traceback. gin and TensorFlow are imported when a subcommand runs.
 """
 
 import argparse
@@ -261,11 +256,15 @@ def stopped(command: str, stop: BaseException, what: str) -> int:
   """After a Ctrl-C (KeyboardInterrupt) or `Terminated` stopped `command` and
   `what` was done: says so and returns the exit code (130, or 128 + the signal).
   Further signals are ignored: they would turn the code into a death by signal."""
-  for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(signum, signal.SIG_IGN)
+  _ignore_signals()
   name = str(stop) if isinstance(stop, Terminated) else "interrupted"
   print(f"ctl {command}: {name}; {what}.", file=sys.stderr)
   return 128 + stop.signum if isinstance(stop, Terminated) else constants.INTERRUPTED_EXIT_CODE
+
+
+def _ignore_signals():
+  for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, signal.SIG_IGN)
 
 
 def is_terminal(fd: int) -> bool:
@@ -312,14 +311,10 @@ def _run(args, method, report, **kwargs):
   except (experiments.ConfigError, arguments.VariableError) as e:
     return fail(args.command, e, USAGE_ERROR)
   except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError,
-          loggers.TrackerError) as e:
-    # e.g. eval or export before any checkpoint, an export to a directory
-    # that cannot be written; another run in the workdir; no checkpoint there
-    # that reads, or one of another experiment
+          loggers.TrackerError) as e:  # e.g. no checkpoint yet, or another run's
     return fail(args.command, e, FAILURE)
   except stopping.Interrupted as e:
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the code stays 130
-      signal.signal(signum, signal.SIG_IGN)
+    _ignore_signals()  # the code stays 130
     print(f"ctl {args.command}: {e}", file=sys.stderr)
     if args.command == "train":  # raised after a compiled call: the step was traced
       warn_unused_bindings("train", "this run", " up to the Ctrl-C")
@@ -417,33 +412,37 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
 
   Args:
     args: parsed arguments with `config`, `gin`, `experiment` and optionally
-      `logical_cpus` and `strategy`; a shipped config's name in `config` is
-      replaced by its file's path.
+      `logical_cpus` and `strategy`; `config` becomes the .gin file's path.
 
   Returns:
-    `(name, make)`: the experiment's name and what makes it (gin-configured),
-    for `ctl.tools.experiments.make_experiment`.
+    `(name, make)` for `ctl.tools.experiments.make_experiment`.
 
   Raises:
-    ctl.tools.experiments.ConfigError: with a message naming the bad argument or
-      binding and the fix.
+    ctl.tools.experiments.ConfigError: naming the bad argument or binding and the fix.
   """
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   args.config = experiments.find_config(args.config)  # before TensorFlow: a typo fails at once
+  check_devices(args)
   if getattr(args, "logical_cpus", None) is not None:
-    if args.logical_cpus < 1:
-      raise experiments.ConfigError(
-          f"--logical-cpus {args.logical_cpus}: give a positive count.")
     from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
     strategies.configure_logical_cpus(args.logical_cpus)  # before any TF op
-  if getattr(args, "strategy", None):
-    from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
-    if args.strategy not in strategies.STRATEGY_NAMES:
-      raise experiments.ConfigError(
-          f"--strategy {args.strategy!r} is not a strategy name"
-          f"{experiments.did_you_mean(args.strategy, strategies.STRATEGY_NAMES)}; use one of "
-          f"{', '.join(strategies.STRATEGY_NAMES)}.")
   name = args.experiment or experiments.default_experiment()
   make = experiments.resolve_experiment(name)
   experiments.parse_gin([args.config], args.gin)
   return name, make
+
+
+def check_devices(args: argparse.Namespace) -> None:
+  """Raises ConfigError for a `--logical-cpus` below 1 or an unknown `--strategy`."""
+  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
+  cpus, strategy = getattr(args, "logical_cpus", None), getattr(args, "strategy", None)
+  if cpus is not None and cpus < 1:
+    raise experiments.ConfigError(f"--logical-cpus {cpus}: give a positive count.")
+  if not strategy:
+    return
+  from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
+  if strategy not in strategies.STRATEGY_NAMES:
+    raise experiments.ConfigError(
+        f"--strategy {strategy!r} is not a strategy name"
+        f"{experiments.did_you_mean(strategy, strategies.STRATEGY_NAMES)}; use one of "
+        f"{', '.join(strategies.STRATEGY_NAMES)}.")

@@ -7,21 +7,12 @@
     ctl sweep dcgan --grid ... --seeds 3 --slurm-array sweep.sbatch   # a Slurm array
     ctl sweep dcgan --grid ... --seeds 3 --table-only # the table of what finished
 
-Each run is `ctl train CONFIG --gin <fixed> --gin <combination> --gin <seed>
---workdir <sweep dir>/<combination>/seed-<k>` in a process of its own, its
-output in `train.log` there (ctl/tools/sweep.py plans them). A process per
-run, rather than runs in this one: TensorFlow fixes its devices and
-strategy once per process, and a run that crashes or leaks memory takes no
-other with it; it is also exactly what a cluster's job list runs. The runs go
-one after another; a cluster runs them as separate jobs (`--job-list`,
-`--slurm-array`). A rerun skips the runs that finished and resumes the
-others from their checkpoints (`ctl train` does). Ctrl-C (SIGINT), SIGTERM and
-SIGHUP are passed on to the run in progress, which saves and stops; the sweep
-then stops too, with exit code 130 (42 after SIGTERM: rerun to resume). A run
-that fails is reported, with the end of its log, and the sweep goes on; it
-exits 1 at the end naming the failed runs. The table (ctl/tools/sweep_table.py)
-goes to `results.md` and `results.csv` in the sweep directory, and TensorBoard
-HParams data beside the runs: `tensorboard --logdir <sweep dir>`.
+Each run is `ctl train` in a process of its own (ctl/tools/sweep.py plans
+them): TensorFlow fixes its devices and strategy once per process, a run that
+crashes or leaks memory takes no other with it, and it is what a cluster's job
+list runs. Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed on to the run in
+progress, which saves and stops; then the sweep stops (130, or 42 after
+SIGTERM). The table: ctl/tools/sweep_table.py; the rest: `_DESCRIPTION` below.
 """
 
 import argparse
@@ -169,8 +160,6 @@ def _check_arguments(args):
     modes[metric.strip()] = mode.strip()
   if args.last_steps is not None and args.last_steps < 1:
     raise ValueError(f"--last-steps {args.last_steps}: give at least 1.")
-  if args.logical_cpus is not None and args.logical_cpus < 1:
-    raise ValueError(f"--logical-cpus {args.logical_cpus}: give a positive count.")
   if args.seed_binding is not None and "=" in args.seed_binding:
     raise ValueError(f"--seed-binding {args.seed_binding!r}: give the parameter alone, "
                      "e.g. gan.Experiment.seed; each run's seed is its value.")
@@ -189,23 +178,13 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _check_config(args, axes, seeds):
-  """Finds the config and the experiment, and parses the config with the seed's
-  binding and with each value of each grid, so a mistake fails now rather than
-  in each run; returns the seed's binding.
-
-  Raises:
-    ConfigError: naming the config, the binding or the grid, and the fix.
-  """
-  from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
+  """Checks the config, experiment, devices and each grid value now rather than in
+  each run; returns the seed's binding. Raises ConfigError naming the fix."""
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   config = experiments.find_config(args.config)
   name = args.experiment or experiments.default_experiment()
   make = experiments.resolve_experiment(name)
-  if args.strategy and args.strategy not in strategies.STRATEGY_NAMES:
-    raise experiments.ConfigError(
-        f"--strategy {args.strategy!r} is not a strategy name"
-        f"{experiments.did_you_mean(args.strategy, strategies.STRATEGY_NAMES)}; use one of "
-        f"{', '.join(strategies.STRATEGY_NAMES)}.")
+  jobs.check_devices(args)
   seed_binding = args.seed_binding
   if seed_binding is None:
     gin_name = experiments.gin_name(make)
@@ -224,8 +203,7 @@ def _check_config(args, axes, seeds):
 
 
 def _check_seed_unbound(args, axes, seed_binding):
-  """Raises ConfigError if a grid or a --gin binding sets the seed: each run's
-  seed binding comes last and would silently win."""
+  """Raises ConfigError if a grid or --gin sets the seed, which --seeds' binding would override."""
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   bound = lambda binding: binding.replace(" ", "") == seed_binding  # noqa: E731
   for axis in axes:
@@ -259,36 +237,31 @@ def _parse_each(config, args, axes, seed_binding, seeds):
         raise experiments.ConfigError(f"--grid {axis.text!r}, value {value}: {e}") from None
 
 
+def _options(args, *names):
+  """`[--name, value, ...]` of the options `names` given in `args`; a list's values
+  each repeat the option."""
+  command = []
+  for name in names:
+    value = getattr(args, name.replace("-", "_"))
+    for one in value if isinstance(value, list) else [] if value is None else [value]:
+      command += [f"--{name}", str(one)]
+  return command
+
+
 def _train_command(args, one):
   """`ctl train ...` of run `one` (without the program)."""
   from ctl.tools import sweep  # pylint: disable=import-outside-toplevel
-  options = []
-  if args.experiment:
-    options += ["--experiment", args.experiment]
-  if args.strategy:
-    options += ["--strategy", args.strategy]
-  if args.logical_cpus is not None:
-    options += ["--logical-cpus", str(args.logical_cpus)]
-  for name in dict.fromkeys(args.logger):
-    options += ["--logger", name]
+  options = _options(args, "experiment", "strategy", "logical-cpus")
+  options += [arg for name in dict.fromkeys(args.logger) for arg in ("--logger", name)]
   return sweep.train_command(args.config, args.gin, one, options)
 
 
 def _sweep_command(args):
   """This sweep as a `ctl sweep` command, its cluster options aside."""
-  command = ["ctl", "sweep", args.config]
-  for option, values in (("--grid", args.grid), ("--gin", args.gin),
-                         ("--best-mode", args.best_mode), ("--logger", args.logger)):
-    for value in values:
-      command += [option, value]
-  command += ["--seeds", args.seeds]
-  for option, value in (("--seed-binding", args.seed_binding), ("--sweep-dir", args.sweep_dir),
-                        ("--experiment", args.experiment), ("--strategy", args.strategy),
-                        ("--logical-cpus", args.logical_cpus),
-                        ("--metrics", args.metrics), ("--last-steps", args.last_steps)):
-    if value is not None:
-      command += [option, str(value)]
-  return command
+  return ["ctl", "sweep", args.config,
+          *_options(args, "grid", "gin", "best-mode", "logger", "seeds", "seed-binding",
+                    "sweep-dir", "experiment", "strategy", "logical-cpus", "metrics",
+                    "last-steps")]
 
 
 def _write_slurm_array(args, runs, directory):

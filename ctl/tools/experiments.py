@@ -7,21 +7,14 @@
     experiment = experiments.make_experiment(make, name, needs=("evaluate",))
     metrics = experiment.evaluate("runs/my", strategy="default")
 
-An experiment is an object with four methods, one per job (`Experiment`
-below); `ctl train|eval|export|check` (ctl/cli/) make one from a gin
-configuration and call one method. `--experiment NAME` names what makes it
-(a class or a function called with no arguments once the .gin file is
-parsed): its gin name, or `module.path:attribute`. Without it, the command
-takes the one that an installed package registers under the entry points
-`ctl.experiments` (pyproject.toml), as ctl's core names no experiment of its own.
-The configuration is a .gin file's path or the name of one an installed
-package ships (`find_config`; ctl/tools/configs.py), e.g. `ctl train dcgan`.
-
-A mistake in the configuration (a misspelt configurable or parameter, a
-syntax error, a missing file, an experiment without the method a command
-calls) raises `ConfigError` with one paragraph naming the binding and the
-closest known names; `binding_of` finds the binding whose value a configured
-call refused.
+An experiment is an object with one method per job (`Experiment` below), which
+`ctl train|eval|export|check` make from a gin configuration (a .gin file's path,
+or the name of one a package ships: `find_config`). `--experiment NAME` names
+what makes it, by its gin name or `module.path:attribute`; by default, the one
+an installed package registers under the entry points `ctl.experiments`. A
+mistake in the configuration raises `ConfigError`, one paragraph naming the
+binding and the closest known names; `binding_of` finds the binding whose value
+a configured call refused.
 """
 
 from __future__ import annotations
@@ -51,8 +44,7 @@ if TYPE_CHECKING:  # no TensorFlow at run time: the command reports config typos
 
   from ctl.runner import Runner
 
-# Where the `ctl` command finds its default experiment: a package registers the
-# class or function that makes one (this project's pyproject.toml registers its GAN kit's).
+# Where the `ctl` command finds the class or function that makes its default experiment.
 ENTRY_POINTS = "ctl.experiments"
 METHODS = ("build", "train", "evaluate", "export")
 
@@ -117,10 +109,8 @@ def require_config_file(path: str) -> None:
 def find_config(config: str) -> str:
   """The path of the .gin file `config` gives: a path, or a shipped config's name.
 
-  A file that exists is taken as it is, so that every path works as before;
-  otherwise a name (no `.gin` ending, no directory: `configs.is_name`) is one
-  of the .gin files that installed packages ship (ctl/tools/configs.py), e.g.
-  `dcgan`.
+  A file that exists is taken as it is; otherwise a name (`configs.is_name`) is
+  one of the .gin files that installed packages ship, e.g. `dcgan`.
 
   Raises:
     ConfigError: no such file, or no shipped config of that name; the message
@@ -149,11 +139,7 @@ def _shipped_names(shipped=None):
 
 def make_experiment(make: Callable[[], Any], name: str,
                     needs: Sequence[str] = METHODS) -> Experiment:
-  """`make()`, checked to have the methods `needs` (those a command calls).
-
-  Call it after `parse_gin`: a gin-configured `make` takes its arguments from
-  the bindings, and an error it raises names its configurable (see
-  `binding_of`).
+  """`make()`, checked to have the methods `needs` (those a command calls); after `parse_gin`.
 
   Raises:
     ConfigError: the experiment lacks a method of `needs`.
@@ -185,10 +171,7 @@ def binding_of(error: Exception, files: Sequence[str], bindings: Sequence[str]) 
   if "In call to configurable" not in text:
     return None
   message = text.split("\n  In call to configurable")[0]
-  lines = [(f"{path}:{number}", line) for path in files if os.path.isfile(path)
-           for number, line in enumerate(open(path).read().splitlines(), 1)]
-  lines += [("--gin", binding) for binding in bindings or ()]
-  for where, line in reversed(lines):  # the last binding of a name wins in gin
+  for path, number, line in reversed(_lines(files, bindings)):  # gin keeps a name's last
     match = re.fullmatch(r"\s*([\w./]+)\s*=\s*(.+?)\s*", line.split("#")[0])
     if not match:
       continue
@@ -202,6 +185,7 @@ def binding_of(error: Exception, files: Sequence[str], bindings: Sequence[str]) 
       quoted = isinstance(value, (bool, int, float)) and re.search(
           rf"\b(got|is|was|=) \(?{re.escape(repr(value))}(?!\w|\.\d)", message)
     if quoted:
+      where = "--gin" if path is None else f"{path}:{number}"
       return f"`{match.group(1)} = {match.group(2)}` ({where})"
   return None
 
@@ -233,11 +217,7 @@ def resolve_experiment(name: str) -> Callable[[], Any]:
       return make
   prefix = name.rpartition(".")[0]
   if prefix:
-    try:
-      importlib.import_module(prefix)
-    except ModuleNotFoundError as e:
-      if not prefix.startswith(e.name or "\0"):  # a missing import inside the module
-        raise
+    _import(prefix)  # registers its configurables
   configurable = _tf_internal.gin_registry().get_match(name)
   if configurable is None:
     raise ConfigError(f"--experiment {name!r} is not a gin configurable"
@@ -303,10 +283,9 @@ _RENAMED = {"lr": "learning_rate"}
 
 
 def _check_binding_values(files, bindings):
-  """Raises ConfigError for a binding gin accepts but the call would refuse
-  only once the run builds it, seconds to minutes later: a parameter by its Keras 2
-  name (`Adam.lr`), or a number written as a string (`learning_rate = '2e-4'`)
-  where the parameter's default is a number."""
+  """Raises ConfigError for a binding gin accepts but the call would refuse only once
+  the run builds it: a parameter by its Keras 2 name (`Adam.lr`), or a number as a
+  string (`learning_rate = '2e-4'`) where the parameter's default is a number."""
   for (scope, selector), values in _tf_internal.gin_bindings_and_uses()[0].items():
     if selector == "gin.macro":
       continue
@@ -330,15 +309,11 @@ def _check_binding_values(files, bindings):
 
 
 def _signature_of(selector):
-  """{name: inspect.Parameter} of the configurable `selector`; {} if unknown
-  or ambiguous."""
+  """{name: inspect.Parameter} of the configurable `selector`; {} if unknown or ambiguous."""
   try:
-    configurable = _tf_internal.gin_registry().get_match(selector)
-  except KeyError:  # ambiguous
-    return {}
-  try:
+    configurable = _tf_internal.gin_registry().get_match(selector)  # KeyError: ambiguous
     return dict(inspect.signature(configurable.wrapped).parameters) if configurable else {}
-  except (TypeError, ValueError):
+  except (KeyError, TypeError, ValueError):
     return {}
 
 
@@ -359,10 +334,7 @@ def _binding_source(scope, selector, parameter, value, files, bindings):
   written) of the last binding of `parameter` of `selector` under `scope` (the
   one gin keeps); if no line is found, the key and the value's repr."""
   found = None
-  lines = [(f, n, line) for f in files if os.path.isfile(f)
-           for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
-  lines += [(None, 1, binding) for binding in bindings or ()]
-  for where, number, line in lines:
+  for where, number, line in _lines(files, bindings):
     match = re.match(r"\s*(?:([\w./]*)/)?([\w.]+)\.(\w+)\s*=", line.split("#")[0])
     if (match and (match[1] or "") == scope and match[3] == parameter
         and (match[2] == selector or selector.endswith("." + match[2]))):
@@ -376,12 +348,9 @@ def unused_bindings() -> list[str]:
   """The gin bindings no call has used so far, as `scope/selector.parameter`
   (a macro by its name), in the order gin holds them.
 
-  gin checks a binding's function and parameter when it parses it, never its
-  scope, and cannot know whether the run will call the function: a misspelt
-  scope, a function the experiment never calls (a penalty's weight with no
-  penalty), or an argument its caller passes itself all leave a binding that
-  changes nothing. A binding counts as used if its function was called with
-  that parameter from gin under its scope, or a scope inside it.
+  gin never checks a binding's scope, nor that the run calls its function. A
+  binding is used if its function was called with that parameter from gin under
+  its scope, or a scope inside it.
   """
   bindings, uses = _tf_internal.gin_bindings_and_uses()
   unused = []
@@ -391,10 +360,7 @@ def unused_bindings() -> list[str]:
              and _scope_within(scope, used_scope)
              for (used_scope, used_selector), values in uses.items()):
         continue
-      if selector == "gin.macro":
-        unused.append(scope)
-      else:
-        unused.append(f"{scope + '/' if scope else ''}{selector}.{parameter}")
+      unused.append(scope if selector == "gin.macro" else _key(scope, selector, parameter))
   return unused
 
 
@@ -407,6 +373,17 @@ def _scope_within(scope, active):
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(?P<path>[^'"]+)\1""")
 
 
+def _includes(path):
+  """(line number, line, path as written, path resolved) of each include of the
+  file `path`, resolved beside it if a file is there, else as written."""
+  here = os.path.dirname(os.path.abspath(path))
+  for number, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
+    match = _INCLUDE.match(line)
+    if match:
+      beside = os.path.normpath(os.path.join(here, match["path"]))
+      yield number, line, match["path"], beside if os.path.isfile(beside) else match["path"]
+
+
 def _check_include_loops(files):
   """Raises ConfigError naming the include that closes a loop (a file that
   includes itself, or a.gin -> b.gin -> a.gin): gin would follow it until
@@ -417,13 +394,8 @@ def _check_include_loops(files):
     key = os.path.abspath(path)
     if key in done or not os.path.isfile(path):
       return
-    for number, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
-      match = _INCLUDE.match(line)
-      if not match:
-        continue
-      beside = os.path.join(os.path.dirname(key), match["path"])
-      included = beside if os.path.isfile(beside) else match["path"]
-      cycle = chain + [key]
+    cycle = chain + [key]
+    for number, line, _, included in _includes(path):
       if os.path.abspath(included) in cycle:
         start = cycle.index(os.path.abspath(included))
         loop = " -> ".join(os.path.basename(p) for p in cycle[start:] + [included])
@@ -431,7 +403,7 @@ def _check_include_loops(files):
             f"{path}, line {number}: `{line.strip()}` closes an include loop ({loop}): "
             "gin would include the files over and over. Remove this include, or the one "
             "that leads back here.")
-      visit(included, chain + [key])
+      visit(included, cycle)
     done.add(key)
 
   for path in files:
@@ -455,14 +427,10 @@ def _include_tree(files):
     here = os.path.dirname(os.path.abspath(path))
     if here not in directories:
       directories.append(here)
-    for number, line in enumerate(open(path, encoding="utf-8").read().splitlines(), 1):
-      match = _INCLUDE.match(line)
-      if not match or os.path.isabs(match["path"]):
-        continue
-      beside = os.path.normpath(os.path.join(here, match["path"]))
-      resolved = beside if os.path.isfile(beside) else match["path"]
-      includes.append((path, number, match["path"], resolved))
-      visit(resolved)
+    for number, _, included, resolved in _includes(path):
+      if not os.path.isabs(included):
+        includes.append((path, number, included, resolved))
+        visit(resolved)
 
   for path in files:
     visit(path)
@@ -482,32 +450,48 @@ def _describe_unclosed(error, files, bindings):
   """Where a bracket or string that never closes opens, from Python's tokenizer."""
   for where, text in [(f, open(f, encoding="utf-8").read()) for f in files] + [
       (None, b) for b in bindings or ()]:
-    opened = []  # (line, column, text) of each bracket still open
-    try:
-      for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        if token.type == tokenize.OP and token.string in "([{":
-          opened.append((token.start[0], token.start[1], token.line))
-        elif token.type == tokenize.OP and token.string in ")]}" and opened:
-          opened.pop()
-    except tokenize.TokenError:
-      line, column, content = opened[0] if opened else (error.args[1][0], 0, "")
-      if where is None:
-        return (f"binding `{text.strip()}` (--gin): gin cannot parse it: a bracket or a "
-                "string opened there never closes.")
-      return (f"{_where(where, line, content.rstrip())} (column {column + 1}): gin cannot "
-              "parse this line: the bracket opened here never closes (a `)`, `]` or "
-              "`}` missing, or a string left open). A binding reads "
-              "`configurable.parameter = value`, the value a Python literal, an "
-              "@reference or a %macro.")
+    opened, unclosed = _open_brackets(text)
+    if not unclosed:
+      continue
+    line, column, content = opened[0] if opened else (error.args[1][0], 0, "")
+    if where is None:
+      return (f"binding `{text.strip()}` (--gin): gin cannot parse it: a bracket or a "
+              "string opened there never closes.")
+    return (f"{_where(where, line, content.rstrip())} (column {column + 1}): gin cannot "
+            "parse this line: the bracket opened here never closes (a `)`, `]` or "
+            "`}` missing, or a string left open). A binding reads "
+            "`configurable.parameter = value`, the value a Python literal, an "
+            "@reference or a %macro.")
   return f"gin syntax error: {error.args[0]}"
 
 
-def _import(module_name, experiment):
+def _open_brackets(text, before=None):
+  """((line, column, line's text) of each bracket still open where line `before`
+  starts, or at the end; whether the tokenizer found something never closed)."""
+  opened = []
+  try:
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+      if before is not None and token.start[0] >= before:
+        break
+      if token.type == tokenize.OP and token.string in "([{":
+        opened.append((*token.start, token.line))
+      elif token.type == tokenize.OP and token.string in ")]}" and opened:
+        opened.pop()
+  except tokenize.TokenError:
+    return opened, True
+  return opened, False
+
+
+def _import(module_name, experiment=None):
+  """The module `module_name`, or if there is none, a ConfigError naming `experiment`
+  (None without it: a gin name's prefix need not be a module)."""
   try:
     return importlib.import_module(module_name)
   except ModuleNotFoundError as e:
-    if not module_name.startswith(e.name or "\0"):
+    if not module_name.startswith(e.name or "\0"):  # a missing import inside the module
       raise
+    if experiment is None:
+      return None
     raise ConfigError(f"--experiment {experiment!r}: no module named {module_name!r}; "
                       "check the spelling and that it is importable (on sys.path, or "
                       "installed).") from None
@@ -519,10 +503,6 @@ def _configurable_names():
   for selector, _ in _tf_internal.gin_registry().items():
     names.update((selector, selector.rpartition(".")[2]))
   return sorted(names)
-
-
-def _parameters_of(selector):
-  return list(_signature_of(selector))
 
 
 # gin appends where a binding came from: `\n  In file "x.gin", line 3\n    text`
@@ -538,14 +518,18 @@ def _where(filename, line, text):
   return f"binding `{text}` (--gin)"
 
 
+def _lines(files, bindings):
+  """(file, number, text) of each line of `files` that exist, then (None, 1, binding)."""
+  lines = [(f, n, line) for f in files if os.path.isfile(f)
+           for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
+  return lines + [(None, 1, binding) for binding in bindings or ()]
+
+
 def _macros(name, files, bindings):
   """(where `%name` is used: (file or None, line, text), or None; the macros
   the files and bindings define)."""
   used, defined = None, []
-  lines = [(f, n, line) for f in files
-           for n, line in enumerate(open(f, encoding="utf-8").read().splitlines(), 1)]
-  lines += [(None, 1, binding) for binding in bindings or ()]
-  for where, number, line in lines:
+  for where, number, line in _lines(files, bindings):
     code = line.split("#")[0]
     if used is None and re.search(rf"%{re.escape(name)}\b", code):
       used = (where, number, line)
@@ -582,7 +566,7 @@ def _describe_gin_error(error, files=(), bindings=()):
            "`import` line in the .gin file?)")
   elif parameter:
     selector, name = parameter[1].rpartition("/")[2], parameter[2]
-    parameters = _parameters_of(selector)
+    parameters = list(_signature_of(selector))
     fix = did_you_mean(name, parameters, prefix=f"{selector}.") or (
         f" (its parameters: {', '.join(parameters)})" if parameters else "")
   return f"{where}{message.rstrip('.')}{fix}."
@@ -594,9 +578,12 @@ def _describe_syntax_error(error):
   if location is None or not hasattr(location, "line_num"):
     return f"gin syntax error: {message}"
   column = f" (column {location.char_num + 1})" if location.char_num is not None else ""
-  opened = _open_bracket_before(location.filename, location.line_num)
-  if opened:
-    line, text = opened
+  opened = []
+  if location.filename and os.path.isfile(location.filename):
+    text = open(location.filename, encoding="utf-8").read()
+    opened = _open_brackets(text, before=location.line_num)[0]
+  if opened:  # it opened on an earlier line
+    line, _, text = opened[0]
     message += (f" The bracket opened on line {line} (`{text.strip()}`) is not closed "
                 "before this line.")
   return (f"{_where(location.filename, location.line_num, location.line_content)}"
@@ -604,22 +591,3 @@ def _describe_syntax_error(error):
           "`configurable.parameter = value`, the value a Python literal, an "
           "@reference or a %macro.")
 
-
-def _open_bracket_before(filename, line_num):
-  """(line, text) of the bracket still open where line `line_num` of `filename`
-  starts, if it opened on an earlier line; else None."""
-  if not filename or not os.path.isfile(filename):
-    return None
-  opened = []
-  text = open(filename, encoding="utf-8").read()
-  try:
-    for token in tokenize.generate_tokens(io.StringIO(text).readline):
-      if token.start[0] >= line_num:
-        break
-      if token.type == tokenize.OP and token.string in "([{":
-        opened.append((token.start[0], token.line))
-      elif token.type == tokenize.OP and token.string in ")]}" and opened:
-        opened.pop()
-  except tokenize.TokenError:
-    pass
-  return opened[0] if opened else None

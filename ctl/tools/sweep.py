@@ -8,21 +8,15 @@
       command = sweep.train_command("dcgan", ["gan.Schedule.total_steps = 500"], run)
       print(sweep.finished(run.workdir), " ".join(command))
 
-A grid is a binding and a list of values in gin's own syntax,
-`BINDING=[v1, v2]`, parsed by gin's parser, so a value is anything a .gin
-file may bind: numbers, strings, None, tuples, `@references` and
-`%macros`. A combination takes one value of each grid; its name, e.g.
-`batch_size=16,width=8`, is made of the shortest distinct ends of the
-bindings' names and the values, with characters a file name should not
-hold replaced by `_`; it names the combination's directory, and
-`<directory>/sweep.json` maps each name to its bindings. Each run is a
-combination and a seed, in `<directory>/<combination>/seed-<seed>`, trained
-by `ctl train` with the seed given as one more binding (the experiment's
-`seed` parameter: ctl's experiments take no seed of their own, so the
-parameter that seeds one is named, e.g. `gan.Experiment.seed`). A run whose
-`checkpoints/finished_step` is there finished its training and end work
-(`ctl.Runner.fit` writes it last). `ctl sweep` (ctl/cli/sweep.py) runs
-the runs; `ctl.tools.sweep_table` summarises them.
+A grid is a binding and a list of values in gin's syntax, `BINDING=[v1, v2]`,
+parsed by gin's parser: a value is anything a .gin file may bind, `@references`
+and `%macros` included. A combination takes one value of each grid and is named
+by the bindings' shortest distinct ends and the values, e.g.
+`batch_size=16,width=8`; `<directory>/sweep.json` maps each name to its
+bindings. Each run, a combination and a seed, is trained in
+`<directory>/<combination>/seed-<seed>` by `ctl train` with the seed as one more
+binding (the experiment's `seed` parameter, e.g. `gan.Experiment.seed`); it
+finished once `ctl.Runner.fit` wrote its `checkpoints/finished_step`.
 """
 
 from __future__ import annotations
@@ -98,21 +92,14 @@ class Run:
     return os.path.join(self.workdir, LOG_FILE)
 
 
+@dataclasses.dataclass(frozen=True)
 class _Placeholder:
   """A `@reference` or `%macro` of a grid, kept as its text (gin resolves it in
   `ctl train`); `repr` gives that text back, also inside a list or tuple."""
-
-  def __init__(self, text: str):
-    self.text = text
+  text: str
 
   def __repr__(self) -> str:
     return self.text
-
-  def __eq__(self, other: object) -> bool:
-    return isinstance(other, _Placeholder) and other.text == self.text
-
-  def __hash__(self) -> int:
-    return hash(self.text)
 
 
 class _Delegate(config_parser.ParserDelegate):
@@ -225,12 +212,9 @@ def plan(axes: Sequence[Axis], seeds: Sequence[int], directory: str,
          seed_binding: str) -> list[Run]:
   """Every run of the sweep: each combination of `axes` with each of `seeds`, in
   `directory`; the seeds of a combination next to each other."""
-  runs = []
-  for combination in combinations(axes):
-    for seed in seeds:
-      runs.append(Run(len(runs), combination, seed,
-                      os.path.join(directory, combination.name, f"seed-{seed}"), seed_binding))
-  return runs
+  pairs = [(combination, seed) for combination in combinations(axes) for seed in seeds]
+  return [Run(i, c, seed, os.path.join(directory, c.name, f"seed-{seed}"), seed_binding)
+          for i, (c, seed) in enumerate(pairs)]
 
 
 def finished(workdir: str) -> bool:
@@ -302,12 +286,8 @@ def read_record(directory: str) -> dict[str, Any] | None:
 
 def slurm_array_script(sweep_command: Sequence[str], count: int, directory: str,
                        job_name: str) -> str:
-  """A Slurm batch script whose array task i runs `SWEEP_COMMAND --only-index i`.
-
-  As examples/cluster/slurm.sbatch: Slurm sends SIGTERM 120 s before the time
-  limit, the run saves and exits 42, and the task requeues itself; a requeued
-  task appends to its log. Each task's output goes to
-  `<directory>/slurm-<job>_<task>.out` (the run's own output to its train.log).
+  """A Slurm batch script whose array task i runs `SWEEP_COMMAND --only-index i`,
+  requeued after a preemption as examples/cluster/slurm.sbatch is.
 
   Args:
     sweep_command: `ctl sweep ...`, the program included, as the sweep was asked for.

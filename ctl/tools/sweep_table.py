@@ -7,20 +7,12 @@
     table.write_csv("runs/sweeps/dcgan/results.csv")
     sweep_table.write_hparams("runs/sweeps/dcgan", axes, table)   # TensorBoard's HParams tab
 
-Only finished runs count (`sweep.finished`). From a run's `metrics.jsonl` (what
-its actions reported, e.g. classifier FID at each evaluation) each metric's
-final value (its last evaluation) and best value (the lowest over the
-evaluations for a metric to minimise, the highest for one to maximise); from
-its `history.jsonl` the mean of each training result over the last
-`last_steps` steps (a GAN's losses swing from step to step: the mean is what
-a smoothed curve's end shows), as `train/<key>`. Each is then the mean ± the
-standard deviation (n - 1) over the combination's finished seeds.
-
-Whether a metric is minimised or maximised comes from its name unless
-`best_modes` says (`ctl sweep --best-mode NAME=min`): a word of it (split at
-`_`) such as fid, kid, loss, distance or error is minimised; accuracy,
-score, precision, recall, density or coverage is maximised; a name ending in
-`_std` (a spread) or with none of these words gets no best value.
+Only finished runs count (`sweep.finished`). From a run's `metrics.jsonl`, each
+metric's final value (its last evaluation) and best value (the lowest or the
+highest over the evaluations, `best_mode`); from its `history.jsonl`, each
+training result's mean over the last `last_steps` steps (a GAN's losses swing
+from step to step), as `train/<key>`. Each is then the mean ± the standard
+deviation (n - 1) over the combination's finished seeds.
 """
 
 from __future__ import annotations
@@ -41,17 +33,17 @@ from ctl.tools import sweep
 
 MINIMIZED = ("fid", "kid", "loss", "distance", "error")
 MAXIMIZED = ("accuracy", "score", "precision", "recall", "density", "coverage")
-MODES = ("min", "max")
-# The end of the names of the event files `write_hparams` writes, so that it
-# replaces its own and no other.
+# The end of the names of the event files `write_hparams` writes: it replaces its own only.
 HPARAMS_SUFFIX = ".ctl-sweep"
-# What `ctl sweep` averages a training result over, per run: the last 100
-# steps (or all of a shorter run).
-LAST_STEPS = 100
+LAST_STEPS = 100  # the steps a training result is averaged over, by default
 
 
 def best_mode(metric: str, overrides: Mapping[str, str] | None = None) -> str | None:
-  """"min", "max" or None (no best value) for `metric`; see the module docstring."""
+  """"min", "max" or None (no best value) for `metric`, unless `overrides` says.
+
+  A name with a word (split at `_`) in MINIMIZED is minimised, in MAXIMIZED
+  maximised; one ending in `_std` (a spread) or with neither has no best.
+  """
   if overrides and metric in overrides:
     return overrides[metric]
   if metric.endswith("_std"):
@@ -82,12 +74,8 @@ class Stat:
   def __str__(self) -> str:
     if not self.n:
       return "–"
-    mean = _number(self.mean)
-    return mean if self.std is None else f"{mean} ± {_number(self.std, 2)}"
-
-
-def _number(value, digits=4):
-  return f"{value:.{digits}g}"
+    mean = f"{self.mean:.4g}"
+    return mean if self.std is None else f"{mean} ± {self.std:.2g}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +123,7 @@ class Table:
              "|---|" + "---|" * len(shorts) + "---:|---:|---:|"]
     for row in self.rows:
       best = "–" if row.best is None else f"{row.best} ({row.mode})"
-      values = [_cell(row.combination.values[b]) for b in self.bindings]
+      values = [row.combination.values[b].replace("|", "\\|") for b in self.bindings]
       lines.append("| " + " | ".join([row.metric, *values, str(row.final), best,
                                        f"{row.final.n}/{row.seeds}"]) + " |")
     if len(lines) == 2:
@@ -160,10 +148,6 @@ class Table:
         writer.writerow([row.metric, *(row.combination.values[b] for b in self.bindings),
                          row.combination.name, *_csv_stat(row.final), *_csv_stat(best),
                          row.mode or "", row.final.n, row.finished, row.seeds])
-
-
-def _cell(text):
-  return text.replace("|", "\\|")
 
 
 def _csv_stat(stat):
@@ -198,9 +182,8 @@ def run_result(run: sweep.Run, best_modes: Mapping[str, str] | None = None,
 
 
 def _rows(path):
-  """The rows of a metrics.jsonl or history.jsonl, each value a float64 as written
-  (`ctl.read_history` keeps float32); a line cut short by a crash is left out,
-  as `ctl.read_history` leaves it out; none if there is no file."""
+  """The rows of a metrics.jsonl or history.jsonl, values as float64 (`ctl.read_history`
+  keeps float32); a line cut short by a crash is left out, as there."""
   rows = []
   try:
     with open(path, encoding="utf-8") as f:
@@ -250,14 +233,11 @@ def summarize(runs: Sequence[sweep.Run], best_modes: Mapping[str, str] | None = 
 def write_hparams(directory: str, axes: Sequence[sweep.Axis], table: Table) -> list[str]:
   """TensorBoard HParams data for `tensorboard --logdir DIRECTORY`; the files written.
 
-  The experiment (each axis' binding as a hyperparameter with its values, and
-  `final/<metric>` and `best/<metric>` for each metric of the table) goes to
-  `directory`, and each finished run's session (its combination's values and
-  its own numbers, at the step it finished) to its work directory, so the
-  HParams tab lists each run under the directory TensorBoard names it by,
-  beside its training curves. The seeds of a combination make one session
-  group (its trial ID is the combination's name), which the tab shows averaged.
-  Files this function wrote before are replaced.
+  The experiment (each axis' binding as a hyperparameter, and `final/<metric>`
+  and `best/<metric>`) goes to `directory`, and each finished run's session to
+  its work directory, beside its training curves. The seeds of a combination
+  make one session group (trial ID: the combination's name), which the tab
+  shows averaged. Files this function wrote before are replaced.
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
@@ -301,12 +281,11 @@ def _write_events(directory, write):
   """Calls `write()` under a new summary writer in `directory`, after removing the
   event files this module wrote there before; the new file's path."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  for old in glob.glob(os.path.join(glob.escape(directory), "events.out.tfevents.*"
-                                    + HPARAMS_SUFFIX)):
+  pattern = os.path.join(glob.escape(directory), "events.out.tfevents.*" + HPARAMS_SUFFIX)
+  for old in glob.glob(pattern):
     os.remove(old)
   writer = tf.summary.create_file_writer(directory, filename_suffix=HPARAMS_SUFFIX)
   with writer.as_default():
     write()
   writer.close()
-  return glob.glob(os.path.join(glob.escape(directory), "events.out.tfevents.*"
-                                + HPARAMS_SUFFIX))[0]
+  return glob.glob(pattern)[0]
