@@ -10,15 +10,12 @@
     from ctl import cli                             # the same from Python
     code = cli.main(["eval", "dcgan", "--workdir", "runs/dcgan"])
 
-The command line is its own layer over the library: each module here adds
-subcommands with `add_parser(subparsers)`, setting `run=function(args) -> exit
-code`, and imports the library module that does the work inside `run`. So
-`ctl --help` and `ctl COMMAND --help` import no TensorFlow and answer at once.
-One module here runs the command from Python: `ray_train`, `ctl train` on the
-workers of a Ray cluster (started by `ctl.distribute.ray`).
-While a command runs, the "ctl" logger's INFO lines go to stderr as `ctl: ...`
-(the library itself installs no handler), and TensorFlow's own log lines are
-hidden unless `--verbose` or CTL_VERBOSE=1 (`ctl.cli.quiet`).
+Each module here adds subcommands with `add_parser(subparsers)`, setting
+`run=function(args) -> exit code`, and imports the library inside `run`, so
+`--help` imports no TensorFlow (`ray_train` is no subcommand: it runs `ctl train` on
+a Ray cluster's workers). While a command runs, the "ctl" logger's INFO
+lines go to stderr as `ctl: ...`, and TensorFlow's own log lines are hidden
+unless `--verbose` or CTL_VERBOSE=1 (`ctl.cli.quiet`).
 """
 
 import argparse

@@ -212,10 +212,8 @@ def _eval_across(args):
     workdir = run_workdir(args)
   except (ValueError, experiments.ConfigError) as e:
     return fail(args.command, e, USAGE_ERROR)
-  eval_args = [args.config, "--workdir", workdir,
-               "--checkpoint", args.checkpoint]
-  for binding in args.gin:
-    eval_args += ["--gin", binding]
+  eval_args = [args.config, "--workdir", workdir, "--checkpoint", args.checkpoint,
+               *(arg for binding in args.gin for arg in ("--gin", binding))]
   if args.experiment:
     eval_args += ["--experiment", args.experiment]
   raise_on_termination()  # stops the layout's processes, as Ctrl-C does

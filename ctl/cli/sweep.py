@@ -30,21 +30,18 @@ from ctl.cli import parity
 
 _DESCRIPTION = """\
 Trains CONFIG (as ctl train: a .gin file or a shipped config's name) once for
-every combination of the --grid bindings' values and every seed, each run in
-its own work directory, <sweep dir>/<combination>/seed-<k>, with its output in
-train.log there; then writes a table of each combination's final and best
-metrics (from the runs' metrics.jsonl; training results from history.jsonl)
-as mean ± std over the seeds to results.md and results.csv, and TensorBoard
-HParams data (tensorboard --logdir <sweep dir>, HParams tab). The runs go one
-after another. Rerunning the same command skips the runs that finished and
-resumes the others. Ctrl-C stops the run in progress after it saved, then the
-sweep (exit 130). A run that fails is reported and the sweep goes on (exit 1 at
-the end, naming it and its log).
+every combination of the --grid bindings' values and every seed, one run after
+another, each in <sweep dir>/<combination>/seed-<k> with its output in
+train.log; then writes each combination's final and best metrics (from the
+runs' metrics.jsonl and history.jsonl), mean ± std over the seeds, to
+results.md and results.csv, and TensorBoard HParams data (tensorboard --logdir
+<sweep dir>). Rerunning the same command skips the finished runs and resumes
+the others. Ctrl-C stops the run in progress after it saved, then the sweep. A
+run that fails is reported, with the end of its log, and the sweep goes on.
 
-On a cluster: --job-list prints one ctl train command per run (a job list for any
-scheduler), --slurm-array FILE writes a Slurm array script whose task i runs
-this command with --only-index i; once they have ended, --table-only writes
-the table."""
+On a cluster: --job-list prints one ctl train command per run, --slurm-array
+FILE writes a Slurm array script whose task i runs this command with
+--only-index i; once they have ended, --table-only writes the table."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -286,13 +283,9 @@ class _Forwarder:
   """While the sweep runs: SIGINT, SIGTERM and SIGHUP are passed on to the run in
   progress, once each time they come, and remembered, so the sweep stops after it.
 
-  The run is started in a session of its own, so a terminal's Ctrl-C reaches it
-  once, through here, not twice (a second Ctrl-C makes ctl quit without waiting
-  for its save). A SIGINT that this process ignores (a background job's) stays
-  ignored.
+  The run has a session of its own, so a terminal's Ctrl-C reaches it once, through
+  here (a second makes ctl quit without its save). An ignored SIGINT stays ignored.
   """
-
-  SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
   def __init__(self):
     self.child = None
@@ -302,7 +295,7 @@ class _Forwarder:
 
   def __enter__(self):
     self._terminals = [fd for fd in (1, 2) if jobs.is_terminal(fd)]
-    for signum in self.SIGNALS:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
       previous = signal.getsignal(signum)
       if signum == signal.SIGINT and previous is signal.SIG_IGN:
         continue
