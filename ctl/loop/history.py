@@ -20,6 +20,7 @@ steps lost with it that the resume does not train again are marked by a line
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -45,10 +46,9 @@ class History(Mapping):
   """Per-step values: `history[key]` is a numpy array with a value per step,
   `history.steps` the steps they belong to (`ctx.step` as each ran).
 
-  A mapping from result key to values, like the dict `train` returned before,
-  so `history["generator_loss"]`, `dict(history)` and
-  `pandas.DataFrame(dict(history), index=history.steps)` work. A key that some
-  steps did not return is NaN there.
+  A mapping from result key to values, so `history["generator_loss"]`,
+  `dict(history)` and `pandas.DataFrame(dict(history), index=history.steps)`
+  work. A key that some steps did not return is NaN there.
   """
 
   _MERGE = 256  # calls' values kept apart before they are joined into one chunk
@@ -220,14 +220,11 @@ def _smooth(values, weight):
 class HistoryFile:
   """`<workdir>/history.jsonl`: one JSON line per step, appended as training goes.
 
-  `open(start_step)` keeps the lines of the steps before `start_step` (the step
-  a run starts or resumes from), drops later ones, and returns what it kept as
-  a `History`. A line that cannot be read is dropped with a warning naming it;
-  in a file of every step (`every_step`), steps before `start_step` that no
-  line holds are marked lost (`{"step": a, "lost_through": b}`) with a warning,
-  once. Lines reach the OS after every compiled call, so a killed process
-  loses none; a machine that loses power may lose the last ones, which the
-  resume drops and trains again (they are after its checkpoint) or marks lost.
+  `open(start_step)` keeps the lines of the steps before `start_step` (where a
+  run starts or resumes), drops later ones and unreadable ones (with a warning),
+  marks lost the steps before it that no line of a file of every step holds,
+  and returns what it kept as a `History`. Lines reach the OS after every
+  compiled call, so a killed process loses none.
 
   Args:
     workdir: the work directory.
@@ -247,7 +244,7 @@ class HistoryFile:
     this fit), which a file of no readable line starts with."""
     reading = _read(self.path, before=start_step)
     if not reading.steps and memory is not None and len(memory.steps):
-      self._reopen()  # the file holds every step of the weights it follows
+      self.reopen()  # the file holds every step of the weights it follows
       self.write_history(memory)
       self.close()
       reading = _read(self.path, before=start_step)
@@ -258,18 +255,14 @@ class HistoryFile:
       # Rewritten: the kept lines as written, one of each step repeated.
       lines = [(step, line) for step, line in _lines_before(self.path, start_step)
                if step not in reading.repeated]
-      lines += [(step, _line(step, ((json.dumps(k), v) for k, v in values.items())))
-                for step, values in reading.repeated.items()]
-      lines += [(first, _lost_line(first, last)) for first, last in lost]
-      _write_text(self.path, "".join(line for _, line in sorted(lines, key=lambda x: x[0])))
+      lines += [(step, _row_line(step, values)) for step, values in reading.repeated.items()]
+      lines += [(first, f'{{"step": {first}, "lost_through": {last}}}\n')
+                for first, last in lost]
+      _write_lines(self.path, lines)
     if reading.later:
       _log.info("%s: dropped %d line(s) of steps from %d on (this run trains them again)",
                 self.path, reading.later, start_step)
-    if reading.bad:
-      _log.warning("%s: dropped %s", self.path, _said(reading.bad))
-    if reading.repeated:
-      _log.warning("%s: %s; kept the last value of each, one line a step", self.path,
-                   _repeated(reading.repeated))
+    _warn_unread(self.path, reading, "dropped", "kept the last value of each, one line a step")
     if lost:
       _log.warning(
           "%s holds no line of %s, trained before step %d, where this run resumes, and "
@@ -278,7 +271,7 @@ class HistoryFile:
           "tracker's run may still hold their values.", self.path, _steps(lost), start_step)
     self.steps = reading.steps
     self.keys = set(reading.history)
-    self._reopen()
+    self.reopen()
     return reading.history
 
   def add(self, rows: Mapping[int, Mapping[str, float]]) -> list[int]:
@@ -290,19 +283,11 @@ class HistoryFile:
     rows = {step: values for step, values in rows.items() if values}
     if not rows:
       return []
-    lines = [(step, line) for step, line in _lines_before(self.path, math.inf)]
-    lines += [(step, _line(step, ((json.dumps(k), v) for k, v in values.items())))
-              for step, values in rows.items()]
-    _write_text(self.path, "".join(line for _, line in sorted(lines, key=lambda x: x[0])))
+    _write_lines(self.path, [*_lines_before(self.path, math.inf),
+                             *((step, _row_line(step, values)) for step, values in rows.items())])
     self.steps = self.steps | set(rows)
-    self._reopen()
+    self.reopen()
     return sorted(rows)
-
-  def _reopen(self):
-    if self._file is not None:
-      self._file.close()
-    os.makedirs(os.path.dirname(self.path), exist_ok=True)
-    self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
   def write(self, first_step: int, results: Mapping[str, Any]) -> None:
     """Appends the lines of the steps `first_step`, `first_step + 1`, ..."""
@@ -313,11 +298,15 @@ class HistoryFile:
 
   def write_history(self, history: History) -> None:
     """Appends a line for each step of `history`."""
-    self._write(_lines(history.rows()))
+    self._write("".join(_row_line(row.pop("step"), row) for row in history.rows()))
 
   def reopen(self) -> None:
-    """Writes to a new file at the same path (the work directory was made again)."""
-    self._reopen()
+    """Appends to the file at `path` from now on (also after the work directory
+    was made again: a new file)."""
+    if self._file is not None:
+      self._file.close()
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
   def _write(self, text):
     self._file.write(text)
@@ -346,11 +335,7 @@ def read_history(path: str) -> History:
                             f"<workdir>/{FILE_NAME} as it trains; pass a work directory "
                             "it trained in.")
   reading = _read(path, before=None)
-  if reading.bad:
-    _log.warning("%s: left out %s", path, _said(reading.bad))
-  if reading.repeated:
-    _log.warning("%s: %s; the last value of each is read", path,
-                 _repeated(reading.repeated))
+  _warn_unread(path, reading, "left out", "the last value of each is read")
   # Only a file of every step says a step is missing (metrics.jsonl has a
   # line per step that had any): there, the lines marked lost say it.
   missing = [] if os.path.basename(path) == METRICS_FILE_NAME else _missing(reading, None)
@@ -370,10 +355,9 @@ def _line(step, items):
   return f'{{"step": {step}' + "".join(f", {k}: {_token(v)}" for k, v in items) + "}\n"
 
 
-def _lines(rows):
-  """The lines of `History.rows()`."""
-  return "".join(_line(row.pop("step"), ((json.dumps(k), v) for k, v in row.items()))
-                 for row in rows)
+def _row_line(step, values):
+  """The line of `step` with `values`, {key: value}."""
+  return _line(step, ((json.dumps(k), v) for k, v in values.items()))
 
 
 def _token(value):
@@ -393,9 +377,8 @@ class _Reading:
   later: int = 0  # lines of `before` or later
   repeated: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   # the steps with a value on more than one line: {step: its values, the last of each}
-  bad: list[tuple[int, str, int | None, int]] = dataclasses.field(default_factory=list)
-  # the unreadable lines: (line number, its start, the step it names if it does,
-  # the step of the readable line before it or -1)
+  bad: list[tuple[int, str, int | None]] = dataclasses.field(default_factory=list)
+  # the unreadable lines: (line number, its start, the step it names if it does)
 
 
 _STEP = re.compile(r'"step"\s*:\s*(\d+)')
@@ -404,13 +387,8 @@ _STEP = re.compile(r'"step"\s*:\s*(\d+)')
 def _read(path, before):
   """A `_Reading` of the lines of `path` whose step is below `before` (None: all)."""
   reading = _Reading(History(), set(), [])
-  try:
-    with open(path, encoding="utf-8") as f:
-      lines = f.readlines()
-  except FileNotFoundError:
-    return reading
-  rows, previous = {}, -1
-  for number, line in enumerate(lines, 1):
+  rows = {}
+  for number, line in enumerate(_readlines(path), 1):
     try:
       row = json.loads(line)
       step = int(row.pop("step"))
@@ -418,10 +396,8 @@ def _read(path, before):
       values = {k: math.nan if v is None else float(v) for k, v in row.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
       named = _STEP.match(line.lstrip("{ "))
-      reading.bad.append((number, line.strip()[:40], int(named.group(1)) if named else None,
-                          previous))
+      reading.bad.append((number, line.strip()[:40], int(named.group(1)) if named else None))
       continue
-    previous = step
     if before is not None and step >= before:
       reading.later += 1
       continue
@@ -433,17 +409,12 @@ def _read(path, before):
     if step in rows and set(values) & set(rows[step]):  # a file joined to a copy?
       reading.repeated[step] = rows[step]
     rows.setdefault(step, {}).update(values)  # a metrics line in two: one step
-  run_first, run = None, []
-  for step in sorted(rows):
-    values = rows[step]
-    if run and (step != run_first + len(run) or set(values) != set(run[0])):
-      reading.history.append(run_first, _columns(run))
-      run = []
-    if not run:
-      run_first = step
-    run.append(values)
-  if run:
-    reading.history.append(run_first, _columns(run))
+  # One `append` per run of consecutive steps with the same keys.
+  runs = itertools.groupby(enumerate(sorted(rows.items())),
+                           lambda item: (item[1][0] - item[0], item[1][1].keys()))
+  for _, run in runs:
+    run = [row for _, row in run]
+    reading.history.append(run[0][0], _columns([values for _, values in run]))
   return reading
 
 
@@ -451,20 +422,15 @@ def _missing(reading, before):
   """The ranges (first, last) of the steps from 0 to before `before` (None: the
   last step read) that no line of a file of every step holds."""
   end = before if before is not None else max(reading.steps, default=-1) + 1
-  ranges, first = [], None
+  ranges = []
   for step in range(end):
-    if step not in reading.steps:
-      first = step if first is None else first
-    elif first is not None:
-      ranges.append((first, step - 1))
-      first = None
-  if first is not None:
-    ranges.append((first, end - 1))
+    if step in reading.steps:
+      continue
+    if ranges and ranges[-1][1] == step - 1:
+      ranges[-1] = (ranges[-1][0], step)
+    else:
+      ranges.append((step, step))
   return ranges
-
-
-def _lost_line(first, last):
-  return f'{{"step": {first}, "lost_through": {last}}}\n'
 
 
 def _steps(ranges):
@@ -474,35 +440,39 @@ def _steps(ranges):
       str(a) if a == b else f"{a} to {b}" for a, b in ranges)
 
 
-def _repeated(repeated):
-  """The steps of `_Reading.repeated`, for a warning."""
-  steps = sorted(repeated)
-  listed = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more"
-                                             if len(steps) > 5 else "")
-  return (f"step{'s' if len(steps) > 1 else ''} {listed} "
-          f"{'have values' if len(steps) > 1 else 'has a value'} on more than one line "
-          "(a file joined to a copy of itself, or edited by hand?)")
-
-
-def _said(bad):
-  """The unreadable lines of `_Reading.bad`, for a warning."""
-  said = [f"line {number} ({'step ' + str(step) if step is not None else 'no step'}), "
-          f"cut short or unreadable: {start!r}" for number, start, step, _ in bad[:3]]
-  return "; ".join(said) + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
+def _warn_unread(path, reading, dropped, kept):
+  """Warns of the unreadable lines of `reading` (`dropped` them) and of its steps
+  on more than one line (`kept` says which value)."""
+  bad = reading.bad
+  if bad:
+    said = [f"line {number} ({'step ' + str(step) if step is not None else 'no step'}), "
+            f"cut short or unreadable: {start!r}" for number, start, step in bad[:3]]
+    _log.warning("%s: %s %s%s", path, dropped, "; ".join(said),
+                 f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
+  steps = sorted(reading.repeated)
+  if steps:
+    listed = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more"
+                                               if len(steps) > 5 else "")
+    _log.warning("%s: step%s %s %s on more than one line (a file joined to a copy of "
+                 "itself, or edited by hand?); %s", path, "s" if len(steps) > 1 else "",
+                 listed, "have values" if len(steps) > 1 else "has a value", kept)
 
 
 def _columns(rows):
   return {k: np.array([r[k] for r in rows], np.float32) for k in rows[0]}
 
 
-def _lines_before(path, before):
-  """(step, line) of the lines of `path` that `_read(path, before)` keeps, as written."""
+def _readlines(path):
   try:
     with open(path, encoding="utf-8") as f:
-      lines = f.readlines()
+      return f.readlines()
   except FileNotFoundError:
-    return
-  for line in lines:
+    return []
+
+
+def _lines_before(path, before):
+  """(step, line) of the lines of `path` that `_read(path, before)` keeps, as written."""
+  for line in _readlines(path):
     try:
       row = json.loads(line)
       step = int(row["step"])
@@ -512,10 +482,11 @@ def _lines_before(path, before):
       yield step, line if line.endswith("\n") else line + "\n"
 
 
-def _write_text(path, text):
+def _write_lines(path, lines):
+  """Writes the lines of (step, line) pairs `lines` in step order, atomically."""
   temporary = path + ".tmp"
   with open(temporary, "w", encoding="utf-8") as f:
-    f.write(text)
+    f.write("".join(line for _, line in sorted(lines, key=lambda x: x[0])))
     f.flush()
     os.fsync(f.fileno())
   os.replace(temporary, path)
