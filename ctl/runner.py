@@ -14,12 +14,10 @@
     runner.export("generator", "runs/x/export")
 
 The same `train_step` runs eagerly (`eager=True`: print and pdb work), compiled, or
-distributed; only the `strategy` argument changes. The runner puts together
-the parts that do the work and hands them to the code that uses them: the
-placement (`ctl.distribute.strategies`), the state (`ctl.parts.state`), the data's feed
-(`ctl.parts.data`), the compiled step (`ctl.parts.steps`), evaluation (`ctl.parts.evaluation`)
-and export (`ctl.parts.export`). The outer loop (`ctl.loop`), checkpoints, stopping
-and `ctl check` take those parts, not the runner.
+distributed; only the `strategy` argument changes. The runner makes the parts
+that do the work (`ctl.distribute`, `ctl.parts`: placement, state, data feed,
+compiled step, evaluation, export); the outer loop (`ctl.loop`), checkpoints,
+stopping and `ctl check` take those parts, not the runner.
 """
 
 from __future__ import annotations
@@ -62,12 +60,10 @@ if TYPE_CHECKING:
 class Runner:
   """Runs `step_fn(ctx, batch)` on every replica, `steps_per_loop` steps per call.
 
-  Results: the step returns a dict of scalars. A share of a global-batch mean
-  (a value from `ctx.average`, `ctx.average_regularization` or `ctx.minimize`,
-  or a sum or constant multiple of such values) is summed over replicas; a
-  value that does not depend on one (a per-replica mean such as an accuracy)
-  is averaged. Either way the logged number is the global-batch value. A value
-  that mixes the two is an error (see `ctl.step.reduction`).
+  Results: the step returns a dict of scalars, each logged as its global-batch
+  value: a share of a global-batch mean (from `ctx.average`, `ctx.minimize`, or
+  a sum or multiple of such) is summed over replicas, a per-replica mean (an
+  accuracy) is averaged, and a value mixing the two is an error (`ctl.step.reduction`).
 
   Args:
     step_fn: the step function, `(ctx, batch) -> dict`, run in replica
@@ -91,24 +87,18 @@ class Runner:
     jit_compile: compile the step with XLA; under `mirrored`/`multi_worker`
       each `ctx.minimize(loss_fn, ...)` is compiled instead (see there).
     eager: run the step as plain Python (for debugging); slow.
-    mixed_precision: None, "mixed_float16" or "mixed_bfloat16"; sets Keras'
-      global policy before `build`, and float16 wraps every optimizer in a
-      `LossScaleOptimizer`. "float64" runs everything in float64: the models'
-      variables and computations, the data (its floating-point tensors are
-      cast), `ctx.normal`/`ctx.uniform` (the float32 draws, cast) and the
-      results; `ctl.tools.parity` replays runs this way to tell rounding from bugs.
+    mixed_precision: None, "mixed_float16" or "mixed_bfloat16" (Keras' global
+      policy, set before `build`; float16 wraps every optimizer in a
+      `LossScaleOptimizer`); or "float64": the variables, computations, data,
+      draws and results in float64, as `ctl.tools.parity` replays runs.
     global_batch_size: needed only when `data` is a dataset function.
     batches_per_step: batches each step takes (e.g. one per critic update).
 
   Attributes:
-    models: name -> `keras.Model`, as `build` returned them.
-    optimizers: name -> optimizer, as `build` returned them.
+    models, optimizers: name -> `keras.Model` / optimizer, as `build` returned them.
     global_step: int64 variable, the steps trained.
     history: every step's results so far (`ctl.History`); `train` and `fit` append.
-    strategy: as given (a strategy name made into one).
-    seed: as given.
-    eager: as given.
-    steps_per_loop: as given.
+    strategy, seed, eager, steps_per_loop: as given (a strategy name made into one).
     placement: where the step runs (`ctl.distribute.placement.Placement`).
     state: the models, optimizers and step counter (`ctl.parts.state.State`).
     feed: the training data's `ctl.parts.data.Feed`.
@@ -138,7 +128,10 @@ class Runner:
                        "compiles a graph, eager mode runs Python; pick one.")
     if isinstance(strategy, str):
       strategy = strategies.make_strategy(strategy)
-    _check_supported(strategies.kind_of(strategy), eager)
+    kind = strategies.kind_of(strategy)
+    if eager and kind.not_eager:
+      raise ValueError(f"eager=True cannot run under {kind} ({kind.not_eager}); debug "
+                       "eagerly under 'default', then switch the strategy.")
     self.placement = strategies.placement(strategy)
     self.strategy: tf.distribute.Strategy = strategy
     self.steps_per_loop = steps_per_loop
@@ -175,8 +168,7 @@ class Runner:
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
     self._evaluator = evaluation.Evaluator(self.state, self.placement, eager=eager,
                                            float_dtype=float_dtype)
-    # Every step's results: `train` and `fit` append; `fit` with a workdir
-    # starts it from the run's history file (`ctl.loop.history`).
+    # `train` and `fit` append; `fit` with a workdir starts it from the run's file.
     self.history = history_lib.History()
 
   @property
@@ -188,9 +180,8 @@ class Runner:
     """A new runner of the same step, build function, data and seed, with some of
     `Runner`'s keyword arguments changed (e.g. `eager=True`, `steps_per_loop=5`).
 
-    It builds models of its own (the same initial weights: the seed is the
-    same) and reads the data from its start: `ctl.tools.parity` runs an experiment's
-    runner this way under other execution options.
+    It builds models of its own (the same initial weights) and reads the data
+    from its start: `ctl.tools.parity` runs experiments this way.
     """
     allowed = set(self._arguments) - {"step_fn", "build", "data"}
     unknown = sorted(set(options) - allowed)
@@ -244,16 +235,12 @@ class Runner:
         `ctl.Logger`): `ctl.MLflow(...)`, `ctl.WandB(...)`, or your own; on the
         chief. TensorBoard and `history.jsonl` are written anyway.
       progress: show a progress bar (log lines when stderr is not a terminal).
-      dry_run: run each part once, tiny, and write nothing that stays: one
-        compiled call of one step, a checkpoint save and restore, every action
-        once (evaluations over a handful of samples); then the runner is put
-        back as it was (see `ctl.loop.dry_run`). Seconds, not an hour in.
+      dry_run: run each part once, tiny, writing nothing that stays, then put
+        the runner back as it was (see `ctl.loop.dry_run`).
 
-    Every step's results are appended to `<workdir>/history.jsonl` (on the
-    chief; a resume first drops the steps after its checkpoint) and to
-    `runner.history`, which a resumed `fit` starts from the file. Each fit
-    appends its manifest (versions, seed, strategy, machine, command, gin
-    config, git commit) to `<workdir>/manifest.jsonl`; see `ctl.loop.manifest`.
+    Every step's results go to `runner.history` and `<workdir>/history.jsonl`
+    (from which a resumed `fit` starts it); each fit appends its manifest to
+    `<workdir>/manifest.jsonl` (`ctl.loop.manifest`).
 
     Returns:
       A `ctl.History`: each result key's per-step values (numpy) for the steps
@@ -270,12 +257,10 @@ class Runner:
     """Runs `step_fn(ctx, batch)` over all of `data`; returns each result's mean.
 
     `step_fn` returns a dict of scalars, reduced over replicas like a training
-    step's results (so `ctx.average(per_example)` gives the batch mean); the
-    batches' values are then averaged weighted by their size, which gives the
-    mean over the whole dataset. `data` is a finite dataset of global batches
-    (or a dataset function with `global_batch_size`), read from its start on
-    every call; an endless one is refused unless `num_batches` bounds it.
-    `ctx.step` is the current global step.
+    step's; the batches' values are averaged weighted by their size: the mean
+    over the whole dataset. `data` (a dataset of global batches, or a dataset
+    function with `global_batch_size`) is read from its start on every call; an
+    endless one is refused unless `num_batches` bounds it. `ctx.step` is the global step.
     """
     return self._evaluator.evaluate(step_fn, data, global_batch_size=global_batch_size,
                                     num_batches=num_batches)
@@ -287,9 +272,8 @@ class Runner:
     each output gathered in sample order, or its `ctl.Moments`.
 
     For metrics of what a model generates (FID and its kin): with noise drawn
-    by `ctl.normal_by_index`, sample i is the same on any number of
-    replicas and workers, and so is the result. See
-    `ctl.parts.evaluation.Evaluator.over_samples`.
+    by `ctl.normal_by_index`, sample i, and so the result, is the same on any
+    number of replicas and workers. See `ctl.parts.evaluation.Evaluator.over_samples`.
     """
     return self._evaluator.over_samples(fn, num_samples, batch_size=batch_size,
                                         moments=moments)
@@ -336,7 +320,8 @@ class Runner:
                        "folder of ctl.BestCheckpoints' kept checkpoints) or a step (>= 0).")
     kept = None if checkpoint == "newest" else checkpoint
     directory = os.path.join(workdir, "checkpoints", *([kept] if kept else []))
-    if checkpoints.newest(workdir, kept) is None:
+    newest = checkpoints.newest(workdir, kept)
+    if newest is None:
       if kept is None:
         raise FileNotFoundError(
             f"no checkpoint in {directory}: train first (`fit`, or "
@@ -349,7 +334,7 @@ class Runner:
           f"(fit(actions=[..., ctl.BestCheckpoints(metric, ...)]); with the GAN kit, "
           f"gan.Schedule.keep_best){kept_there}. Pass checkpoint='newest' (`ctl eval "
           "--checkpoint newest`) for the newest.")
-    return directory, checkpoints.newest(workdir, kept) if kept else None
+    return directory, newest if kept else None
 
   def train(self, num_steps: int) -> history_lib.History:
     """Runs `num_steps` steps; returns a `ctl.History` of them (each result
@@ -371,12 +356,6 @@ class Runner:
         ran.append(first, results)
         self.history.append(first, results)
     return ran
-
-
-def _check_supported(kind, eager):
-  if eager and kind.not_eager:
-    raise ValueError(f"eager=True cannot run under {kind} ({kind.not_eager}); debug eagerly "
-                     "under 'default', then switch the strategy.")
 
 
 def _required_positional(fn):

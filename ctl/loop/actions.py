@@ -8,23 +8,14 @@ the `FitContext` an action is given, and the built-in actions.
                    ctl.Samples(lambda models: models["generator"](z), ctl.Every(steps=500)),
                    ctl.Evaluate(eval_step, eval_data, ctl.Every(steps=2000)),
                    ctl.Export("generator"),          # every=None: at the end only
-               ctl.Profile(start=100, steps=5),  # a profiler trace of steps 100-105
+                   ctl.Profile(start=100, steps=5),  # a profiler trace of steps 100-105
                ])
 
-Every action, built in or the user's, meets one contract (`Action`): an
-`every` (an `Every`, or None for the end of training only), a `collective`
-flag (True: it runs on every worker, because it runs collective ops; False:
-on the chief only), a `check(context)` that refuses bad set-ups
-before the first step, `begin(context)` once as each `fit` starts, a call
-with the run's `FitContext` (below) on its schedule, and `end(context)` once
-as the `fit` ends, however it ends. Each action is also called once at the
-end of `fit`; the final step's scheduled work is that call. Actions run in
-the order given, so one reads the metrics an earlier one reported at the
-same step (`context.metrics`); `context.keep` keeps a checkpoint
-(`BestCheckpoints`). Checkpointing and TensorBoard's train scalars are not
-actions: `fit` takes them as its own arguments (`checkpoint=`, `summaries=`),
-and its `ctl.loop.session.Session` saves, restores and hands every record to
-the loggers.
+Every action, built in or the user's, meets one contract (`Action`) and is
+given the run's `FitContext`. Actions run in the order given, so one reads the
+metrics an earlier one reported at the same step (`context.metrics`).
+Checkpoints and TensorBoard's train scalars are not actions but `fit`'s own
+arguments (`checkpoint=`, `summaries=`), which its `ctl.loop.session.Session` follows.
 """
 
 from __future__ import annotations
@@ -84,11 +75,8 @@ class FitContext:
       the loop moves on to a later step.
     can_evaluate: whether `evaluate` and `over_samples` run in this fit.
 
-  Methods: `report` (metrics and images, to every logger: TensorBoard,
-  metrics.jsonl, the trackers), `evaluate`, `over_samples`, `export`, `agree`
-  (a flag every worker shares) and `keep` (a copy of this step's checkpoint).
-  `evaluate` and `over_samples` measure over a handful of batches or samples
-  in `fit(dry_run=True)`.
+  Methods: `report`, `evaluate`, `over_samples`, `export`, `agree` and `keep`;
+  in `fit(dry_run=True)` `evaluate` and `over_samples` measure over a handful.
   """
 
   def __init__(self, session: Session, *, evaluator: Evaluator | None = None,
@@ -123,8 +111,7 @@ class FitContext:
 
   @property
   def can_evaluate(self) -> bool:
-    """Whether `evaluate` runs here: the fit was given an evaluator (`Runner.fit`
-    always is) and its strategy is synchronous."""
+    """Whether the fit has an evaluator (`Runner.fit` always does) and a synchronous strategy."""
     return self._evaluator is not None and not self._placement.kind.asynchronous
 
   def evaluate(self, step_fn: StepFn, data: Data, *, global_batch_size: int | None = None,
@@ -158,11 +145,10 @@ class FitContext:
 
   def report(self, metrics: Mapping[str, float] | None = None, *,
              images: Mapping[str, npt.ArrayLike] | None = None) -> None:
-    """Records `metrics` (name -> number) as measured at this step: later
-    actions at this step read them in `context.metrics`, and once the step's
-    actions have run every logger gets them (TensorBoard's `events/eval`,
-    `metrics.jsonl`, the trackers). `images` (name -> `[height, width,
-    channels]` uint8, e.g. a sample grid) go to the loggers at once."""
+    """Records `metrics` (name -> number) at this step: later actions read them
+    in `context.metrics`, and every logger gets them once the step's actions
+    have run. `images` (name -> `[height, width, channels]` uint8, e.g. a sample
+    grid) go to the loggers at once."""
     if self._metrics_step != self.step:
       self._metrics, self._metrics_step = {}, self.step
     images = {name: _image(name, image) for name, image in (images or {}).items()}
@@ -181,10 +167,9 @@ class FitContext:
     return stopping.agree(self._placement, [flag])[0]
 
   def keep(self, into: str) -> str | None:
-    """Copies the checkpoint of this step into `<workdir>/checkpoints/<into>/`,
-    saving it first if it is not saved (on every worker: a save is
-    collective); returns the copy's path prefix on the chief (None
-    elsewhere). Only its keeper deletes it (`ctl.BestCheckpoints`)."""
+    """Copies this step's checkpoint (saved first if need be, on every worker)
+    into `<workdir>/checkpoints/<into>/`; returns the copy's path prefix on the
+    chief (None elsewhere). Only its keeper deletes it (`ctl.BestCheckpoints`)."""
     return self._session.keep(into)
 
 
@@ -192,7 +177,7 @@ class FitContext:
 CONTEXT_NAMES = ("models", "optimizers", "step", "results", "history", "workdir", "is_chief",
                  "examples_per_step", "metrics", "report", "evaluate", "over_samples",
                  "can_evaluate", "export", "agree", "keep")
-# Names other loops' callbacks, or this one's before, read, and what to use instead.
+# Names other loops' callbacks read, and what to use instead.
 _GONE = {
     "runner": "the loop is given the runner's parts; use context.models, "
               "context.optimizers, context.evaluate(step_fn, data), context.export(name, "
@@ -269,11 +254,8 @@ class Summaries:
   """When `fit` writes TensorBoard's train scalars to `<workdir>/events/train`,
   on the chief: `fit(summaries=ctl.Summaries(ctl.Every(steps=100)))`.
 
-  At each step of `every` and at the fit's last step, the TensorBoard logger
-  (`ctl.loop.loggers.TensorBoard`) writes each step result's mean over the last
-  compiled call, each optimizer's learning rate (`learning_rate/<name>`),
-  `steps_per_second` and `examples_per_second` (since its previous write).
-  `fit` lands a compiled call on each step of `every`.
+  At each step of `every` (`fit` lands a compiled call there) and at the fit's
+  last step; what is written is `ctl.loop.loggers.TensorBoard`'s to say.
   """
 
   def __init__(self, every: Every | None = None):
@@ -336,10 +318,9 @@ class Samples(Action):
 class Evaluate(Action):
   """Runs `context.evaluate(step_fn, data)`; writes the metrics to `<workdir>/events/eval`.
 
-  The metrics are reported to `context.metrics` for the actions after it at
-  this step (e.g. `BestCheckpoints`). `data` must be finite (e.g.
-  `dataset.take(100)`), or `num_batches` given: an endless dataset is refused
-  here, before training.
+  Later actions at this step (e.g. `BestCheckpoints`) read the metrics in
+  `context.metrics`. `data` must be finite (e.g. `dataset.take(100)`) or
+  bounded by `num_batches`: an endless dataset is refused before training.
   """
   collective = True  # runs strategy.run: every worker takes part
 
@@ -402,15 +383,12 @@ class BestCheckpoints(Action):
           ctl.Evaluate(eval_step, eval_data, ctl.Every(steps=2000)),
           ctl.BestCheckpoints("fid", ctl.Every(steps=2000), keep=3)])
 
-  Runs after the action that reports `metric` (`context.report`; list it
-  later, with the same schedule): at a step where the value is among the best
-  `keep` so far, the checkpoint of that step (saved then if no save was due)
-  is copied there, and a copy that is no longer among the best is deleted.
-  `best.json` beside them lists the kept ones, best first (step, value,
-  checkpoint), and their `checkpoint` file names the best as the newest, so
-  `tf.train.latest_checkpoint(".../checkpoints/best")` is the best one; a
-  resumed fit reads `best.json` and goes on from it. A step where `metric` was not
-  reported is passed over; a fit that never saw it says so at its end.
+  List it after the action that reports `metric`, on the same schedule. At a
+  step where the value is among the best `keep` so far, that step's checkpoint
+  is copied there (saved first if need be) and one that dropped out is deleted.
+  `best.json` beside them lists the kept ones, best first; their `checkpoint`
+  file names the best as the newest (`tf.train.latest_checkpoint` finds it). A
+  resumed fit goes on from `best.json`; a fit that never saw `metric` says so.
 
   Args:
     metric: the name of the metric, as the reporting action reports it.
@@ -434,6 +412,7 @@ class BestCheckpoints(Action):
       raise ValueError(f"ctl.BestCheckpoints(directory={directory!r}): give a folder "
                        "name for under <workdir>/checkpoints, e.g. 'best'.")
     self.metric, self.every, self.keep, self.mode = metric, every, keep, mode
+    self._sign = 1 if mode == "min" else -1  # sign * value: lower is better
     self.directory = directory
     self.kept: list[dict] = []  # {"step", "value", "checkpoint"}, best first
     self._seen = False
@@ -459,10 +438,8 @@ class BestCheckpoints(Action):
       except (OSError, ValueError, KeyError) as e:
         _log.warning("ctl.BestCheckpoints: %s could not be read (%s); starting a new "
                      "record (the checkpoints in it stay).", self._record, e)
-      # Later steps than the one resumed from were undone: they leave the record,
-      # and their copies stay where they are (a going back moved them aside; a
-      # damaged newest left them). A kept checkpoint of an earlier step whose
-      # files are gone (deleted by hand, a partial copy) leaves it with a word.
+      # Steps after the one resumed from were undone: they leave the record (their
+      # copies stay). An earlier one whose files are gone leaves it with a word.
       undone = [k for k in self.kept if k["step"] > context.step]
       left = [k["checkpoint"] for k in undone if self._whole(k)]
       if left:
@@ -495,7 +472,7 @@ class BestCheckpoints(Action):
     self.kept = [k for k in self.kept if k["step"] != context.step]
     self.kept.append({"step": context.step, "value": float(value),
                       "checkpoint": os.path.basename(path)})
-    self.kept.sort(key=lambda k: k["value"] if self.mode == "min" else -k["value"])
+    self.kept.sort(key=lambda k: self._sign * k["value"])
     self._drop(self.kept[self.keep:])  # (writes the record)
     _log.info("ctl.BestCheckpoints: kept %s (%s %.6g)", path, self.metric, value)
 
@@ -518,11 +495,8 @@ class BestCheckpoints(Action):
     return os.path.exists(path + ".index") and bool(tf.io.gfile.glob(path + ".data-*"))
 
   def _ranks(self, step, value):
-    others = [k["value"] for k in self.kept if k["step"] != step]
-    if len(others) < self.keep:
-      return True
-    worst = max(others) if self.mode == "min" else min(others)
-    return value < worst if self.mode == "min" else value > worst
+    others = [self._sign * k["value"] for k in self.kept if k["step"] != step]
+    return len(others) < self.keep or self._sign * value < max(others)
 
   def _drop(self, dropped, forget=()):
     """Deletes the copies of `dropped` and takes them and `forget` out of the record."""
@@ -548,14 +522,11 @@ class Profile(Action):
       runner.fit(1000, "runs/x", actions=[ctl.Profile(start=100, steps=5)])
       # tensorboard --logdir runs/x/events: the Profile tab (pip install 'ctl-loops[profile]')
 
-  The loop lands a compiled call on step `start` and one on `start + steps`;
-  the trace starts after the first and stops after the second, so it holds the
-  calls of steps `start` to `start + steps` (in calls of up to `steps_per_loop`)
-  and the outer loop's work between them. It is written to
-  `<workdir>/events/train/plugins/profile/<date_time>/<host>.xplane.pb`, where
-  TensorBoard's profile plugin finds it, as the run `train`. A fit that ends
-  (or is stopped) mid-trace stops it there. A run resumed at or past `start`
-  is not profiled (a log line says so). Traces the chief's process only.
+  The loop lands a compiled call on steps `start` and `start + steps`; the trace
+  holds what runs between them, the outer loop's work included. It is written to
+  `<workdir>/events/train/plugins/profile/<date_time>/<host>.xplane.pb` (TensorBoard's
+  run `train`). A fit that ends mid-trace stops it there; one resumed at or past
+  `start` is not profiled (a log line says so).
 
   Args:
     start: the step after which tracing starts, at least 1: the first call

@@ -57,18 +57,14 @@ class DryRun:
                 "train nothing; the dry run trains one step past it", self.workdir, step)
     return step + 1
 
-
-@contextlib.contextmanager
-def timed(timings: list[tuple[str, float]] | None, part: str) -> Iterator[None]:
-  """Appends (part, seconds the block took) to `timings`; None: times nothing."""
-  if timings is None:
-    yield
-    return
-  start = time.perf_counter()
-  try:
-    yield
-  finally:
-    timings.append((part, time.perf_counter() - start))
+  @contextlib.contextmanager
+  def timed(self, part: str) -> Iterator[None]:
+    """Appends (part, seconds the block took) to `timings`."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.timings.append((part, time.perf_counter() - start))
 
 
 def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_steps: int,

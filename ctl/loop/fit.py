@@ -2,21 +2,13 @@
 
     history = fit(runner.compiled_step, runner.history, 10_000, "runs/x")  # `Runner.fit`
 
-It takes the parts it uses, as Orbit's controller takes a trainer: the
-compiled step (`ctl.parts.steps.TrainStep`, which holds the placement, the state and
-the data's feed), the history it appends to, and the evaluator its actions call.
-
-Each pass runs one compiled call of up to `steps_per_loop` steps (shortened to
-land on the next step-based save or action), checks the results are finite,
-advances the progress display, saves a checkpoint if one is due, and runs the
-actions that are due (`ctl.loop.actions`), each given the `FitContext`. Training resumes
-from the newest checkpoint in `<workdir>/checkpoints`, so rerunning the same
-command after a crash, a kill or a preemption continues where it stopped.
-One run at a time holds the work directory (`ctl.loop.workdir.Lock`).
-
-SIGTERM and Ctrl-C save a checkpoint and stop (`ctl.loop.stopping`): SIGTERM exits
-with `PREEMPTED_EXIT_CODE` (42, TF's restart code), which schedulers that
-restart on failure then resume; Ctrl-C raises `ctl.loop.stopping.Interrupted`.
+It takes the parts it uses (the compiled step, the history it appends to, the
+evaluator its actions call), as Orbit's controller takes a trainer. Each pass
+runs one compiled call of up to `steps_per_loop` steps (shortened to land on the
+next step-based save or action), checks the results are finite, then saves and
+runs the actions that are due. Training resumes from the newest checkpoint, so
+rerunning the same command after a crash or a preemption continues where it
+stopped; SIGTERM and Ctrl-C save and stop (`ctl.loop.stopping`).
 """
 
 from __future__ import annotations
@@ -122,7 +114,8 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
       session.begin(run, loggers)
       for action in actions:
         if _runs_here(action, context):
-          getattr(action, "begin", _nothing)(context)  # (optional for duck-typed actions)
+          if hasattr(action, "begin"):  # optional for duck-typed actions
+            action.begin(context)
           begun.append(action)
       trained = _train(compiled_step, session, context, total_steps, checkpoint, summaries,
                        actions, progress)
@@ -199,45 +192,36 @@ def _check_actions(actions):
   if not isinstance(actions, (list, tuple)):
     raise TypeError(f"fit(actions={actions!r}): pass a list of actions, e.g. "
                     "actions=[ctl.Samples(...)].")
-  actions = list(actions)
   for action in actions:
+    name = type(action).__name__
     if isinstance(action, (checkpoints.Checkpoint, actions_lib.Summaries)):
       option = "checkpoint" if isinstance(action, checkpoints.Checkpoint) else "summaries"
-      raise TypeError(f"ctl.{type(action).__name__} goes in fit({option}=...), not in "
-                      f"actions: fit({option}=ctl.{type(action).__name__}(...)).")
-    _check_action(action)
-  return actions
-
-
-def _check_action(action):
-  """Raises TypeError, naming the fix, unless `action` meets the `ctl.Action` contract."""
-  if isinstance(action, type):
-    raise TypeError(f"action {action.__name__} is a class; pass an instance of it, e.g. "
-                    f"{action.__name__}(...).")
-  missing = [name for name in ("every", "collective", "check")
-             if not hasattr(action, name)]
-  if missing or not callable(action):
-    lacks = ", ".join(missing + ["__call__(context)"] * (not callable(action)))
-    raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
-                    "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
-                    "and define __call__(self, context).")
-  check_every(type(action).__name__, action.every)
-  if not isinstance(action.collective, bool):
-    raise TypeError(f"{type(action).__name__}.collective is {action.collective!r}; use "
-                    "True (runs on every worker) or False (the chief only).")
-  for method in ("check", "begin", "__call__", "end"):
-    _check_takes_the_context(action, method)
+      raise TypeError(f"ctl.{name} goes in fit({option}=...), not in actions: "
+                      f"fit({option}=ctl.{name}(...)).")
+    if isinstance(action, type):
+      raise TypeError(f"action {action.__name__} is a class; pass an instance of it, e.g. "
+                      f"{action.__name__}(...).")
+    missing = [a for a in ("every", "collective", "check") if not hasattr(action, a)]
+    if missing or not callable(action):
+      lacks = ", ".join(missing + ["__call__(context)"] * (not callable(action)))
+      raise TypeError(f"action {action!r} is not an action: it lacks {lacks}. Subclass "
+                      "ctl.Action, set `every` (a ctl.Every, or None for the end only) "
+                      "and define __call__(self, context).")
+    check_every(name, action.every)
+    if not isinstance(action.collective, bool):
+      raise TypeError(f"{name}.collective is {action.collective!r}; use True (runs on "
+                      "every worker) or False (the chief only).")
+    for method in ("check", "begin", "__call__", "end"):
+      _check_takes_the_context(action, method)
+  return list(actions)
 
 
 def _check_takes_the_context(action, method):
   """Raises TypeError, naming the contract, if `action.<method>` (when it has
   one) cannot be called with the context alone."""
-  function = getattr(action, method, None)
-  if function is None:
-    return
   try:
-    signature = inspect.signature(function)
-  except (TypeError, ValueError):  # a builtin or C callable: it cannot tell
+    signature = inspect.signature(getattr(action, method, None))
+  except (TypeError, ValueError):  # none, or a builtin or C callable: it cannot tell
     return
   try:
     signature.bind(None)
@@ -331,12 +315,10 @@ def _run_due(session, context, checkpoint, scheduled, stopper):
   """
   timers = _timers(checkpoint, scheduled)
   flags = stopping.agree(session.placement, [e.due(context.step) for e in timers])
-  due = flags
-  if checkpoint:
-    if flags[0]:
-      session.save("schedule")
-      checkpoint.every.fired(context.step)
-    due = flags[1:]
+  if checkpoint and flags[0]:
+    session.save("schedule")
+    checkpoint.every.fired(context.step)
+  due = flags[1:] if checkpoint else flags
   due_now = [a for a, now in zip(scheduled, due) if now]
   for i, action in enumerate(due_now):
     _run(action, session, context, stopper, after=due_now[i + 1:], scheduled=scheduled)
@@ -346,13 +328,10 @@ def _run_due(session, context, checkpoint, scheduled, stopper):
     stopper.check(context.step)  # a signal that came during the work
 
 
-# The scheduled actions a stop abandoned, and the step: the run that resumes
-# from that step's checkpoint runs them first (a point of the FID curve).
-_ABANDONED_FILE = "abandoned_actions.json"
-
-
 def _abandoned_path(context):
-  return os.path.join(context.workdir, "checkpoints", _ABANDONED_FILE)
+  """The note of the scheduled actions a stop abandoned, and the step: the run
+  that resumes from that step's checkpoint runs them first (a point of the FID curve)."""
+  return os.path.join(context.workdir, "checkpoints", "abandoned_actions.json")
 
 
 def _note_abandoned(context, scheduled, remaining):
@@ -398,10 +377,6 @@ def _timers(checkpoint, scheduled):
   return ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
 
 
-def _nothing(context):
-  del context
-
-
 def _runs_here(action, context):
   """Whether `action` runs in this process: on the chief, or collective."""
   return context.is_chief or action.collective
@@ -413,7 +388,8 @@ def _end(begun, context):
   failed = None
   for action in reversed(begun):
     try:
-      getattr(action, "end", _nothing)(context)
+      if hasattr(action, "end"):
+        action.end(context)
     except Exception as e:  # pylint: disable=broad-except
       _log.warning("%s.end failed: %s: %s", type(action).__name__, type(e).__name__, e)
       failed = failed or e
@@ -437,7 +413,7 @@ def _run(action, session, context, stopper, after=(), scheduled=None):
   except stopping.Abandoned as e:
     abandoned = e
   except Exception as e:  # a full disk, a bug in a sample function, ...
-    if scheduled is not None and context.workdir is not None:  # the rerun runs them first
+    if scheduled is not None:  # the rerun runs them first
       _note_abandoned(context, scheduled, [action, *after])
     _save_after_failure(session, context, action, e)
     raise

@@ -4,37 +4,25 @@
     runner.fit(10_000, "runs/x", loggers=[ctl.WandB(project="gans")])   # offline by default
     # ctl train dcgan --logger mlflow --logger wandb
 
-Every logger meets one contract (`Logger`), called by the fit's session
-(`ctl.loop.session.Session`) on the chief only, as methods:
-`begin(run)` as a fit starts (the run's manifest and parameters; a resumed
-run continues the tracker's run of the same work directory), `log_steps` after
-every compiled call with each step's results, `log_metrics` once a step's
-actions have run with the metrics they reported (`FitContext.report`),
-`log_image` for each image they reported (a sample grid), `flush`, and
-`end(status)` however the fit ends. `FitContext.report` is the one call an
-action needs to reach every logger. Trackers are loggers rather than actions
-because they are not work on a schedule: they receive everything the run
-records, when it is recorded.
-
-The work directory's own records are loggers too, which `fit` always keeps
-when it has a workdir: `TensorBoard` (the manifest as text, the images; the
-step results' means, learning rates and speeds on the `ctl.Summaries`
-schedule in `events/train`; the metrics reported, in `events/eval`) and
-`JsonLines` (`history.jsonl`, every step; `metrics.jsonl`).
+Every logger meets one contract (`Logger`) and is called by the fit's session
+(`ctl.loop.session.Session`) on the chief only; `FitContext.report` is the one
+call an action needs to reach every logger. Trackers are loggers rather than
+actions because they are not work on a schedule: they receive everything the
+run records, when it is recorded. `fit` always keeps the work directory's own
+loggers when it has one: `TensorBoard` and `JsonLines`.
 
 A tracker keeps, in `<workdir>/trackers/<name>.json`, the id of its run and
 the last step it logged: a resumed fit logs to the same run and skips the
 steps and metrics that run already holds (a tracker cannot take back what it
-stored, so those steps keep the values first logged; a deterministic run
-trains them again to the same values). A tracker that fails after its
-`begin` is dropped with a warning: the training goes on, its records stay in
-the work directory.
+stored). A tracker that fails after its `begin` is dropped with a warning: the
+training goes on, its records stay in the work directory.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
@@ -48,14 +36,13 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from ctl.base import constants
 from ctl.loop import manifest as manifest_lib
 from ctl.loop.checkpoints import write_text_atomically
 
 if TYPE_CHECKING:
-  import tensorflow as tf
-
   from ctl.loop.history import HistoryFile
   from ctl.loop.schedule import Every
 
@@ -95,13 +82,8 @@ class Run:
 
 
 class Logger:
-  """What `fit(loggers=[...])` sends a run's records to. Subclass it and
-  define the methods you need; the others do nothing.
-
-  Each is called on the chief only, in this order: `begin` once per fit,
-  then `log_steps`, `log_metrics` and `log_image` as training goes, `flush`
-  when the process may end (a signal) and `end` once however the fit ends.
-  """
+  """What `fit(loggers=[...])` sends a run's records to, on the chief only.
+  Subclass it and define the methods you need; the others do nothing."""
 
   def begin(self, run: Run) -> None:
     """Called as a fit starts, after its checkpoint is restored; an error here
@@ -157,7 +139,6 @@ class TensorBoard(Logger):
   def writer(self, name: str) -> tf.summary.SummaryWriter:
     """The summary writer of `<workdir>/events/<name>`, made on first use."""
     if name not in self._writers:
-      import tensorflow as tf  # pylint: disable=import-outside-toplevel
       self._writers[name] = tf.summary.create_file_writer(
           os.path.join(self.workdir, "events", name))
     return self._writers[name]
@@ -168,28 +149,24 @@ class TensorBoard(Logger):
     """The scalars of `<workdir>/events/*` (but the writers `skip`) at the steps
     from `first_step` to `last_step`: {step: {tag: value}}, the last written of
     each (float32: as TensorBoard keeps them)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     found: dict[int, dict[str, float]] = {}
-    for name in sorted(os.listdir(os.path.join(workdir, "events"))
-                       if os.path.isdir(os.path.join(workdir, "events")) else []):
-      if name in skip:
+    pattern = os.path.join(workdir, "events", "*", "events.out.tfevents.*")
+    for path in sorted(tf.io.gfile.glob(pattern)):  # named by their start: oldest first
+      if os.path.basename(os.path.dirname(path)) in skip:
         continue
-      pattern = os.path.join(workdir, "events", name, "events.out.tfevents.*")
-      for path in sorted(tf.io.gfile.glob(pattern)):  # named by their start: oldest first
-        try:
-          for event in tf.compat.v1.train.summary_iterator(path):
-            if not first_step <= event.step <= last_step:
-              continue
-            for value in event.summary.value:
-              if value.metadata.plugin_data.plugin_name == "scalars":
-                found.setdefault(int(event.step), {})[value.tag] = float(
-                    tf.make_ndarray(value.tensor))
-        except tf.errors.DataLossError:  # its end cut short by a crash
-          continue
+      try:
+        for event in tf.compat.v1.train.summary_iterator(path):
+          if not first_step <= event.step <= last_step:
+            continue
+          for value in event.summary.value:
+            if value.metadata.plugin_data.plugin_name == "scalars":
+              found.setdefault(int(event.step), {})[value.tag] = float(
+                  tf.make_ndarray(value.tensor))
+      except tf.errors.DataLossError:  # its end cut short by a crash
+        continue
     return found
 
   def begin(self, run: Run) -> None:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with self.writer("train").as_default(step=run.start_step):
       tf.summary.text("manifest", manifest_lib.text(run.manifest))
     self._last_step = run.total_steps
@@ -202,7 +179,6 @@ class TensorBoard(Logger):
     if self.every is None or not (self.every.due(step) or step >= self._last_step):
       return
     self.every.fired(step)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     now = time.perf_counter()
     since_step, since_time = self._since
     self._since = (step, now)
@@ -218,13 +194,11 @@ class TensorBoard(Logger):
           tf.summary.scalar("examples_per_second", rate * self._examples_per_step)
 
   def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with self.writer("eval").as_default(step=step):
       for key, value in metrics.items():
         tf.summary.scalar(key, value)
 
   def log_image(self, step: int, name: str, image: np.ndarray) -> None:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with self.writer("train").as_default(step=step):
       tf.summary.image(name, image[None])
 
@@ -420,9 +394,8 @@ class Tracker(Logger, abc.ABC):
       write_text_atomically(self._state_path, json.dumps(self._state) + "\n")
 
 
-# MLflow refuses a parameter value longer than this (MLflow 2.11 and later).
+# MLflow refuses a longer parameter value, and more metrics in one log_batch call.
 _MLFLOW_PARAM_LENGTH = 6000
-# And more than this many metrics in one log_batch call.
 _MLFLOW_BATCH = 1000
 
 
@@ -445,18 +418,17 @@ class MLflow(Tracker):
   def __init__(self, tracking_uri: str | None = None, *, experiment: str | None = None,
                run_name: str | None = None):
     super().__init__()
-    _require("mlflow", "mlflow")
+    _require("MLflow", "mlflow")
     self.tracking_uri = tracking_uri
     self.experiment = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "ctl"
     self.run_name = run_name
     self._client = self._run_id = None
 
   def start(self, run: Run, run_id: str | None) -> str:
-    import mlflow  # pylint: disable=import-outside-toplevel
     from mlflow.entities import Param  # pylint: disable=import-outside-toplevel
     from mlflow.exceptions import MlflowException  # pylint: disable=import-outside-toplevel
-    uri = self.tracking_uri or mlflow.get_tracking_uri()
-    self._client = mlflow.MlflowClient(uri)
+    self._client = self._new_client()
+    uri = self._client.tracking_uri
     known = {}
     if run_id is not None:
       try:
@@ -476,17 +448,13 @@ class MLflow(Tracker):
           tags={"ctl.workdir": os.path.abspath(run.workdir) if run.workdir else ""},
       ).info.run_id
     self._run_id = run_id
-    params, changed = [], []
-    for key, value in run.params.items():
-      value = value[:_MLFLOW_PARAM_LENGTH]
-      if key not in known:
-        params.append(Param(key, value))
-      elif known[key] != value:
-        changed.append(key)
+    values = {key: value[:_MLFLOW_PARAM_LENGTH] for key, value in run.params.items()}
+    params = [Param(key, value) for key, value in values.items() if key not in known]
+    changed = sorted(key for key, value in values.items() if known.get(key, value) != value)
     if changed:  # MLflow's parameters cannot change; the manifest artifact has both
       _log.warning("mlflow: this fit changes parameters the run already holds (%s); they "
                    "keep their first values, the manifest artifact of each fit has its "
-                   "own", ", ".join(sorted(changed)))
+                   "own", ", ".join(changed))
     for i in range(0, len(params), 100):  # MLflow takes at most 100 per call
       self._client.log_batch(run_id, params=params[i:i + 100])
     self._client.log_text(run_id, json.dumps(run.manifest, indent=2, default=str),
@@ -500,12 +468,15 @@ class MLflow(Tracker):
     import mlflow  # pylint: disable=import-outside-toplevel
     return f"{self.tracking_uri or mlflow.get_tracking_uri()} (experiment {self.experiment!r})"
 
+  def _new_client(self):
+    import mlflow  # pylint: disable=import-outside-toplevel
+    return mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
+
   def find_run(self, run: Run) -> dict[str, Any] | None:
     """The newest run of experiment `experiment` tagged with this work directory."""
-    import mlflow  # pylint: disable=import-outside-toplevel
     if not run.workdir:
       return None
-    client = mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
+    client = self._new_client()
     try:
       experiment = client.get_experiment_by_name(self.experiment)
       if experiment is None:
@@ -524,8 +495,7 @@ class MLflow(Tracker):
                for name in ("steps_keys", "metrics_keys") if f"ctl.{name}" in tags}}
 
   def abandon(self, run_id: str) -> None:
-    import mlflow  # pylint: disable=import-outside-toplevel
-    client = mlflow.MlflowClient(self.tracking_uri or mlflow.get_tracking_uri())
+    client = self._new_client()
     try:
       if client.get_run(run_id).info.status == "RUNNING":
         client.set_terminated(run_id, status="KILLED")
@@ -538,7 +508,7 @@ class MLflow(Tracker):
                 for m in self._client.get_metric_history(self._run_id, key)), default=-1)
 
   def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-    self._send([(step, values) for step, values in rows], "steps_keys")
+    self._send(rows, "steps_keys")
 
   def send_metrics(self, step: int, metrics: dict[str, float]) -> None:
     self._send([(step, metrics)], "metrics_keys")
@@ -601,7 +571,7 @@ class WandB(Tracker):
                dir: str | None = None, entity: str | None = None,  # noqa: A002 (wandb's)
                name: str | None = None, tags: list[str] | None = None):
     super().__init__()
-    _require("wandb", "wandb")
+    _require("WandB", "wandb")
     if mode not in ("offline", "online", "disabled"):
       raise ValueError(f"ctl.WandB(mode={mode!r}): pass 'offline' (the default), 'online' "
                        "or 'disabled'.")
@@ -678,8 +648,7 @@ def by_name(name: str) -> Logger:
   return NAMES[name]()
 
 
-def _require(module, extra):
-  import importlib.util  # pylint: disable=import-outside-toplevel
+def _require(owner, module):
   if importlib.util.find_spec(module) is None:
-    raise ImportError(f"ctl.{'MLflow' if module == 'mlflow' else 'WandB'} needs the "
-                      f"{module} package: pip install 'ctl-loops[{extra}]'.")
+    raise ImportError(f"ctl.{owner} needs the {module} package: pip install "
+                      f"'ctl-loops[{module}]'.")

@@ -7,13 +7,10 @@
       session.save("schedule")             # the one save: the loop, a signal, BestCheckpoints
       session.close("finished")
 
-A session holds the work directory's lock (`ctl.loop.workdir.Lock`), the run's
-one `Checkpointer`, the records (`history.jsonl`, `metrics.jsonl`, the
-manifest) and the loggers, which it calls as methods: the work directory's
-own (`TensorBoard`, `JsonLines`), whose errors stop the run, then the user's
-trackers, each dropped with a warning if it fails. Nothing else in ctl saves
-or restores during a fit: the loop, the `Stopper`, `BestCheckpoints` (through
-`FitContext.keep`) and the dry run all go through it.
+A session holds the work directory's lock, the run's one `Checkpointer`, the
+records (`history.jsonl`, `metrics.jsonl`, the manifest) and the loggers: the
+work directory's own, whose errors stop the run, then the user's trackers, each
+dropped with a warning if it fails. Nothing else in ctl saves or restores during a fit.
 """
 
 from __future__ import annotations
@@ -80,7 +77,6 @@ class Session:
     self._checkpointer: checkpoints.Checkpointer | None = None
     self._loggers: list[loggers_lib.Logger] = []
     self._own: list[loggers_lib.Logger] = []  # the work directory's: errors stop the run
-    self.timings = dry.timings if dry is not None else None
     feed = self._feed
     self.examples_per_step = (None if feed.global_batch_size is None
                               else feed.global_batch_size * feed.batches_per_step)
@@ -103,9 +99,8 @@ class Session:
     return self
 
   def __exit__(self, *exc_info: object) -> None:
-    if self._lock is not None:
-      self._lock.release()
-      self._lock = None
+    self.release_lock()
+    self._lock = None
 
   @property
   def saves(self) -> bool:
@@ -188,7 +183,7 @@ class Session:
 
   def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
     """Times the block as `part` in a dry run; else nothing."""
-    return dry_run_lib.timed(self.timings, part)
+    return self._dry.timed(part) if self._dry is not None else contextlib.nullcontext()
 
   # The records and the loggers.
 
@@ -249,12 +244,8 @@ class Session:
 
   def _open_history(self):
     """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
-    first; the runner's history then holds those steps too.
-
-    A file that is new starts with the steps the runner trained in memory before
-    this `fit` (say, a `train` in a notebook), so it holds every step of the
-    weights it follows.
-    """
+    first, which the runner's history then holds too; a new file starts with
+    the steps the runner trained before this `fit` (say, a `train` in a notebook)."""
     step = int(self.state.global_step.numpy())
     self.history.drop_from(step)  # restored from a checkpoint: later steps are undone
     if self.workdir is None or not self.is_chief or not self._records:
@@ -306,13 +297,9 @@ class Session:
 
 
 def _lock(placement, workdir, resume_from):
-  """Locks the work directory on the chief; every worker fails if it cannot.
-
-  Also fails now, not at the first save, if the directory cannot be written,
-  removes what an export killed mid-way left (no other run writes here), and
-  goes back to the checkpoint of step `resume_from`, if not None (the workers
-  restore after it).
-  """
+  """Locks the work directory on the chief; every worker fails if it cannot, or
+  if it cannot be written. Goes back to the checkpoint of step `resume_from`
+  (if not None) and removes what an export killed mid-way left."""
   if workdir is None:
     return None
   lock, error = None, None
