@@ -23,11 +23,7 @@ def add_parser(subparsers: Any) -> None:
           f"workers and M ps). Each task gets TF_CONFIG and {launch.READY_DIR_VARIABLE}, and its\n"
           "output lines are prefixed with its name. When a task fails, or is not ready\n"
           "within --startup-timeout, every task is stopped; SIGTERM, SIGINT and SIGHUP\n"
-          "(a closed terminal) are passed on to the tasks as SIGTERM. With\n"
-          "--max-restarts N a cluster that failed, timed out or was preempted is\n"
-          "started again, whole, up to N times\n"
-          "(a ctl run resumes from its last checkpoint); each task reads the count\n"
-          f"from {launch.RESTARTS_VARIABLE}."),
+          "(a closed terminal) are passed on to the tasks as SIGTERM."),
       epilog=(
           "exit code: 0 when every task exits 0 (with --ps: the chief); 42 when\n"
           "every task was preempted (rerun to resume); else the failed task's code\n"
@@ -68,7 +64,9 @@ def add_parser(subparsers: Any) -> None:
   parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
                       help="start the whole cluster again up to N times after a task "
                       "fails or dies (but exit 2, a usage error), a start-up timeout or "
-                      "a preemption (default: %(default)s)")
+                      "a preemption: a ctl run resumes from its last checkpoint; each "
+                      f"task reads the count from {launch.RESTARTS_VARIABLE} "
+                      "(default: %(default)s)")
   parser.add_argument("--restart-wait", type=float, default=launch.RESTART_WAIT_SECONDS,
                       metavar="S", help="seconds between the cluster's end and its "
                       "restart (default: %(default)g)")

@@ -26,23 +26,17 @@ logger = logging.getLogger("ctl")
 
 def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None = None,
                     tpu_devices: bool | None = None) -> tuple[str, str]:
-  """Decides what `auto` means on this machine.
-
-  Only cheap local signals are read: probing for a TPU over the network can
-  stall for minutes on a machine that has none. In order:
+  """Decides what `auto` means on this machine, from cheap local signals only
+  (probing for a TPU over the network can stall for minutes). In order:
 
   1. `TPU_NAME` or `COLAB_TPU_ADDR` set, or TPU chips attached: `tpu`.
-  2. A cluster in `TF_CONFIG` (what Kubeflow's TFJob, Vertex AI, AI Platform
-     and `ctl launch` set) or, without it, in `CLUSTER_SPEC` (Vertex AI's and
-     AI Platform's custom containers), its task types as `parse_tf_config`
-     names them: `parameter_server` if it has a `ps` job; `multi_worker` if
-     it has more than one `chief` + `worker` task. A task of type `evaluator`
-     evaluates beside the training cluster, not in it, so it gets a local
-     strategy. `TF_CONFIG` wins over Slurm when both are present.
-  3. A Slurm job step of more than one task (`srun` inside an allocation:
-     `SLURM_JOB_ID` and `SLURM_STEP_NUM_TASKS` > 1): `multi_worker`, its
-     cluster read from Slurm's variables (see `slurm_cluster_resolver`).
-     Parameter-server training on Slurm is not supported: use `TF_CONFIG`.
+  2. A cluster in `TF_CONFIG` or `CLUSTER_SPEC` (see `parse_tf_config`):
+     `parameter_server` if it has a `ps` job; `multi_worker` if it has more
+     than one `chief` + `worker` task. An `evaluator` task evaluates beside
+     the training cluster, not in it, so it gets a local strategy.
+  3. Else a Slurm job step of more than one task (`srun` inside an allocation:
+     `SLURM_JOB_ID` and `SLURM_STEP_NUM_TASKS` > 1): `multi_worker` (see
+     `slurm_cluster_resolver`); parameter-server training needs `TF_CONFIG`.
   4. Otherwise by GPUs: `mirrored` for several, `one_device` for one,
      `default` for none.
 
@@ -69,6 +63,8 @@ def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None =
   note = ""
   if config.get("cluster") or "sparseCluster" in config:
     cluster, task = check_tf_config(config)
+    # The chief trains too; TF counts it as a worker (multi_worker_util.worker_count).
+    workers = len(cluster.get("chief", ())) + len(cluster.get("worker", ()))
     if task.get("type") == "evaluator":
       # A side-car evaluator reads the checkpoints the workers write; joining
       # their collectives (or coordinating their parameter servers) would
@@ -76,9 +72,8 @@ def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None =
       note = "TF_CONFIG task is an 'evaluator', which does not train: "
     elif cluster.get("ps"):
       return "parameter_server", "TF_CONFIG names a 'ps' job"
-    elif _training_workers(cluster) > 1:
-      return "multi_worker", (f"TF_CONFIG names {_training_workers(cluster)} "
-                              "workers (chief + worker tasks)")
+    elif workers > 1:
+      return "multi_worker", f"TF_CONFIG names {workers} workers (chief + worker tasks)"
   else:
     tasks = slurm_step_tasks(env)
     if tasks > 1:
@@ -101,11 +96,6 @@ def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None =
 
 # The task types TensorFlow's multi-worker code accepts (multi_worker_util).
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-
-
-def _training_workers(cluster):
-  # The chief trains too; TF counts it as a worker (multi_worker_util.worker_count).
-  return len(cluster.get("chief", ())) + len(cluster.get("worker", ()))
 
 
 def check_tf_config(config: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, Any]]:
@@ -164,9 +154,7 @@ def slurm_step_tasks(env: Mapping[str, str] | None = None) -> int:
   without `srun` is one process, whatever the allocation.
   """
   env = os.environ if env is None else env
-  if not env.get("SLURM_JOB_ID"):
-    return 0
-  return _int(env.get("SLURM_STEP_NUM_TASKS"))
+  return _int(env.get("SLURM_STEP_NUM_TASKS")) if env.get("SLURM_JOB_ID") else 0
 
 
 # Slurm tasks listen on SLURM_PORT_BASE + their index on the node (TF's own
@@ -179,11 +167,9 @@ SLURM_PORT_BASE_VARIABLE = "CTL_SLURM_PORT_BASE"
 class _SlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
   """TF's Slurm resolver, also for nodes without GPUs.
 
-  TF's resolver lays tasks out on a node by stepping through its GPUs, so with
-  no GPUs it makes no tasks (a zero step), and it reports `gpus_per_task`
-  GPUs, which MultiWorkerMirroredStrategy then places replicas on. This one
-  lays tasks out as if each had at least one GPU but reports the GPUs this
-  process really sees (Slurm's `--gpus-per-task` binds them).
+  TF's lays tasks out on a node by stepping through its GPUs (none: no tasks)
+  and reports `gpus_per_task` GPUs to the strategy. This one lays tasks out as
+  if each had a GPU but reports those this process sees.
   """
 
   def __init__(self, num_gpus, **kwargs):
@@ -252,12 +238,10 @@ def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
   """Returns the cluster as TensorFlow names it ({} when none is set).
 
   Read from `TF_CONFIG` (Kubeflow, Vertex AI, AI Platform, `ctl launch`), or,
-  when that is unset, from `CLUSTER_SPEC` (what Vertex AI and AI Platform set
-  in custom containers). Task types under other names are renamed (see
-  `TASK_TYPE_ALIASES`: AI Platform's `master` is the chief); an evaluator
-  job read from `CLUSTER_SPEC` is left out of the cluster, as TF_CONFIG
-  leaves it (it may list several; TensorFlow allows one). Other keys
-  (`environment`, `job`, a task's `trial` and `cloud`) are kept as they are.
+  when that is unset, from `CLUSTER_SPEC` (Vertex AI's and AI Platform's custom
+  containers). Task types are renamed by `TASK_TYPE_ALIASES`; an evaluator job
+  read from `CLUSTER_SPEC` is left out of the cluster, as TF_CONFIG leaves it
+  (it may list several; TensorFlow allows one). Other keys are kept.
 
   Raises:
     ValueError: naming the fix, if the variable is not a JSON object with a

@@ -6,31 +6,23 @@
 
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
 
-Each task gets `TF_CONFIG` for a cluster on free ports of `host` and
-`CTL_LAUNCH_READY_DIR`, a directory where `ctl.make_strategy` leaves a file once
-the task's strategy exists. The launcher prefixes and streams every task's
-output, and stops every task (SIGTERM, then SIGKILL to its whole process group)
-when one fails, when a task is not ready in time (a multi-worker peer that never
-starts would otherwise leave the others waiting forever), or when the launcher
-itself gets SIGTERM, SIGINT or SIGHUP. A task that uses ctl also stops when the
-launcher is gone, even killed with SIGKILL (`watch_launcher`): it sends itself
-SIGTERM, which saves and exits 42, and exits after `grace` seconds if that did
-not end it. With `max_restarts` (`--max-restarts`, as torchrun's), a cluster
-that ended any other way than success or the launcher's own signal is stopped
-and started again, whole, up to that many times: a ctl run resumes from its
-last checkpoint. POSIX only. TensorFlow is not imported here: the launcher has no
-use for it, and starts at once without it.
-
-The tasks share a private network (`network="auto"`, the default, on Linux
-where namespaces are allowed): loopback only, so that nothing outside them
-reaches their ports, which TensorFlow's servers open on every interface
-whatever TF_CONFIG names (`ctl.distribute.private_network`); they reach no
-other host either. `network="shared"` gives them this machine's network.
+Each task gets `TF_CONFIG` for a cluster on free ports of `host`, and
+`CTL_LAUNCH_READY_DIR`, where `ctl.make_strategy` leaves a file once the task's
+strategy exists. The launcher prefixes and streams every task's output, and stops
+every task (SIGTERM, then SIGKILL to its process group) when one fails, when one
+is not ready in time (a multi-worker peer that never starts would leave the others
+waiting forever), or at its own SIGTERM, SIGINT or SIGHUP. A task that uses ctl
+also stops when the launcher is gone, even killed with SIGKILL (`watch_launcher`).
+With `max_restarts` (as torchrun's), a cluster that ended any other way than
+success or the launcher's own signal is started again, whole: a ctl run resumes
+from its last checkpoint. The tasks share a private network, loopback only, by
+default (`ctl.distribute.private_network`). POSIX only; TensorFlow is not imported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import queue
@@ -65,12 +57,10 @@ _POLL_SECONDS = 0.05
 # Between a cluster's end and its restart: time for the ports to be released
 # and for whatever killed a task (a full disk, a busy machine) to pass.
 RESTART_WAIT_SECONDS = 3.0
-# `network`: a private one where possible (else this machine's, with a
-# warning), a private one or nothing, or this machine's.
 NETWORKS = ("auto", "private", "shared")
-# The launcher's exit code when --network private cannot be had: as a command
-# that cannot run, nothing started.
-_NO_NETWORK_EXIT_CODE = 127
+# The shell's code for a command that cannot run; also when --network private
+# cannot be had (nothing started either).
+_CANNOT_RUN_EXIT_CODE = 127
 
 
 def cluster_spec(workers: int, ps: int = 0, host: str = "127.0.0.1",
@@ -95,12 +85,9 @@ def cluster_spec(workers: int, ps: int = 0, host: str = "127.0.0.1",
     raise ValueError(f"ports has {len(ports)} entries but the cluster has {total} "
                      f"tasks ({workers} workers, {ps} ps); give one port per task.")
   address = f"[{host}]" if ":" in host else host  # IPv6 literals need brackets
-  cluster, start = {}, 0
-  for job, count in counts.items():
-    if count:
-      cluster[job] = [f"{address}:{port}" for port in ports[start:start + count]]
-      start += count
-  return cluster
+  ports = iter(ports)
+  return {job: [f"{address}:{next(ports)}" for _ in range(count)]
+          for job, count in counts.items() if count}
 
 
 def tasks(cluster: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
@@ -112,11 +99,6 @@ def tasks(cluster: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
 def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> str:
   """The TF_CONFIG value (JSON text) of one task of `cluster`."""
   return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
-
-
-def task_name(task_type: str, index: int) -> str:
-  """How output and messages name a task: `chief`, `worker 0`, `ps 1`."""
-  return "chief" if task_type == "chief" else f"{task_type} {index}"
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -175,7 +157,7 @@ class Task:
   def __init__(self, task_type: str, index: int):
     self.type = task_type
     self.index = index
-    self.name = task_name(task_type, index)
+    self.name = "chief" if task_type == "chief" else f"{task_type} {index}"  # as messages say
     self.process: subprocess.Popen[bytes] | None = None
     self.code: int | None = None  # exit code, set by the thread that waits for the process
     self.ready = False
@@ -219,16 +201,14 @@ class Launch:
         strategy); 0 waits forever.
       grace: seconds a task has between SIGTERM and SIGKILL.
       max_restarts: how many times to start the whole cluster again after it
-        ended in a failure, a start-up timeout or a preemption (any end but
-        every task's success, a usage error's exit code 2, or the launcher's
-        own SIGTERM or SIGINT); each task learns the count from
+        ended any way but every task's success, a usage error (exit code 2) or
+        the launcher's own signal; each task reads the count from
         `CTL_LAUNCH_RESTARTS`.
       restart_wait: seconds between the cluster's end and its restart.
-      network: "private": the tasks share a network of their own, loopback
-        only, and `host` must be a loopback address; "shared": this machine's
-        network, where TensorFlow's servers listen on every interface;
-        "auto": private where this system allows it and `host` is loopback,
-        else shared (with a warning if the system refused).
+      network: "private": a network of the tasks' own, loopback only (`host`
+        must be loopback); "shared": this machine's, where TensorFlow's servers
+        listen on every interface; "auto": private where the system allows it
+        and `host` is loopback, else shared (with a warning if refused).
       env: the tasks' environment before TF_CONFIG is added (default: ours).
       stdout, stderr: where the tasks' prefixed output and the launcher's
         messages go (default: `sys.stdout`, `sys.stderr`).
@@ -251,11 +231,9 @@ class Launch:
     if network == "private" and not loopback:
       raise ValueError(f"host {host!r} is not a loopback address, and a private network "
                        "has loopback only; use --host 127.0.0.1, or --network shared.")
-    count = workers + ps + (1 if ps else 0)
-    if port_base is None:
-      ports = free_ports(count, host)
-    else:
-      ports = list(range(port_base, port_base + count))
+    ports = None
+    if port_base is not None:
+      ports = list(range(port_base, port_base + workers + ps + (1 if ps else 0)))
       check_ports(ports, host)
     self.command = list(command)
     self.host = host
@@ -273,14 +251,10 @@ class Launch:
     self.env = dict(os.environ if env is None else env)
     self.stdout = stdout or sys.stdout
     self.stderr = stderr or sys.stderr
-    self.tasks = [Task(*t) for t in tasks(self.cluster)]
+    self.tasks: list[Task] = []  # the current cluster's
     self._lock = threading.Lock()  # one line at a time on our outputs
-    self._exits = queue.Queue()  # tasks, in the order they exited
-    self._threads = []
     self._signal = None  # the signal the launcher got, if any
     self._hurry = False  # a second signal came: stop without a grace period
-    self._ready_dir = None
-    self._cause = ""  # why the current cluster ended, once it did
     self._private = None  # the PrivateNetwork the tasks run in, while they do
 
   def run(self) -> int:
@@ -298,35 +272,33 @@ class Launch:
   @contextlib.contextmanager
   def _network(self):
     """The tasks' network for every cluster run; yields an exit code if refused."""
-    if self.network == "shared":
-      self._say("the tasks use this machine's network, where TensorFlow's servers "
-                "listen on every interface (not only --host): keep its ports behind a "
-                "firewall")
-      yield None
-      return
     try:
-      self._private = private_network.PrivateNetwork()
+      if self.network != "shared":
+        self._private = private_network.PrivateNetwork()
     except private_network.PrivateNetworkUnavailable as e:
       if self.network == "private":
         self._say(f"error: this system refuses a private network ({e}); use "
                   "--network shared behind a firewall")
-        yield _NO_NETWORK_EXIT_CODE
+        yield _CANNOT_RUN_EXIT_CODE
         return
       self.network = "shared"
       self._say(f"warning: this system refuses a private network ({e}), so the tasks "
                 "use this machine's network, where TensorFlow's servers listen on every "
                 "interface, not only on --host: keep its ports behind a firewall "
                 "(--network shared: the same, without this warning)")
-      yield None
-      return
-    self._say("the tasks share a private network (loopback only): nothing outside "
-              "them reaches their ports, and they reach no other host (--network "
-              "shared gives them this machine's network)")
+    else:
+      self._say("the tasks share a private network (loopback only): nothing outside "
+                "them reaches their ports, and they reach no other host (--network "
+                "shared gives them this machine's network)" if self._private else
+                "the tasks use this machine's network, where TensorFlow's servers "
+                "listen on every interface (not only --host): keep its ports behind a "
+                "firewall")
     try:
       yield None
     finally:
-      self._private.close()
-      self._private = None
+      if self._private is not None:
+        self._private.close()
+        self._private = None
 
   def _run_clusters(self):
     """Runs the cluster, restarting it up to `max_restarts` times; the exit code."""
@@ -334,7 +306,7 @@ class Launch:
       code = self._run_cluster()
       # Not restarted: success, a usage error (exit 2: a bad argument or config
       # fails the same way again) or a command that cannot run (127).
-      if (code in (0, USAGE_ERROR_EXIT_CODE, 127) or self._signal is not None
+      if (code in (0, USAGE_ERROR_EXIT_CODE, _CANNOT_RUN_EXIT_CODE) or self._signal is not None
           or self.restarts == self.max_restarts):
         if code == USAGE_ERROR_EXIT_CODE and self.restarts < self.max_restarts:
           self._say(f"not restarting: exit code {USAGE_ERROR_EXIT_CODE} is a usage error, "
@@ -352,14 +324,13 @@ class Launch:
 
   def _run_cluster(self):
     """Starts every task once and supervises them; the cluster's exit code."""
-    if self.restarts:
-      if self.port_base is None:  # the old ports may be held a while yet
-        self.cluster = cluster_spec(len(self.cluster.get("worker", ())),
-                                    len(self.cluster.get("ps", ())), self.host)
-      self.tasks = [Task(*t) for t in tasks(self.cluster)]
-      self._exits = queue.Queue()
-      self._threads = []
-      self._cause = ""
+    if self.restarts and self.port_base is None:  # the old ports may be held a while yet
+      self.cluster = cluster_spec(len(self.cluster.get("worker", ())),
+                                  len(self.cluster.get("ps", ())), self.host)
+    self.tasks = [Task(*t) for t in tasks(self.cluster)]
+    self._exits = queue.Queue()  # tasks, in the order they exited
+    self._threads = []
+    self._cause = ""  # why this cluster ended, once it did
     self._ready_dir = tempfile.mkdtemp(prefix="ctl-launch-")
     try:
       return self._supervise()
@@ -404,41 +375,39 @@ class Launch:
         return self._startup_timed_out()
 
   def _start(self):
-    command = self.command
-    if self._private is not None:
-      # Found here, so a missing program is named before anything starts (inside,
-      # the step that enters the network would execute it).
-      program = shutil.which(command[0], path=self.env.get("PATH", os.defpath))
-      if program is None:
-        self._say(f"cannot run {command[0]!r} (not found, or not executable); check "
-                  "the command after '--'.")
-        return 127  # the shell's code for a command that cannot be run
-      command = self._private.command(command, program)
-    for task in self.tasks:
-      env = dict(self.env, TF_CONFIG=tf_config(self.cluster, task.type, task.index))
-      env[READY_DIR_VARIABLE] = self._ready_dir
-      env[LAUNCHER_PID_VARIABLE] = str(os.getpid())
-      env[GRACE_VARIABLE] = f"{self.grace:g}"
-      env[RESTARTS_VARIABLE] = str(self.restarts)
-      # The tasks write to pipes, which Python would block-buffer: lines would
-      # arrive late, and stdout out of step with stderr.
-      env.setdefault("PYTHONUNBUFFERED", "1")
-      try:
-        # A session of its own: the task and whatever it starts can be
-        # signalled as one process group, and a Ctrl-C at the terminal reaches
-        # only the launcher, which stops the tasks in order.
-        task.process = _popen(command, env)
-      except OSError as e:
-        self._say(f"cannot run {self.command[0]!r} ({e.strerror}); check the "
-                  "command after '--'.")
-        self._stop([t for t in self.tasks if t.running])
-        return 127  # the shell's code for a command that cannot be run
-      prefix = f"[{task.name}] "
-      self._thread(_pump, task.process.stdout, prefix, self.stdout, self._lock)
-      self._thread(_pump, task.process.stderr, prefix, self.stderr, self._lock)
-      self._thread(self._reap, task)
-    ports = ", ".join(address.rsplit(":", 1)[1]
-                      for job in ("chief", "worker", "ps") for address in self.cluster.get(job, ()))
+    """Starts every task; None, or the exit code if the command cannot run."""
+    try:
+      command = self.command
+      if self._private is not None:
+        # Found here, so a missing program is named before anything starts (inside,
+        # the step that enters the network would execute it).
+        program = shutil.which(command[0], path=self.env.get("PATH", os.defpath))
+        if program is None:
+          raise OSError(errno.ENOENT, "not found, or not executable")
+        command = self._private.command(command, program)
+      for task in self.tasks:
+        env = {**self.env, "TF_CONFIG": tf_config(self.cluster, task.type, task.index),
+               READY_DIR_VARIABLE: self._ready_dir, RESTARTS_VARIABLE: str(self.restarts),
+               **stopped_with_this_process(self.grace)}
+        # The tasks write to pipes, which Python would block-buffer: lines would
+        # arrive late, and stdout out of step with stderr.
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # A session of its own: the task and whatever it starts can be signalled
+        # as one process group, and a Ctrl-C at the terminal reaches only the
+        # launcher, which stops the tasks in order.
+        task.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        start_new_session=True)
+        prefix = f"[{task.name}] "
+        self._thread(_pump, task.process.stdout, prefix, self.stdout, self._lock)
+        self._thread(_pump, task.process.stderr, prefix, self.stderr, self._lock)
+        self._thread(self._reap, task)
+    except OSError as e:
+      self._say(f"cannot run {self.command[0]!r} ({e.strerror}); check the command "
+                "after '--'.")
+      self._stop([t for t in self.tasks if t.running])
+      return _CANNOT_RUN_EXIT_CODE
+    ports = ", ".join(self.cluster[t.type][t.index].rsplit(":", 1)[1] for t in self.tasks)
     self._say(f"started {', '.join(map(str, self.tasks))}; ports {ports}")
     return None
 
@@ -480,9 +449,7 @@ class Launch:
   def _preempted(self, task):
     """A worker saved and exited with 42: the others should follow on their own."""
     # They all agree on the step to save at, but finish at slightly different times.
-    deadline = time.monotonic() + self.grace
-    while any(t.running for t in self.tasks) and time.monotonic() < deadline:
-      time.sleep(_POLL_SECONDS)
+    self._await(self.tasks, self.grace)
     stragglers = [t for t in self.tasks if t.running]
     if stragglers:
       self._stop(stragglers)
@@ -545,12 +512,7 @@ class Launch:
       return
     for task in stopping:
       _signal_group(task, signal.SIGTERM)
-    deadline = time.monotonic() + self.grace
-    while any(t.running for t in stopping) and time.monotonic() < deadline:
-      # A second SIGINT or SIGTERM (Ctrl-C twice): do not wait.
-      if self._hurry:
-        break
-      time.sleep(_POLL_SECONDS)
+    self._await(stopping, self.grace, hurry=True)
     late = [t for t in stopping if t.running]
     if late and not quiet:
       self._say(f"{_names(late)} did not stop within --grace {self.grace:g} s of "
@@ -558,8 +520,14 @@ class Launch:
     # Also the leftovers of tasks that did exit: processes they started.
     for task in stopping:
       _signal_group(task, signal.SIGKILL)
-    deadline = time.monotonic() + _KILL_WAIT_SECONDS
-    while any(t.running for t in stopping) and time.monotonic() < deadline:
+    self._await(stopping, _KILL_WAIT_SECONDS)
+
+  def _await(self, awaited, seconds, hurry=False):
+    """Waits up to `seconds` for `awaited` to exit; with `hurry`, a second signal
+    (Ctrl-C twice) ends the wait."""
+    deadline = time.monotonic() + seconds
+    while (any(t.running for t in awaited) and time.monotonic() < deadline
+           and not (hurry and self._hurry)):
       time.sleep(_POLL_SECONDS)
 
   def _catch_signals(self):
@@ -599,25 +567,22 @@ _watching = []  # the thread of `watch_launcher`, once started
 
 
 def stopped_with_this_process(grace: float = 30) -> dict[str, str]:
-  """The environment variables that make a ctl run (or `ctl launch`) started by
-  this process stop when it is gone, even killed with SIGKILL: the run sends
-  itself SIGTERM (saves, exits 42) and exits after `grace` seconds if that did
-  not end it (`watch_launcher`). What `ctl launch` gives its tasks, and `ctl
-  sweep`, `ctl parity` and `ctl eval --across` their runs."""
+  """The environment variables that make a ctl run started by this process stop
+  when it is gone (see `watch_launcher`): what `ctl launch` gives its tasks, and
+  `ctl sweep`, `ctl parity` and `ctl eval --across` their runs."""
   return {LAUNCHER_PID_VARIABLE: str(os.getpid()), GRACE_VARIABLE: f"{grace:g}"}
 
 
 def watch_launcher(env: Mapping[str, str] | None = None, *,
                    poll_seconds: float = 1.0) -> None:
-  """In a task of `ctl launch` (or a run of `ctl sweep`, `ctl parity`, `ctl eval
-  --across`, which set the same variables): stop when the launcher is gone.
+  """In a task of `ctl launch` (or `ctl sweep`, `ctl parity`, `ctl eval --across`):
+  stop when the launcher is gone, even killed with SIGKILL.
 
-  A launcher killed with SIGKILL cannot stop its tasks, which run in sessions
-  of their own, and they would train on unseen. A thread checks every
-  `poll_seconds` that the launcher lives; once it is gone the task sends
-  itself SIGTERM (ctl saves a checkpoint and exits 42) and, if still running
-  after the launcher's `--grace` seconds, exits with code 1. Does nothing
-  outside a launched task; starts one thread per process.
+  The tasks run in sessions of their own and would train on unseen. A thread
+  checks every `poll_seconds` that the launcher lives; once it is gone the task
+  sends itself SIGTERM (ctl saves and exits 42) and exits with code 1 if still
+  running after the launcher's `--grace` seconds. Does nothing outside a
+  launched task; starts one thread per process.
   """
   env = os.environ if env is None else env
   try:
@@ -668,12 +633,6 @@ def _alive(pid):
       return f.read().rsplit(")", 1)[1].split()[0] != "Z"
   except (OSError, IndexError):
     return True
-
-
-def _popen(command, env):
-  return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=True)
 
 
 def _signal_group(task, signum):

@@ -6,22 +6,17 @@
       strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
 TensorFlow's multi-worker strategy waits in its constructor until every peer
-has joined, forever if one never starts, and it holds Python's interpreter
-lock meanwhile, so no signal handler or thread of this process can run: only
+has joined, forever if one never starts, holding Python's interpreter lock: only
 SIGKILL ends it. So ctl first waits in Python, where SIGTERM and Ctrl-C work,
-until every peer listens on its port, listening on its own port meanwhile so
-that the peers see it too, then builds the strategy under a watchdog process
-that kills this one, with a message, if the constructor still hangs (a peer
-that died after it was seen).
+until every peer listens on its port (listening on its own meanwhile), then
+builds the strategy under a watchdog process that kills this one, with a
+message, if the constructor still hangs (a peer that died after it was seen).
 
-The time limit is `make_strategy(startup_timeout=...)`, else the environment
-variable `CTL_STARTUP_TIMEOUT` (seconds; 0 waits forever), else 600 s.
-
-Once training, TensorFlow's coordination service declares a peer dead when it
-has missed its heartbeats for `make_strategy(heartbeat_timeout=...)`, else
-`CTL_HEARTBEAT_TIMEOUT`, else 60 s (TensorFlow's own 10 s fails runs on a
-loaded machine, where a busy peer can be silent that long), and every task then
-stops with an error naming it.
+The limits: `make_strategy(startup_timeout=...)`, else `CTL_STARTUP_TIMEOUT`
+(seconds; 0 waits forever), else 600 s; once training, a peer that misses its
+heartbeats for `make_strategy(heartbeat_timeout=...)`, else
+`CTL_HEARTBEAT_TIMEOUT`, else 60 s, is declared dead by TensorFlow's
+coordination service, and every task stops with an error naming it.
 """
 
 from __future__ import annotations
@@ -44,8 +39,8 @@ from ctl.base.constants import HEARTBEAT_TIMEOUT_VARIABLE
 from ctl.base.constants import STARTUP_TIMEOUT_VARIABLE
 
 DEFAULT_STARTUP_TIMEOUT = 600.0  # pods of one job may start minutes apart
-# A peer frozen for 25 s (SIGSTOP) failed a 2-worker run under TF's 10 s here
-# (tests/test_faults.py); JAX, XLA's other user of this service, waits 100 s.
+# TF's own 10 s fails runs on a loaded machine, where a busy peer can be silent
+# longer (tests/test_faults.py); JAX, XLA's other user of this service, waits 100 s.
 DEFAULT_HEARTBEAT_TIMEOUT = 60.0
 STARTUP_FAILED_EXIT_CODE = 1
 _POLL_SECONDS = 0.5
@@ -66,24 +61,21 @@ def heartbeat_timeout(value: float | None = None,
 
 
 def _seconds(name, value, variable, default, env, *, minimum, example):
-  env = os.environ if env is None else env
-  where = name
-  if value is None and env.get(variable, "").strip():
-    value, where = env[variable], variable
-    try:
-      value = float(value)
-    except ValueError:
-      raise arguments.VariableError(f"{variable}={value!r} is not a number of seconds; "
-                                    f"set it to e.g. {example}.") from None
-  if value is None:
-    return default
   meaning = "seconds; 0 waits forever" if minimum == 0 else "seconds"
+  if value is not None:
+    return arguments.number(name, value, minimum=minimum, meaning=meaning)
+  text = (os.environ if env is None else env).get(variable, "")
+  if not text.strip():
+    return default
   try:
-    return arguments.number(where, value, minimum=minimum, meaning=meaning)
-  except ValueError as e:
-    if where == variable:  # the variable's number, out of range
-      raise arguments.VariableError(str(e)) from None
-    raise
+    seconds = float(text)
+  except ValueError:
+    raise arguments.VariableError(f"{variable}={text!r} is not a number of seconds; "
+                                  f"set it to e.g. {example}.") from None
+  try:
+    return arguments.number(variable, seconds, minimum=minimum, meaning=meaning)
+  except ValueError as e:  # out of range
+    raise arguments.VariableError(str(e)) from None
 
 
 def cluster_peers(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int
@@ -185,31 +177,21 @@ def _signals_exit(waiting):
 
 @contextlib.contextmanager
 def _listening(address):
-  """A placeholder listener on `address`, closed before TF's server binds its port.
+  """A placeholder listener on `address` while the block runs (TF's server is not up).
 
-  It listens on `address`'s host only (127.0.0.1 in a local cluster), not on
-  every interface as TF's server will. Only if that host is no address of this
-  machine (a name not yet in DNS, a service's address) does it listen on every
-  interface, where the peers reach it as they will reach TF. If the port is
-  taken the wait goes on without it: the peers then name this task as
-  missing, and TF's own bind names the port.
+  If the port is taken the wait goes on without it: the peers then name this
+  task as missing, and TF's own bind names the port.
   """
-  server = None
-  if address:
-    host, _, port = address.rpartition(":")
-    try:
-      server = _placeholder(host.strip("[]"), int(port))
-    except ValueError:  # no port: TF will name the address
-      server = None
-  try:
+  host, _, port = (address or "").rpartition(":")
+  server = _placeholder(host.strip("[]"), int(port)) if port.isdigit() else None
+  with server or contextlib.nullcontext():  # no port: TF will name the address
     yield
-  finally:
-    if server is not None:
-      server.close()
 
 
 def _placeholder(host, port):
-  """A socket listening on `host`'s `port`; None if the port is taken."""
+  """A socket listening on `host`'s `port` only, not on every interface as TF's
+  server will; on every one only if `host` is no address of this machine (a name
+  not yet in DNS, a service's address). None if the port is taken."""
   family = socket.AF_INET6 if ":" in host else socket.AF_INET
   try:
     return socket.create_server((host, port), family=family)

@@ -37,10 +37,8 @@ class Worker(NamedTuple):
 class Kind:
   """What ctl needs to know of a kind of strategy: the same for every instance.
 
-  Every other module asks a `Placement` (which holds its kind) instead of
-  looking at the strategy's class. A new kind is described here, in `KINDS`,
-  or by `register(Kind(...))`; a strategy of no known kind is refused when a
-  runner is made, naming what to describe.
+  A new kind is described by `register(Kind(...))`; a strategy of no known kind
+  is refused when a runner is made, naming what to describe.
 
   Attributes:
     name: the kind's name (`make_strategy`'s, for the built-in ones).
@@ -121,10 +119,7 @@ for _kind in (
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-  """Where a strategy runs the step, described once: what every module asks.
-
-      placement = strategies.placement(strategy)
-      placement.replicas, placement.worker.is_chief, placement.kind.asynchronous
+  """Where a strategy runs the step, described once (`strategies.placement`).
 
   Attributes:
     strategy: the strategy itself (to run, reduce and build under).

@@ -5,24 +5,20 @@
       subprocess.Popen(network.command(["ctl", "train", ...]))   # runs inside it
 
 TensorFlow's gRPC server listens on every interface whatever address TF_CONFIG
-gives it: TF 2.21's `GrpcServer::Init` (core/distributed_runtime/rpc/
-grpc_server_lib.cc) binds `"0.0.0.0:" + port`, which gRPC turns into `[::]`,
-and no ServerDef field, RPC option or environment variable changes that (the
-host in TF_CONFIG only names the task to its peers). Anyone who reaches such a
-port can run any graph in the task. So `ctl launch` runs its tasks in a network
-namespace of their own, where the only interface is loopback: they reach one
-another on 127.0.0.1, and nothing outside the namespace reaches them -- not
-another machine, not another user of this one. The cost: they reach no other
-host either (`ctl launch --network shared` keeps this machine's network).
+gives it (`GrpcServer::Init` in core/distributed_runtime/rpc/grpc_server_lib.cc
+binds `"0.0.0.0:" + port`, and nothing configures that), and anyone who reaches
+such a port can run any graph in the task. So `ctl launch` runs its tasks in a
+network namespace whose only interface is loopback: they reach one another on
+127.0.0.1 and nothing outside reaches them, not another machine nor another user
+of this one; nor do they reach any other host (`--network shared` keeps this
+machine's network).
 
-A holder process makes the namespace (root: a network namespace; any other
-user: a user namespace mapping only their own user and group to themselves,
-with a network namespace in it, as `unshare --user --net` does), brings
-loopback up, and keeps it until the `PrivateNetwork` is closed; each command
-enters it through a small Python process that then executes the command, so
-the process started is the command's own (its PID, its process group). Linux
-only; where the kernel or a container's policy refuses namespaces,
-`PrivateNetworkUnavailable` says why.
+A holder process makes the namespace (root: a network namespace; any other user:
+a user namespace mapping only their own user and group, holding a network
+namespace, as `unshare --user --net` does), brings loopback up and keeps it until
+closed; each command enters it through a small Python process that then executes
+the command, so the process started is the command's own (its PID, its process
+group). Linux only.
 """
 
 from __future__ import annotations
@@ -34,8 +30,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-# Seconds for the holder to make the namespace: a Python start-up and a few
-# system calls, which took under 0.1 s here.
+# Seconds for the holder to make the namespace: a Python start-up and a few system calls.
 _HOLDER_SECONDS = 30
 
 # The holder: makes the namespace, brings loopback up, says "ready", then holds

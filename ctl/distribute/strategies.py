@@ -79,15 +79,12 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
     tpu: `tpu` only: the TPU name or address given to `TPUClusterResolver`
       (`local` on a TPU VM); None reads `TPU_NAME`.
     startup_timeout: `multi_worker` and `parameter_server` (coordinator):
-      seconds to wait for the cluster's other tasks before exiting with code 1
-      and a message naming those that never answered; None reads
-      `CTL_STARTUP_TIMEOUT`, else 600; 0 waits forever. SIGTERM and Ctrl-C
-      end the wait at once (see `ctl.distribute.peers`).
+      seconds to wait for the cluster's other tasks before exiting with code 1,
+      naming those that never answered; None reads `CTL_STARTUP_TIMEOUT`, else
+      600; 0 waits forever (see `ctl.distribute.peers`).
     heartbeat_timeout: `multi_worker`: seconds a peer may miss its heartbeats
-      before TensorFlow's coordination service declares it dead and every
-      task stops with an error naming it; None reads `CTL_HEARTBEAT_TIMEOUT`,
-      else 60 (TensorFlow's own is 10, which a busy peer on a loaded machine
-      can exceed).
+      before every task stops with an error naming it; None reads
+      `CTL_HEARTBEAT_TIMEOUT`, else 60 (see `ctl.distribute.peers`).
 
   Returns:
     A `tf.distribute.Strategy`; the same one again for the same arguments
@@ -281,19 +278,18 @@ def _central_storage(devices, **unused):
 def _multi_worker(communication, startup_timeout, heartbeat_timeout, **unused):
   # TF_CONFIG wins over Slurm, as in `choose_strategy`; with neither, TF's
   # default resolver gives a one-worker strategy.
-  resolver, others, me, training, kind = None, [], None, {}, None
+  resolver, training, kind, index = None, {}, None, 0
   config = cluster.parse_tf_config()
   if config.get("cluster") or "sparseCluster" in config:
     jobs, task = cluster.check_tf_config(config)
     training = {job: jobs[job] for job in ("chief", "worker") if job in jobs}
-    kind = task["type"]
-    others, me = peers.cluster_peers(training, kind, task.get("index", 0))
+    kind, index = task["type"], task.get("index", 0)
   elif cluster.slurm_step_tasks() > 1:
     resolver = cluster.slurm_cluster_resolver()
-    training, kind = resolver.cluster_spec().as_dict(), resolver.task_type
-    logger.info("multi_worker: Slurm task %s %d of %s", resolver.task_type,
-                resolver.task_id, training)
-    others, me = peers.cluster_peers(training, resolver.task_type, resolver.task_id)
+    training, kind, index = (resolver.cluster_spec().as_dict(), resolver.task_type,
+                             resolver.task_id)
+    logger.info("multi_worker: Slurm task %s %d of %s", kind, index, training)
+  others, me = peers.cluster_peers(training, kind, index)
   options = tf.distribute.experimental.CommunicationOptions(
       implementation=COMMUNICATION[communication])
   if others and _tf_internal.too_late_for_collectives():  # say so now, not after waiting for peers
