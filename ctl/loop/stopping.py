@@ -7,31 +7,13 @@
       action(context)
     stopper.close()
 
-SIGTERM (what Kubernetes, Slurm and preemptible VMs send): the compiled call
-in flight ends, a checkpoint is saved, the actions due at that step run (the
-step's summaries, samples, evaluation: a further signal abandons them), and
-`Preempted` exits the program with `PREEMPTED_EXIT_CODE` (42), which
-schedulers restart. Ctrl-C (SIGINT): the same, then `Interrupted`, a
-KeyboardInterrupt (the `ctl` command exits with `INTERRUPTED_EXIT_CODE`, 130;
-a notebook shows it and keeps the runner; a script that lets it through exits
-with 1, as CPython exits with 130 only for a plain KeyboardInterrupt); a
-second Ctrl-C quits at once, saving first if the training is at rest (during
-an action); inside a compiled call it waits for the call's end and its save
-if that comes within `SECOND_CTRL_C_WAIT_SECONDS`, else quits without saving;
-in a notebook it never ends the kernel. SIGHUP (a closed terminal,
-a dropped SSH session): output to that terminal goes to /dev/null, then as
-SIGTERM (exit code 42); under `nohup`, which ignores it, the run goes on.
-
-The longest wait for the checkpoint is one compiled call (`steps_per_loop`
-steps) plus the save. An evaluation, sample grid or export in progress when
-the signal comes is abandoned when its TensorFlow call in flight returns, in
-a one-process run (with several workers it is collective, so it ends first).
-Python runs signal handlers in the main thread only, between its own
-operations; if after a SIGTERM that call does not return within
-`STUCK_SECONDS` (a pipeline that never yields a batch), a thread saves and
-ends the process (after a Ctrl-C too, with its exit code; a notebook's
-kernel is kept). Workers agree on a signal that reached any of them, and
-all save together.
+At SIGTERM (what schedulers and preemptible VMs send) the compiled call in
+flight ends, a checkpoint is saved, the actions due at that step run, and
+`Preempted` exits with 42; Ctrl-C does the same, then raises `Interrupted`;
+SIGHUP (a closed terminal) is taken as SIGTERM. A second signal abandons an
+action in progress; a second Ctrl-C quits within a bound (`Stopper._quit`).
+Workers agree on a signal that reached any of them. docs/outer-loop.md
+("Stopping") tells the whole behaviour.
 """
 
 from __future__ import annotations
@@ -60,13 +42,11 @@ if TYPE_CHECKING:
   from ctl.distribute.placement import Placement
   from ctl.loop.session import Session
 
-# How long an action (evaluation, samples, export) may go on after a SIGTERM
-# before ctl saves and exits from another thread: Python cannot abandon an
-# action stuck in TensorFlow (a pipeline that never yields a batch, a hung call).
+# How long an action may go on after a signal before ctl saves and exits from
+# another thread: Python cannot abandon an action stuck in TensorFlow.
 STUCK_SECONDS = 5.0
-# How long a second Ctrl-C inside a compiled call waits for that call to end,
-# to save its steps, when the calls so far say it ends by then; else it quits
-# at once, losing the steps since the last checkpoint.
+# How long a second Ctrl-C inside a compiled call waits for the call to end, to
+# save its steps, when the calls so far say it ends by then.
 SECOND_CTRL_C_WAIT_SECONDS = 3.0
 _log = logging.getLogger("ctl")
 
@@ -132,8 +112,6 @@ class Stopper:
     self._previous = {}
     self._tf_handler = None
     self._wakeup = None
-    # An action may be abandoned only where no other worker waits on it.
-    self._one_process = self._placement.workers == 1
     if threading.current_thread() is not threading.main_thread():
       return  # Python delivers signals to the main thread only
     if session is not None and _tf_handler_applies(self._placement):
@@ -175,11 +153,8 @@ class Stopper:
              "workdir: nothing saved).")
     if then is not None:
       self._sigterm = self._sigint = False  # only a new signal abandons `then`
-      try:
-        with self.abandonable():
-          then()
-      except Abandoned:
-        pass
+      with contextlib.suppress(Abandoned), self.abandonable():
+        then()
     if preempted or sigterm:
       raise self._preempted(step, saved)
     raise Interrupted(step, saved)
@@ -210,16 +185,14 @@ class Stopper:
 
   @contextlib.contextmanager
   def abandonable(self, what: str = "action") -> Iterator[None]:
-    """Inside: a signal abandons the work at once (`Abandoned`), in one process.
-
+    """Inside: a signal abandons the work at once (`Abandoned`), in one process;
     `what` names the work in the line a signal prints.
 
     A signal that lands in a callback (a weakref's, a `__del__`), where Python
-    prints an exception and drops it, lets the work finish instead; the
-    signal's flag is set, so the run stops right after it, and nothing is
-    printed but a line that says so.
+    drops the exception, lets the work finish; the run stops right after it.
     """
-    self._abandonable = self._one_process if self._previous else False
+    # Only where no other worker waits on the action.
+    self._abandonable = bool(self._previous) and self._placement.workers == 1
     previous_hook = sys.unraisablehook
 
     def hook(unraisable):
@@ -298,12 +271,9 @@ class Stopper:
                          name="ctl-stuck").start()
 
   def _hang_up(self):
-    """SIGHUP: the terminal is gone, and a write to it would fail (EIO), so
-    stdout and stderr, where they were the terminal, go to /dev/null; then
-    SIGTERM to this process: saved and stopped as at SIGTERM, exit code 42.
-
-    The flag first: the compiled call in flight then ends with the save, however
-    late the SIGTERM is taken in on a loaded machine."""
+    """SIGHUP: stdout and stderr, where they were the lost terminal (a write
+    would fail), go to /dev/null; then SIGTERM to this process. The flag first:
+    the call in flight then ends with the save, however late SIGTERM comes in."""
     self._sigterm = True
     self._detach()
     _write("ctl: SIGHUP (the terminal closed): stopping as at SIGTERM.")
@@ -318,11 +288,6 @@ class Stopper:
     finally:
       os.close(null)
 
-  def _in_action(self):
-    """Whether the main thread is in an abandonable action: the training state
-    is then at rest, and another thread may save it."""
-    return self._doing is not None and self._abandonable
-
   def _save_from_thread(self):
     """Saves from a signal's thread; returns what to say of it."""
     try:
@@ -334,9 +299,8 @@ class Stopper:
 
   def _stop_if_stuck(self, doing, signum):
     """After SIGTERM or Ctrl-C in an action: if it has not returned within
-    `STUCK_SECONDS` (a batch that never comes), saves from this thread and
-    ends the process; a notebook's kernel is kept, its cell stopping when the
-    action's call returns."""
+    `STUCK_SECONDS`, saves from this thread and ends the process (a notebook's
+    kernel is kept)."""
     if self._left.wait(STUCK_SECONDS):
       return  # the action ended: the main thread saves and stops
     said = self._save_from_thread()
@@ -357,11 +321,9 @@ class Stopper:
 
     At rest (in an action), saves first. Inside a compiled call, the state is
     consistent only at the call's end: if the calls so far say that comes
-    within `SECOND_CTRL_C_WAIT_SECONDS`, waits for it, and the main thread
-    saves and stops (`check`); else quits at once, losing the steps since the
-    last checkpoint. A notebook's kernel is never ended: the cell stops after
-    the call's save (restarting the kernel stops it at once).
-    """
+    within `SECOND_CTRL_C_WAIT_SECONDS`, waits for it (the main thread saves
+    and stops); else quits at once, losing the steps since the last checkpoint.
+    A notebook's kernel is never ended."""
     call, quitting = self._call, self._quitting
     if call is not None:
       self._quitting = True  # the main thread skips the actions due after the call
@@ -369,7 +331,7 @@ class Stopper:
       if not self._keep_kernel("stops after the compiled call in flight"):
         self._quit_now(", without saving (no workdir)")
       return
-    if self._in_action():
+    if self._doing is not None and self._abandonable:  # at rest: this thread may save
       said = self._save_from_thread()
       if not self._keep_kernel(f"{said}; the cell stops when the {self._doing}'s "
                                "TensorFlow call returns"):
@@ -487,11 +449,8 @@ def _quietly(fn):
     pass
 
 
-def _is_terminal(fd):
-  try:
-    return os.isatty(fd)
-  except OSError:
-    return False
+def _is_terminal(fd):  # a seam for tests
+  return os.isatty(fd)
 
 
 def _write(line):
@@ -501,20 +460,15 @@ def _write(line):
 
 class _Wakeup:
   """Calls `on_signal(signum, count)` from a thread as each caught signal arrives
-  (`count`: how many of that signal so far).
-
-  Python runs signal handlers in the main thread, and only between two of its
-  operations: not during a compiled call, which may last minutes. Its C-level
-  handler also writes each signal's number to the wakeup file descriptor at
-  once, and TensorFlow releases the interpreter lock during a call, so a
-  thread reading that descriptor sees the signal while the call runs.
-  """
+  (`count`: how many of that signal so far), even during a compiled call, where
+  Python runs no handler: its C-level handler writes each signal's number to
+  the wakeup file descriptor at once, and TensorFlow releases the interpreter
+  lock during a call."""
 
   def __init__(self, on_signal):
-    self._read, write = os.pipe()
-    os.set_blocking(write, False)
-    self._write = write
-    self._previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    self._read, self._write = os.pipe()
+    os.set_blocking(self._write, False)
+    self._previous = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
     self._counts = {}
     self._on_signal = on_signal
     self._thread = threading.Thread(target=self._run, name="ctl-sigint", daemon=True)
@@ -536,8 +490,7 @@ class _Wakeup:
   def close(self):
     signal.set_wakeup_fd(self._previous)
     os.close(self._write)  # the thread reads what is left, then end-of-file
-    self._thread.join(timeout=10)  # so a signal's line is out before `fit` returns
-    self._thread.join(5)
+    self._thread.join(15)  # so a signal's line is out before `fit` returns
     os.close(self._read)
 
 
@@ -545,28 +498,18 @@ _cluster_handler_made = False  # TF's handler works once per cluster and process
 
 
 def _tf_handler_applies(placement):
-  """Whether TF's PreemptionCheckpointHandler serves this strategy here.
-
-  It is used where it adds something: a multi-worker cluster, whose workers it
-  tells of a SIGTERM to any of them through TF's coordination service. On GCE
-  it watches the metadata server instead of SIGTERM (GPU VMs) or nothing (CPU,
-  TPU VMs), and a second handler in a multi-worker process finds its
-  coordination keys already set by the first; there, and in one process, ctl
-  catches SIGTERM itself.
-  """
-  if not (placement.kind.multi_process and placement.in_cluster):
-    return False
-  if not _tf_internal.on_internal_platform():
-    return False
-  return not _cluster_handler_made
+  """Whether TF's PreemptionCheckpointHandler serves this strategy here: in a
+  multi-worker cluster, whose workers it tells of a SIGTERM to any of them. On
+  GCE it watches the metadata server instead of SIGTERM, and a second handler
+  in a process finds its coordination keys set by the first: there, and in one
+  process, ctl catches SIGTERM itself."""
+  return bool(placement.kind.multi_process and placement.in_cluster
+              and _tf_internal.on_internal_platform() and not _cluster_handler_made)
 
 
 class _TFHandler:
-  """TF's PreemptionCheckpointHandler: workers agree on the step to save at.
-
-  Reads two private members of TF's handler through `ctl.base._tf_internal`: the
-  SIGTERM flag, and the watcher threads it leaves running.
-  """
+  """TF's PreemptionCheckpointHandler: workers agree on the step to save at (its
+  SIGTERM flag and watcher threads are read through `ctl.base._tf_internal`)."""
 
   def __init__(self, placement, session):
     global _cluster_handler_made
