@@ -349,9 +349,7 @@ def read_history(path: str) -> History:
 
 def _line(step, items):
   """The file's line of `step`: `items` are (JSON-quoted key, value) pairs.
-
-  Formatted here rather than by json.dumps: it runs after every compiled call.
-  """
+  Formatted here rather than by json.dumps: it runs after every compiled call."""
   return f'{{"step": {step}' + "".join(f", {k}: {_token(v)}" for k, v in items) + "}\n"
 
 
@@ -413,8 +411,9 @@ def _read(path, before):
   runs = itertools.groupby(enumerate(sorted(rows.items())),
                            lambda item: (item[1][0] - item[0], item[1][1].keys()))
   for _, run in runs:
-    run = [row for _, row in run]
-    reading.history.append(run[0][0], _columns([values for _, values in run]))
+    steps, rows = zip(*(row for _, row in run))
+    reading.history.append(steps[0], {k: np.array([r[k] for r in rows], np.float32)
+                                      for k in rows[0]})
   return reading
 
 
@@ -456,10 +455,6 @@ def _warn_unread(path, reading, dropped, kept):
     _log.warning("%s: step%s %s %s on more than one line (a file joined to a copy of "
                  "itself, or edited by hand?); %s", path, "s" if len(steps) > 1 else "",
                  listed, "have values" if len(steps) > 1 else "has a value", kept)
-
-
-def _columns(rows):
-  return {k: np.array([r[k] for r in rows], np.float32) for k in rows[0]}
 
 
 def _readlines(path):
