@@ -40,6 +40,9 @@ if TYPE_CHECKING:
   from ctl.parts.state import State
 
 _log = logging.getLogger("ctl")
+_STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"  # the global step (`State.variables`)
+_BATCH_SIZE = "data_batch_size"  # the global batch size of the saved data position
+_BATCH_SIZE_KEY = f"{_BATCH_SIZE}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class CheckpointError(ValueError):
@@ -77,8 +80,7 @@ def of_step(workdir: str, step: int) -> str:
   """The path prefix of `<workdir>/checkpoints/ckpt-<step>`.
 
   Raises:
-    FileNotFoundError: its files are not there; the message names the steps
-      that are.
+    FileNotFoundError: its files are not there (the message names the steps that are).
   """
   directory = os.path.join(workdir, "checkpoints")
   saved = _Listing(directory).on_disk
@@ -92,13 +94,10 @@ def of_step(workdir: str, step: int) -> str:
 
 
 def newest(workdir: str, kept: str | None = None) -> str | None:
-  """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None.
-
-  The one of the highest step whose files are there (what `fit` resumes from,
-  if it reads whole), whatever the `checkpoint` file says. `kept`: the folder
-  of kept checkpoints to look in instead, `<workdir>/checkpoints/<kept>`, where
-  the `checkpoint` file decides (`ctl.BestCheckpoints` names its best the newest).
-  """
+  """The path prefix of the newest checkpoint in `<workdir>/checkpoints`, or None:
+  the one of the highest step whose files are there, whatever the `checkpoint`
+  file says. `kept`: a folder of kept checkpoints there to look in instead, where
+  the `checkpoint` file decides (`ctl.BestCheckpoints` names its best the newest)."""
   listing = _Listing(os.path.join(workdir, "checkpoints", *([kept] if kept else [])))
   if kept and listing.named:
     return listing.named
@@ -119,12 +118,9 @@ class Checkpoint:
       instead of where the checkpoint left it: needed to resume with another
       batch size (the models and optimizers are restored either way).
     resume_from: go back: resume from the checkpoint of this step although
-      newer ones exist. They are moved, with a copy of the run's records and
-      its trackers' notes, into `checkpoints/after-ckpt-<step>/` (a kept
-      folder's copies of later steps into its `<name>/`; nothing is
-      deleted; `ctl eval --checkpoint after-ckpt-<step>` evaluates the newest
-      of them), once: while that folder is there, a rerun with the same
-      option resumes from the newest checkpoint, i.e. what it trained since.
+      newer ones exist, which are set aside, not deleted (`go_back`). Once:
+      while their folder is there, a rerun with the same option resumes from
+      the newest checkpoint, i.e. what it trained since.
   """
 
   def __init__(self, every: Every | None = None, keep: int = 3, *,
@@ -164,9 +160,8 @@ class Checkpointer:
       saved when it can be.
     directory: where checkpoints go.
     keep: how many of the newest checkpoints to keep.
-    restore_data: restore the position in the data. False restarts the data
-      from its start (e.g. to resume with another batch size); the position
-      is saved either way.
+    restore_data: restore the position in the data (False: start the data
+      again); the position is saved either way.
   """
 
   def __init__(self, placement: Placement, state: State, feed: Feed, directory: str,
@@ -177,10 +172,12 @@ class Checkpointer:
     self.restore_data = restore_data
     self._saved_step = None
     self.is_chief = placement.is_chief
+    self._keep = keep
+    if not self.is_chief:
+      self._scratch = os.path.join(directory, f"workertemp_{placement.worker.index}")
     state = state.variables()
-    iterator = self._iterator
-    if iterator is not None:
-      state["data"] = iterator
+    if self._iterator is not None:
+      state["data"] = self._iterator
       # The saved position is one of batches of this size (see `_check_data`).
       self._batch_size = feed.global_batch_size or 0
       state[_BATCH_SIZE] = tf.Variable(self._batch_size, dtype=tf.int64, trainable=False)
@@ -190,19 +187,11 @@ class Checkpointer:
                    "or per-worker iterators, which TF 2.21 cannot save): a resumed "
                    "run restarts its input pipeline. Pass a dataset of global "
                    "batches to another strategy for an exact resume.")
-    # Names go into the checkpoint's keys encoded (`_encode`): TF escapes some
-    # characters there and mishandles others.
     for kind in ("models", "optimizers"):
       state[kind] = {_encode(name): values for name, values in state[kind].items()}
     self.checkpoint = tf.train.Checkpoint(**state)
-    self._restored = self.checkpoint
-    if not restore_data and iterator is not None:
-      self._restored = tf.train.Checkpoint(**{k: v for k, v in state.items()
-                                              if k not in ("data", _BATCH_SIZE)})
-    self._keep = keep
-    if not self.is_chief:
-      self._scratch = os.path.join(directory,
-                                   f"workertemp_{placement.worker.index}")
+    self._restored = self.checkpoint if restore_data or self._iterator is None else (
+        tf.train.Checkpoint(**{k: v for k, v in state.items() if k not in ("data", _BATCH_SIZE)}))
     self._open_managers()
 
   def _open_managers(self):
@@ -214,11 +203,8 @@ class Checkpointer:
       # What TF's preemption handler restores through (it restores at creation).
       self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
                                                         max_to_keep=self._keep)
-    if self.is_chief:
-      self._write_manager = self.manager
-    else:
-      self._write_manager = tf.train.CheckpointManager(self.checkpoint, self._scratch,
-                                                       max_to_keep=1)
+    self._write_manager = self.manager if self.is_chief else tf.train.CheckpointManager(
+        self.checkpoint, self._scratch, max_to_keep=1)
 
   @property
   def latest(self) -> str | None:
@@ -226,20 +212,14 @@ class Checkpointer:
     return self.manager.latest_checkpoint
 
   def check_data_can_be_saved(self) -> None:
-    """Refuses, before any step, a data position that no save could write.
-
-    TF cannot save the state of a pipeline that holds a stateful op (a
-    `tf.random.uniform`, `tf.image.random_flip_left_right`, `tf.py_function`
-    in a `map`): every save would fail, and every step since the start would
-    be lost with it. A trial write of the position alone, while the pipeline
-    is still empty, finds out.
-    """
-    iterator = self._iterator
-    if iterator is None:
+    """Refuses, before any step, a data position no save could write (a stateful
+    op in the pipeline fails every save, losing every step trained): a trial
+    write of the position, while the pipeline is still empty, finds out."""
+    if self._iterator is None:
       return
     probe = tempfile.mkdtemp(prefix="ctl-data-position-")
     try:
-      tf.train.Checkpoint(data=iterator).write(os.path.join(probe, "position"))
+      tf.train.Checkpoint(data=self._iterator).write(os.path.join(probe, "position"))
     except tf.errors.FailedPreconditionError as e:
       raise CheckpointError(
           f"the position in the data cannot be checkpointed: {_op_message(e)}. TF "
@@ -259,18 +239,16 @@ class Checkpointer:
     """Restores the newest checkpoint that can be read; returns the global step.
 
     The newest is the one of the highest step whose files are there, whatever
-    the directory's `checkpoint` file names (a pointer set back names an older
-    one: a warning says so, and how to go back on purpose). A checkpoint
-    whose files cannot be read whole (a truncated data file, a damaged index,
-    files missing) is skipped, with a warning naming it and why, for the next
-    older one; none readable is an error that names them all. Nothing is ever
-    deleted.
+    the `checkpoint` file names (a warning says so). One that cannot be read
+    whole (truncated, damaged, files missing) is skipped with a warning for
+    the next older one; none readable is an error naming them all. Nothing is
+    ever deleted.
 
     Args:
       repair: (the chief of a `fit`, which holds the work directory's lock)
-        move the skipped checkpoints' files into `damaged/` and write the
-        `checkpoint` file again to name the restored one, so that the next
-        saves neither keep the damaged ones nor delete good ones for them.
+        move the skipped checkpoints' files into `damaged/` and name the
+        restored one in the `checkpoint` file, so that the next saves neither
+        keep the damaged ones nor delete good ones for them.
       path: the checkpoint to restore instead of the newest (`of_step`): an
         error if it cannot be read whole, nothing else tried or repaired.
     """
@@ -298,19 +276,16 @@ class Checkpointer:
     reader = tf.train.load_checkpoint(path)  # read whole by `_readable`
     saved = _saved_layout(reader)
     self._check_data(path, reader)
-    switched = _precision_switched(reader, self._state.variables())
-    if switched:
-      raise CheckpointError(f"checkpoint {path} does not match this runner: {switched}")
-    differences = _differences(saved, self._state.variables())
-    if differences:
-      switched = _loss_scaling_switched(saved, self._state.optimizers)
-      if switched:
-        raise CheckpointError(f"checkpoint {path} does not match this runner: {switched}")
-      raise CheckpointError(
-          f"checkpoint {path} does not match this runner: {'; '.join(differences)}. "
-          "It was written for other models, optimizers or sizes; use a new work "
-          "directory for this experiment, or build the runner as that run did.")
-    state = tf.nest.flatten(self._state.variables())
+    variables = self._state.variables()
+    differences = _differences(saved, variables)
+    mismatch = _precision_switched(reader, variables) or (differences and (
+        _loss_scaling_switched(saved, self._state.optimizers)
+        or f"{'; '.join(differences)}. It was written for other models, optimizers or "
+        "sizes; use a new work directory for this experiment, or build the runner as "
+        "that run did."))
+    if mismatch:
+      raise CheckpointError(f"checkpoint {path} does not match this runner: {mismatch}")
+    state = tf.nest.flatten(variables)
     before = [v.numpy() for v in state]
     try:
       status = self._restored.restore(path).expect_partial()
@@ -323,12 +298,15 @@ class Checkpointer:
             f"checkpoint {path} holds a position in other data: TF could not take "
             f"it up in this pipeline ({_op_message(e).splitlines()[0]}). The data "
             "pipeline's structure changed since that save (a map, shuffle, batch or "
-            "prefetch added, removed or moved). "
-            "Build the data as that run did, or pass "
+            "prefetch added, removed or moved). Build the data as that run did, or pass "
             "fit(checkpoint=ctl.Checkpoint(restore_data=False)) to restore the models and "
             "optimizers and start the data again from its beginning.") from None
       if isinstance(e, tf.errors.OpError):
-        raise self._damaged(path, e) from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(e).__name__}: {_tf_message(e)}): its "
+            "files are damaged, although they read whole a moment ago (changed meanwhile?). "
+            f"Move {path}.* elsewhere so that the previous checkpoint is restored, or use a "
+            "new work directory.") from None
       raise CheckpointError(
           f"checkpoint {path} does not match this runner (other models, optimizers "
           f"or data?): {str(e)[:500]}. Use a new work directory for a different "
@@ -345,23 +323,20 @@ class Checkpointer:
     """The path of the newest checkpoint of `listing` whose files read whole,
     or None when there is none; warns of each one passed over."""
     where = f"{self.directory}/checkpoint"
+    candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
     if listing.named is None:
-      if not listing.on_disk:
+      if not candidates:
         return None
-      found = ", ".join(os.path.basename(listing.on_disk[s]) for s in sorted(listing.on_disk))
       _log.warning("%s, which names the newest checkpoint, %s: the checkpoints found "
                    "from their files are %s; restoring the newest that reads whole.",
                    where, "names none (an empty file?)" if listing.pointer_names_none
                    else "cannot be read" if listing.pointer_exists else
                    "is missing (a partial copy, a sync that skipped it, a clean-up?)",
-                   found)
-      candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
+                   ", ".join(os.path.basename(p) for p in reversed(candidates)))
     else:
-      # Newest first, whatever the pointer says: a pointer older than the newest
-      # files (a copy or sync that took it before them, a backup put back, a save
-      # stopped between its files and its pointer) must not cost the newer ones,
-      # which the next saves would write over. Going back is said explicitly:
-      # `Checkpoint(resume_from=N)`.
+      # Newest first, whatever the pointer says: a stale pointer (a copy that took
+      # it before the newest files) must not cost the newer checkpoints, which the
+      # next saves would write over.
       named_step = _step_of(listing.named)
       newer = sorted(s for s in listing.on_disk if named_step is not None and s > named_step)
       if newer:
@@ -375,19 +350,17 @@ class Checkpointer:
             where, os.path.basename(listing.named),
             ", ".join(f"ckpt-{s}" for s in newer), "is" if len(newer) == 1 else "are",
             os.path.basename(listing.named), named_step, named_step)
-      candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
-      if listing.named not in candidates:
-        candidates.insert(len(newer), listing.named)
       if not tf.io.gfile.exists(listing.named + ".index"):
         listing.skipped.append(
             (listing.named, f"its index file {os.path.basename(listing.named)}.index is "
              "not there"))
-        candidates.remove(listing.named)
         if not candidates:
           raise CheckpointError(
               f"{where} names the checkpoint {listing.named}, but no checkpoint's files "
               f"are in {self.directory} (copied in part?). Copy the ckpt-* files too; "
               f"or, to train from step 0, delete {where}.")
+      elif listing.named not in candidates:
+        candidates.insert(len(newer), listing.named)
     for path in candidates:
       why = _unreadable(path)
       if why is None:
@@ -415,9 +388,8 @@ class Checkpointer:
       files = tf.io.gfile.glob(skipped + ".*")
       if files:
         os.makedirs(damaged, exist_ok=True)
-      for f in files:
-        os.replace(f, os.path.join(damaged, os.path.basename(f)))
-      if files:
+        for f in files:
+          os.replace(f, os.path.join(damaged, os.path.basename(f)))
         _log.warning("moved the files of %s to %s", os.path.basename(skipped), damaged)
     step = _step_of(path)
     known = [listing.on_disk[s] for s in sorted(listing.on_disk)
@@ -438,23 +410,12 @@ class Checkpointer:
           f"batch size), but the data now gives batches of {self._batch_size}: that "
           "position cannot be taken up by this pipeline. Resume with batches of "
           f"{saved}, or pass fit(checkpoint=ctl.Checkpoint(restore_data=False)) to "
-          "restore the models "
-          "and optimizers and start the data again from its beginning.")
-
-  def _damaged(self, path, error):
-    return CheckpointError(
-        f"checkpoint {path} cannot be read ({type(error).__name__}: "
-        f"{_tf_message(error)}): its files are damaged, although they read whole a "
-        f"moment ago (changed meanwhile?). Move {path}.* elsewhere so that the "
-        "previous checkpoint is restored, or use a new work directory.")
+          "restore the models and optimizers and start the data again from its beginning.")
 
   def save(self) -> str | None:
-    """Writes `ckpt-<global step>`; returns its path (on the chief).
-
-    TF writes the data and index files first and then atomically replaces the
-    small `checkpoint` file that names the newest one, so a crash mid-save
-    leaves the previous checkpoint the one that is restored.
-    """
+    """Writes `ckpt-<global step>`; returns its path (on the chief). TF replaces
+    the `checkpoint` file that names the newest last, atomically, so a crash
+    mid-save leaves the previous checkpoint the one restored."""
     step = int(self._state.global_step.numpy())
     if step == self._saved_step:  # e.g. a stop's save, then the end's
       return self.latest if self.is_chief else None
@@ -462,8 +423,7 @@ class Checkpointer:
       path = self._write_manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as e:
       directory = self._write_manager.directory
-      whole = _clean_failed_save(os.path.join(directory, f"ckpt-{step}"))
-      if whole:
+      if _clean_failed_save(os.path.join(directory, f"ckpt-{step}")):
         raise OSError(
             f"checkpoint ckpt-{step} was written whole in {directory}, but the "
             f"`checkpoint` file could not be updated to name it: {_tf_message(e)}. "
@@ -479,17 +439,15 @@ class Checkpointer:
     if not self.is_chief:
       shutil.rmtree(self._scratch, ignore_errors=True)
       return None
-    _save_operative_config(self.directory)
+    # Without gin (a run set up in Python) the file says so rather than being empty.
+    write_text_atomically(os.path.join(self.directory, "operative_config.gin"),
+                          gin.operative_config_str() or "# No gin bindings were used: this "
+                          "run was configured in Python (its code and command line).\n")
     return path
 
   def copy_newest(self, into: str) -> str:
-    """Copies the newest checkpoint into `<directory>/<into>/` (on the chief);
-    returns the copy's path prefix.
-
-    The copy is outside what `keep` rotates: only its keeper deletes it (see
-    `ctl.BestCheckpoints`). It restores like any checkpoint:
-    `tf.train.Checkpoint(...).restore(path)`.
-    """
+    """Copies the newest checkpoint into `<directory>/<into>/` (on the chief),
+    outside what `keep` rotates (`ctl.BestCheckpoints`); returns the copy's path prefix."""
     source = self.latest
     target = os.path.join(self.directory, into)
     os.makedirs(target, exist_ok=True)
@@ -508,11 +466,9 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
   next restore takes ckpt-`step` (`Checkpoint(resume_from=step)`).
 
   They go into `<directory>/after-ckpt-<step>/` with `finished_step`, copies of
-  the files `copied` (the run's records, as they were) and the files or folders
-  `moved` (what a resumed run must not take up: the trackers' notes); the
-  `checkpoint` file then names ckpt-`step`. Returns that folder, or None if
-  it was there already (gone back before: nothing is done) or nothing is
-  newer than `step`.
+  the files `copied` (the run's records) and the files or folders `moved` (the
+  trackers' notes, which a resumed run must not take up). Returns that folder,
+  or None if it was there already (gone back before) or nothing is newer.
 
   Raises:
     CheckpointError: no whole checkpoint of `step` in `directory`.
@@ -588,14 +544,10 @@ class _Listing:
 
   Attributes:
     pointer_exists: whether there is a `checkpoint` file (readable or not).
-    pointer_names_none: whether that file reads but names no checkpoint (an
-      empty file: a disk that filled, a copy cut short).
-    named: the path of the checkpoint it names newest, or None (no file, or
-      one TF cannot read).
-    all_named: the paths of all the checkpoints it names, oldest first.
+    pointer_names_none: whether that file reads but names no checkpoint (empty).
+    named: the path of the checkpoint it names newest, or None.
     on_disk: {step: path} of the `ckpt-<step>` whose index file is there.
-    skipped: [(path, why)] of the checkpoints passed over (filled by the
-      `Checkpointer`).
+    skipped: [(path, why)] of the checkpoints passed over (by `Checkpointer`).
   """
 
   def __init__(self, directory):
@@ -606,22 +558,16 @@ class _Listing:
     except ValueError:  # a `checkpoint` file that names no checkpoint
       state, self.pointer_names_none = None, True
     self.named = state.model_checkpoint_path if state else None
-    self.all_named = list(state.all_model_checkpoint_paths) if state else []
-    self.on_disk = {}
-    for index in tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index")):
-      step = _step_of(index[:-len(".index")])
-      if step is not None:
-        self.on_disk[step] = index[:-len(".index")]
+    prefixes = [index[:-len(".index")]
+                for index in tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index"))]
+    self.on_disk = {_step_of(p): p for p in prefixes if _step_of(p) is not None}
     self.skipped = []
 
 
 def write_pointer(directory: str, paths: list[str]) -> None:
-  """Writes the `checkpoint` file of `directory` as TF's CheckpointManager
-  would, naming `paths` (oldest first; the last is the newest).
-
-  With each file's time, as TF writes it: TF's manager deletes (for `keep`)
-  only the checkpoints written after the file's `last_preserved_timestamp`.
-  """
+  """Writes the `checkpoint` file of `directory` naming `paths` (oldest first) as
+  TF's CheckpointManager would, with each file's time: TF's manager deletes
+  (for `keep`) only the checkpoints written after `last_preserved_timestamp`."""
   times = [os.path.getmtime(p + ".index") for p in paths]
   lines = [f'model_checkpoint_path: "{os.path.basename(paths[-1])}"']
   lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in paths]
@@ -631,15 +577,12 @@ def write_pointer(directory: str, paths: list[str]) -> None:
 
 
 def _clean_failed_save(prefix):
-  """After a failed save of the checkpoint `prefix`: whether its files read
-  whole (the failure came after them, in the `checkpoint` file's update);
-  else removes them.
+  """After a failed save of `prefix`: whether its files read whole (the
+  `checkpoint` file's update failed); else removes them.
 
-  TF writes into `<prefix>_temp`, then merges into `<prefix>.data-*` and
-  `<prefix>.index`: a failure in the merge (a full disk) leaves the data file
-  and an empty index, which would fill the disk again at the next save.
-  Nothing else has this step's name: a checkpoint is never saved over the
-  one restored (`Checkpointer.restore`), and none newer is left unrestored.
+  A failure in TF's merge of `<prefix>_temp` (a full disk) leaves a data file
+  and an empty index, which would fill the disk again at the next save. No
+  other checkpoint has this step's name (none is saved over the one restored).
   """
   shutil.rmtree(prefix + "_temp", ignore_errors=True)
   for partial in tf.io.gfile.glob(os.path.join(os.path.dirname(prefix), "checkpoint.tmp*")):
@@ -658,10 +601,8 @@ def _step_of(path):
 
 
 def _unreadable(path):
-  """Why the checkpoint at `path` cannot be read whole, or None if it can.
-
-  Reads every tensor (TF checks each one's checksum) and the object graph.
-  """
+  """Why the checkpoint at `path` cannot be read whole (every tensor, each
+  checksummed, and the object graph), or None if it can."""
   try:
     reader = tf.train.load_checkpoint(path)
     dtypes = reader.get_variable_to_dtype_map()
@@ -682,21 +623,10 @@ def _unreadable(path):
   return None
 
 
-_STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"  # the global step (`State.variables`)
-
-
-_BATCH_SIZE = "data_batch_size"
-_BATCH_SIZE_KEY = f"{_BATCH_SIZE}/.ATTRIBUTES/VARIABLE_VALUE"
-
-
 def _saved_layout(reader):
-  """{(kind, name): [(node, shape), ...]} of the checkpoint `reader` reads.
-
-  Read from the object graph TensorFlow writes into every checkpoint, so a
-  variable reached from two owners (a layer shared by two models, one model
-  under two names) is one node seen from both. The object-graph proto is not
-  part of TF's public API (see `_tf_internal.trackable_object_graph`).
-  """
+  """{(kind, name): [(node, shape), ...]} of the checkpoint `reader` reads, from
+  its object graph: a variable reached from two owners (a layer shared by two
+  models, one model under two names) is one node seen from both."""
   graph = _tf_internal.trackable_object_graph(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
   shapes = reader.get_variable_to_shape_map()
 
@@ -733,13 +663,9 @@ def _decode(key):
 
 
 def _differences(saved, state):
-  """How a checkpoint's model and optimizer variables differ from `state`'s.
-
-  `saved` is `_saved_layout` of the checkpoint. Besides names, counts and
-  shapes, which variables are one and the same must agree: a checkpoint that
-  holds two copies where this runner shares one variable (or the reverse)
-  cannot be restored into it.
-  """
+  """How a checkpoint's `_saved_layout` differs from `state`'s models and
+  optimizers: names, counts, shapes, and which variables are one and the same
+  (two copies where this runner shares one variable cannot be restored)."""
   ours = {(kind, name): values for kind in ("models", "optimizers")
           for name, values in state[kind].items()}
   differences = []
@@ -809,10 +735,9 @@ def _loss_scaling_switched(saved, optimizers):
   now_scaled = next(iter(scaled.values()), False)
   for name, optimizer in optimizers.items():
     theirs = saved.get(("optimizers", name))
-    inner = optimizer.inner_optimizer if now_scaled else None
-    expected = len(inner.variables) if now_scaled else None
-    if theirs is None or (now_scaled and len(theirs) != expected) or (
-        not now_scaled and len(theirs) != len(optimizer.variables) + _LOSS_SCALE_VARIABLES):
+    expected = (len(optimizer.inner_optimizer.variables) if now_scaled
+                else len(optimizer.variables) + _LOSS_SCALE_VARIABLES)
+    if theirs is None or len(theirs) != expected:
       return None
   names = ", ".join(repr(n) for n in optimizers)
   if now_scaled:
@@ -839,13 +764,6 @@ def _tf_message(error):
 def _op_message(error):
   """`_tf_message` without TF's trailing `[Op:...] name: ...`."""
   return re.sub(r"\.?\s*\[Op:[^\]]*\].*$", "", _tf_message(error), flags=re.S)
-
-
-def _save_operative_config(directory):
-  # Without gin (a run set up in Python) the file says so rather than being empty.
-  write_text_atomically(os.path.join(directory, "operative_config.gin"),
-                        gin.operative_config_str() or "# No gin bindings were used: this run "
-                        "was configured in Python (its code and command line).\n")
 
 
 def write_text_atomically(path: str, text: str) -> None:
