@@ -7,13 +7,9 @@ in `<workdir>/manifest.jsonl`, so a run can be reproduced weeks later.
     for change in manifest.differences(previous, record): _log.warning(change)
 
 A record holds the versions of Python, ctl and its dependencies, the seed, the
-strategy with its replica and worker counts, the CPU (model and the
-instructions TensorFlow's kernels use) and any GPU, the determinism settings
-(op determinism, mixed precision, XLA), the command line, the gin
-configuration when one is parsed (its text and its bindings), and the git
-commit of the code where there is one. `fit` writes it, shows it in
-TensorBoard (a text summary) and hands it to the loggers (`ctl.loop.loggers`);
-`params` flattens it into the name -> value pairs trackers store as parameters.
+strategy, the CPU and any GPU, the determinism settings, the command line, the
+gin configuration and the git commit of the code. `fit` writes it, shows it in
+TensorBoard and hands it to the loggers; `params` flattens it for trackers.
 """
 
 from __future__ import annotations
@@ -52,6 +48,7 @@ def describe(placement: Placement, *, seed: int | None, start_step: int,
 
   `extra` (e.g. `steps_per_loop`, the global batch size) goes in `run`.
   """
+  import keras  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   record = {
       "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -64,7 +61,10 @@ def describe(placement: Placement, *, seed: int | None, start_step: int,
       "machine": {"platform": platform.platform(), "cpu": _cpu(),
                   "cpu_count": os.cpu_count(),
                   "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]},
-      "determinism": _determinism(tf),
+      "determinism": {"op_determinism": _tf_internal.op_determinism_enabled(),
+                      "mixed_precision": keras.mixed_precision.global_policy().name,
+                      "jit": bool(tf.config.optimizer.get_jit()),
+                      "TF_DETERMINISTIC_OPS": os.environ.get("TF_DETERMINISTIC_OPS")},
       "command": list(sys.argv),
       "cwd": os.getcwd(),  # where the command's relative paths start
       "git": _git(),
@@ -76,11 +76,8 @@ def describe(placement: Placement, *, seed: int | None, start_step: int,
 
 
 def append(workdir: str, record: dict[str, Any]) -> str:
-  """Appends `record` to `<workdir>/manifest.jsonl`; returns the file's path.
-
-  On a line of its own: after a line cut short (a crash, a full disk), it
-  starts a new line rather than be glued to the cut one.
-  """
+  """Appends `record` to `<workdir>/manifest.jsonl`, on a line of its own even
+  after a line cut short (a crash, a full disk); returns the file's path."""
   path = os.path.join(workdir, FILE_NAME)
   os.makedirs(workdir, exist_ok=True)
   with open(path, "a+b") as f:
@@ -192,14 +189,6 @@ def _cpu():
   return {"model": model, "flags": [flag for flag in _CPU_FLAGS if flag in flags]}
 
 
-def _determinism(tf):
-  import keras  # pylint: disable=import-outside-toplevel
-  return {"op_determinism": _tf_internal.op_determinism_enabled(),
-          "mixed_precision": keras.mixed_precision.global_policy().name,
-          "jit": bool(tf.config.optimizer.get_jit()),
-          "TF_DETERMINISTIC_OPS": os.environ.get("TF_DETERMINISTIC_OPS")}
-
-
 def _git():
   """The commit of the code that runs, where it is in a git work tree: the
   directory of the Python script that was run (else the current one: a
@@ -219,10 +208,8 @@ def _git():
 def _commit(directory):
   try:
     top = _run_git(directory, "rev-parse", "--show-toplevel")
-    if top is None:
-      return None
-    commit = _run_git(top, "rev-parse", "HEAD")
-    status = _run_git(top, "status", "--porcelain", "--untracked-files=no")
+    commit = _run_git(top, "rev-parse", "HEAD") if top is not None else None
+    status = _run_git(top, "status", "--porcelain", "--untracked-files=no") if commit else ""
   except (OSError, subprocess.SubprocessError):
     return None
   if commit is None:

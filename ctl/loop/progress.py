@@ -4,13 +4,11 @@
     progress.update(100, {"generator_loss": array([...])})   # after each call
     progress.close()
 
-A bar needs a terminal to redraw in place; in a log file or CI's captured
-output it would print a line per refresh, so there we log a line after the
-first compiled call (its time includes compiling the step), then every 30
-seconds and at the end, with speed and time left measured from the first
-call's end. In a Jupyter notebook the bar is tqdm's
-widget (with ipywidgets installed: `pip install 'ctl-loops[notebook]'`; else
-its text bar, which a notebook also redraws in place).
+A bar needs a terminal to redraw in place; elsewhere (a log file, CI) a line is
+logged after the first compiled call (its time includes compiling the step),
+then every 30 seconds and at the end, with speed and time left measured from
+the first call's end. In a notebook the bar is tqdm's widget (with ipywidgets:
+`pip install 'ctl-loops[notebook]'`), else its text bar.
 """
 
 import logging

@@ -7,14 +7,12 @@
       lock = Lock("runs/x")
     lock.release()
 
-Two runs training into one work directory (a scheduler requeues a job while
-the old one still runs; a relaunch after the launcher died) would overwrite
-each other's checkpoints. `fit` takes `<workdir>/.ctl-lock` before restoring:
-an advisory `flock` on the file, which the kernel drops when its process ends,
-however it ends, and inside it the holder's host, PID, start time and command,
-for the message the next writer gets. A lock file whose holder is gone is
-taken over with a log line. On a filesystem without `flock` the lock is only
-the file's contents, checked against the processes of this host.
+Two runs training into one work directory (a job requeued while the old one
+still runs) would overwrite each other's checkpoints. `fit` takes an advisory
+`flock` on `<workdir>/.ctl-lock` before restoring, which the kernel drops when
+its process ends, however it ends; the file names the holder (host, PID, start
+time, command) for the message the next writer gets. On a filesystem without
+`flock` the lock is only the file's contents, checked against this host's processes.
 """
 
 import errno
@@ -92,8 +90,11 @@ class Lock:
                    "holds it (its process ended, or this directory is a copy)",
                    workdir, _describe(previous))
     self._fd = fd
+    me = {"host": socket.gethostname(), "pid": os.getpid(),
+          "start_time": _start_time(os.getpid()),
+          "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv)}
     os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(_me()).encode() + b"\n", 0)
+    os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
     os.fsync(fd)
 
   def held(self) -> bool:
@@ -109,13 +110,6 @@ class Lock:
       os.remove(self.path)
     os.close(self._fd)  # drops the flock
     self._fd = None
-
-
-def _me():
-  return {"host": socket.gethostname(), "pid": os.getpid(),
-          "start_time": _start_time(os.getpid()),
-          "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-          "command": " ".join(sys.argv)}
 
 
 def _read(fd):
