@@ -143,8 +143,7 @@ class Runner:
         steps_per_loop=steps_per_loop, jit_compile=jit_compile, eager=eager,
         mixed_precision=mixed_precision, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step)
-    # Parameter-server training: this process coordinates; the workers run
-    # the steps it schedules, asynchronously, each on its own copy of the data.
+    # Parameter-server training: this process schedules the steps on the workers.
     self._coordinator = (
         tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         if self.placement.kind.asynchronous else None)
@@ -152,7 +151,6 @@ class Runner:
     if float_dtype != tf.float32:
       data = data_lib.cast_floats(data, float_dtype)
     # Data first: its checks are cheap, and fail before any model is built.
-    # The parts (placement, feed, state) are what checkpoints and stopping use.
     self.feed: data_lib.Feed = data_lib.make_feed(
         data, self.placement, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step, static_shapes=jit_compile,
@@ -208,14 +206,11 @@ class Runner:
     """Trains until the global step is `total_steps`; resumes from `workdir`.
 
     With a `workdir`, training starts from the newest checkpoint in
-    `<workdir>/checkpoints` (if any) and by default checkpoints every 1000
-    steps or 10 minutes and at the end, and writes TensorBoard scalars every
-    100 steps to `<workdir>/events/train`. On SIGTERM it saves and
-    exits with code 42 (`ctl.PREEMPTED_EXIT_CODE`); on Ctrl-C it saves and
-    raises `ctl.Interrupted` (a second Ctrl-C quits at once); see
-    `ctl.loop.stopping`. One run at a time may write a work directory: another
-    fails at once with `ctl.WorkdirInUse`. A NaN or Inf result stops training
-    with a FloatingPointError before anything later is saved.
+    `<workdir>/checkpoints` (if any). On SIGTERM it saves and exits with code 42
+    (`ctl.PREEMPTED_EXIT_CODE`); on Ctrl-C it saves and raises `ctl.Interrupted`
+    (see `ctl.loop.stopping`). Another run on the same work directory fails at
+    once with `ctl.WorkdirInUse`. A NaN or Inf result stops training with a
+    FloatingPointError before anything later is saved.
 
     Args:
       total_steps: the global step to train up to (not a number of new steps,
@@ -224,11 +219,10 @@ class Runner:
       workdir: directory for checkpoints, events, samples and exports (a
         leading `~` is the user's home; "" is refused); None writes nothing
         and does not resume.
-      checkpoint: True (the default schedule when there is a workdir), False
-        (no checkpoints: nothing to resume from), or a `ctl.Checkpoint(every,
-        keep=..., restore_data=...)`.
-      summaries: True (TensorBoard scalars every 100 steps when there is a
-        workdir), False, or a `ctl.Summaries(every)`.
+      checkpoint: True (with a workdir: every 1000 steps or 10 minutes, and at
+        the end), False (nothing to resume from), or a `ctl.Checkpoint(...)`.
+      summaries: True (with a workdir: TensorBoard scalars every 100 steps to
+        `<workdir>/events/train`), False, or a `ctl.Summaries(every)`.
       actions: a list of actions run on their schedule and at the end (see
         `ctl.Action`): `ctl.Samples`, `ctl.Evaluate`, `ctl.Export`, or your own.
       loggers: experiment trackers that also get the run's records (see
@@ -243,8 +237,7 @@ class Runner:
     `<workdir>/manifest.jsonl` (`ctl.loop.manifest`).
 
     Returns:
-      A `ctl.History`: each result key's per-step values (numpy) for the steps
-      this call ran.
+      A `ctl.History` of the steps this call ran.
     """
     return loop_lib.fit(self.compiled_step, self.history, total_steps, workdir,
                         evaluator=self._evaluator, checkpoint=checkpoint,

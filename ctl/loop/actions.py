@@ -83,25 +83,18 @@ class FitContext:
                dry_run: bool = False):
     self._session = session
     self._placement = session.placement
-    self._state = session.state
     self._evaluator = evaluator
     self._dry_run = dry_run
+    self.models: dict[str, keras.Model] = session.state.models
+    self.optimizers: dict[str, keras.optimizers.Optimizer] = session.state.optimizers
     self.history = session.history
     self.workdir = session.workdir
     self.is_chief: bool = session.is_chief
     self.examples_per_step = session.examples_per_step
-    self.step = int(self._state.global_step.numpy())
+    self.step = int(session.state.global_step.numpy())
     self.results: dict[str, np.ndarray] = {}
     self._metrics = {}
     self._metrics_step = self.step  # the step `_metrics` were reported at
-
-  @property
-  def models(self) -> dict[str, keras.Model]:
-    return self._state.models
-
-  @property
-  def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
-    return self._state.optimizers
 
   def __getattr__(self, name: str) -> Any:
     fix = _GONE.get(name)

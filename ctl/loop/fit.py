@@ -259,11 +259,9 @@ def _train(compiled_step, session, context, total_steps, checkpoint, summaries, 
     if abandoned:  # a stop abandoned them at the step this run resumes from
       _run_again(session, context, abandoned, scheduled, stopper)
     while context.step < total_steps:
-      ends = [compiled_step.steps_per_call, total_steps - context.step]
-      n = min(ends + [every.steps_to_next(context.step) for every in landings
-                      if every.steps])
-      # A step marker for the profiler (`ctl.Profile`; a no-op when none runs), as
-      # TF's profiler guide marks a custom loop's steps: one per compiled call.
+      n = min([compiled_step.steps_per_call, total_steps - context.step]
+              + [every.steps_to_next(context.step) for every in landings if every.steps])
+      # A step marker per compiled call for the profiler (`ctl.Profile`; else a no-op).
       with stopper.in_call(n), tf.profiler.experimental.Trace(
           "train", step_num=context.step, _r=1), session.timed(
               f"compiled call of {n} step{'s' if n > 1 else ''}"):

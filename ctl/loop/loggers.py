@@ -271,14 +271,10 @@ class Tracker(Logger, abc.ABC):
     previous, why = self._read_state()
     if why is not None:  # damaged: the run it named is looked for in the tracker
       found = self.find_run(run)
-      if found:
-        _log.warning("%s: %s cannot be read (%s); resuming the %s run %s of this work "
-                     "directory, found in %s", self.name, self._state_path, why, self.name,
-                     found["run_id"], self.where_found())
-      else:
-        _log.warning("%s: %s cannot be read (%s), and no %s run of this work directory "
-                     "was found in %s: starting a new run", self.name, self._state_path, why,
-                     self.name, self.where_found())
+      then = (f"; resuming the {self.name} run {found['run_id']} of this work directory, "
+              f"found in {self.where_found()}" if found else f", and no {self.name} run of "
+              f"this work directory was found in {self.where_found()}: starting a new run")
+      _log.warning("%s: %s cannot be read (%s)%s", self.name, self._state_path, why, then)
       previous = found or {}
     if run.start_step == 0 and previous.get("run_id"):  # a run killed before its first save
       self.abandon(previous["run_id"])

@@ -1,11 +1,9 @@
 """What `fit` shows when it runs in a Jupyter notebook.
 
-A notebook is no terminal: a text bar would print a line per refresh there,
-and the "ctl" logger shows nothing until it is given a handler. So in a
-notebook `fit` draws tqdm's widget bar (`ctl.loop.progress`), and `ctl.Samples`
-shows its newest grid under the cell, replaced in place as training goes.
-Outside a notebook nothing here is used; IPython is not imported unless the
-process already runs it.
+A notebook is no terminal (a text bar would print a line per refresh), so there
+`fit` draws tqdm's widget bar (`ctl.loop.progress`) and `ctl.Samples` shows its
+newest grid under the cell, replaced in place. Outside a notebook nothing here
+is used, and IPython is imported only if already loaded.
 """
 
 from __future__ import annotations

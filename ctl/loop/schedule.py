@@ -1,9 +1,7 @@
 """When periodic work is due: `Every`.
 
     every = ctl.Every(steps=1000, seconds=600)   # whichever comes first
-
-`fit` asks each action's `Every` after every compiled call, and shortens a
-call so that step-based work lands on exact multiples of `steps`.
+    fit(..., actions=[ctl.Samples(fn, every)])   # `fit` asks it after every compiled call
 """
 
 import time
@@ -15,11 +13,11 @@ from ctl.base import arguments
 class Every:
   """Says when periodic work is due: every `steps` steps and/or `seconds` seconds.
 
-  With both, whichever comes first. Step-based work lands on exact multiples of
-  `steps` (the loop shortens a compiled call to reach them).
+  With both, whichever comes first.
 
   Args:
-    steps: fire when the global step reaches a multiple of this.
+    steps: fire when the global step reaches a multiple of this (`fit` shortens
+      a compiled call to land on it).
     seconds: fire when this many seconds passed since the last firing (or
       since `start`).
     clock: a function returning seconds; injectable for tests.
@@ -55,8 +53,7 @@ class Every:
 
   def fired(self, step: int) -> None:
     """Records that the work ran at `step`."""
-    self._last_step = step
-    self._last_time = self._clock()
+    self.start(step)
 
   def steps_to_next(self, step: int) -> int | None:
     """Steps from `step` to the next multiple of `steps` (None without `steps`)."""

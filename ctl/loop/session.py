@@ -190,8 +190,7 @@ class Session:
   def begin(self, run: loggers_lib.Run, loggers: Sequence[loggers_lib.Logger]) -> None:
     """Opens the chief's records and begins its loggers: the work directory's,
     then `loggers`; appends the fit's manifest."""
-    history_file = self._open_history()
-    metrics_file = self._open_metrics()
+    history_file, metrics_file = self._open_records()
     if not self.is_chief:
       return
     if self.workdir is not None:
@@ -242,39 +241,30 @@ class Session:
         _log.warning("%s.end failed: %s: %s", type(logger).__name__, type(e).__name__, e)
     self._loggers, self._own = [], []
 
-  def _open_history(self):
-    """The chief's `<workdir>/history.jsonl`, holding the steps before this run's
-    first, which the runner's history then holds too; a new file starts with
-    the steps the runner trained before this `fit` (say, a `train` in a notebook)."""
+  def _open_records(self):
+    """The chief's `history.jsonl` and `metrics.jsonl` (else None, None), without
+    the lines after the step this run starts from. The runner's history takes the
+    file's earlier steps; a new file starts with those it trained before this `fit`."""
     step = int(self.state.global_step.numpy())
     self.history.drop_from(step)  # restored from a checkpoint: later steps are undone
     if self.workdir is None or not self.is_chief or not self._records:
-      return None
+      return None, None
     # (A dry run's scratch file lacks the real run's steps: none is lost.)
     history_file = history_lib.HistoryFile(self.workdir, every_step=self._dry is None)
     earlier = history_file.open(step, memory=self.history)
     if len(earlier.steps):
       self.history.drop_from(int(earlier.steps[0]))
       self.history.extend(earlier)
-    return history_file
-
-  def _open_metrics(self):
-    """`<workdir>/metrics.jsonl` on the chief, without the lines of steps after
-    the one the run starts from (a resumed run reports them again)."""
-    if self.workdir is None or not self.is_chief or not self._records:
-      return None
-    step = int(self.state.global_step.numpy())
     metrics_file = history_lib.HistoryFile(self.workdir, history_lib.METRICS_FILE_NAME,
                                            every_step=False)
     metrics_file.open(step + 1)
-    # Lines lost to damage (a cut, a garbage line, a line or the file deleted)
-    # that TensorBoard's events hold.
+    # Lines lost to damage (a cut, a garbage line, a deletion) that TensorBoard holds.
     put_back = metrics_file.add(loggers_lib.TensorBoard.scalars(self.workdir, 0, step))
     if put_back:
       _log.warning("%s: put back the metrics of step%s %s from TensorBoard's events (as "
                    "float32 values); the file had lost them", metrics_file.path,
                    "s" if len(put_back) > 1 else "", ", ".join(map(str, put_back)))
-    return metrics_file
+    return history_file, metrics_file
 
   # The end of a fit.
 
