@@ -147,11 +147,8 @@ class Checkpoint:
 
 class Checkpointer:
   """Saves and restores a training state, and the position in its data, under
-  `directory`.
-
-  Every worker takes part in a save (TF's collective save needs them all);
-  only the chief's files are kept, the others write to a scratch directory
-  that is removed at once.
+  `directory`. Every worker takes part in a save (TF's collective save needs
+  them all); only the chief's files are kept.
 
   Args:
     placement: the `ctl.distribute.placement.Placement` (who is the chief).
@@ -489,10 +486,9 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
                           f"restored ({why}); the checkpoints there are of steps {steps}. "
                           "Pass one of them.")
   newer = _newer(directory, step)
-  kept = {name: _newer(os.path.join(directory, name), step)
-          for name in kept_folders(os.path.dirname(directory))
-          if not name.startswith("after-ckpt-")}  # what an earlier going back set aside
-  kept = {name: steps for name, steps in kept.items() if steps}
+  kept = {name: steps for name in kept_folders(os.path.dirname(directory))
+          if not name.startswith("after-ckpt-")  # what an earlier going back set aside
+          and (steps := _newer(os.path.join(directory, name), step))}
   if not newer and not kept:
     return None
   os.makedirs(folder)

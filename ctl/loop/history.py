@@ -8,13 +8,9 @@ given to an action as they come (`EachStep`).
     pandas.read_json("runs/x/history.jsonl", lines=True)   # the same, as a DataFrame
 
 `fit` appends one JSON line per step to `<workdir>/history.jsonl` on the chief,
-`{"step": 0, "discriminator_loss": 1.386, ...}`, where "step" is `ctx.step` while
-that step ran (0 for the first step). A resumed run first drops the lines of the
-steps after its checkpoint (they are trained again), so the file holds each step
-once, in order, across any number of resumes. A line cut short or unreadable (a
-crash, a disk that filled, a hand edit) is dropped with a warning naming it, and
-steps lost with it that the resume does not train again are marked by a line
-`{"step": 6, "lost_through": 11}`, which `read_history` names.
+`{"step": 0, "discriminator_loss": 1.386, ...}` ("step" is `ctx.step` as it ran),
+each step once, in order, across any number of resumes; steps lost in a damaged
+file are marked by a line `{"step": 6, "lost_through": 11}` (`HistoryFile`).
 """
 
 from __future__ import annotations

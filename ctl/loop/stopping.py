@@ -161,12 +161,11 @@ class Stopper:
 
   def check_after_end(self, step: int) -> None:
     """After the end's actions: the end saved; exit as the signal asks."""
-    if self._tf_handler is not None and self._tf_handler.received():
-      raise self._preempted(step)
-    if self._sigterm:
-      raise self._preempted(step, self.session is not None)
+    saved = self.session is not None  # always, with TF's handler
+    if self._sigterm or (self._tf_handler is not None and self._tf_handler.received()):
+      raise self._preempted(step, saved)
     if self._sigint:
-      raise Interrupted(step, self.session is not None)
+      raise Interrupted(step, saved)
 
   @contextlib.contextmanager
   def in_call(self, num_steps: int) -> Iterator[None]:
