@@ -71,8 +71,7 @@ class FitContext:
     workdir: the work directory (None: nothing is written).
     is_chief: whether this worker writes records, samples and kept files.
     examples_per_step: the examples one step reads over all replicas (None: unknown).
-    metrics: the metrics reported at this step (`report`), by name; {} once
-      the loop moves on to a later step.
+    metrics: the metrics reported at this step (`report`), by name.
     can_evaluate: whether `evaluate` and `over_samples` run in this fit.
 
   Methods: `report`, `evaluate`, `over_samples`, `export`, `agree` and `keep`;

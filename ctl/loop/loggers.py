@@ -220,9 +220,8 @@ class TensorBoard(Logger):
 
 
 class JsonLines(Logger):
-  """`<workdir>/history.jsonl` (every step) and `<workdir>/metrics.jsonl`
-  (the metrics reported, a line per step that had any), opened by `fit`,
-  which drops their lines after the step a resume starts from."""
+  """`<workdir>/history.jsonl` (every step) and `<workdir>/metrics.jsonl` (a
+  line per step with metrics reported), as the fit's session opened them."""
 
   def __init__(self, history_file: HistoryFile | None, metrics_file: HistoryFile | None):
     self.files = [f for f in (history_file, metrics_file) if f is not None]
@@ -254,10 +253,8 @@ class Tracker(Logger, abc.ABC):
   """A logger that keeps its records in an experiment tracker, one tracker
   run per work directory, resumed with it (see the module docstring).
 
-  Subclasses define the abstract `start(run, run_id)`, `send_steps(rows)`,
-  `send_metrics(step, metrics)`, `send_image(step, name, image)` and
-  `finish(status)` (a class lacking one cannot be made), and may refine
-  `logged_through`, `abandon` and `where`.
+  Subclasses define the abstract `start`, `send_steps`, `send_metrics`,
+  `send_image` and `finish`, and may refine the other public methods.
   """
   name = "tracker"
 
@@ -548,13 +545,11 @@ def _mlflow_key(key):
 
 
 class WandB(Tracker):
-  """Logs to Weights & Biases: the manifest and gin bindings as the run's
-  config, every step's results and the reported metrics by step, sample grids
-  as images.
+  """Logs to Weights & Biases: the manifest and gin bindings as the run's config,
+  every step's results and the reported metrics by step, sample grids as images.
 
   Args:
-    project: the W&B project; None: the environment variable WANDB_PROJECT,
-      else "ctl".
+    project: the W&B project; None: the environment variable WANDB_PROJECT, else "ctl".
     mode: "offline" (the default: files only, in `<dir>/wandb/`, uploaded
       later with `wandb sync`), "online" (needs `wandb login`), or "disabled".
     dir: where W&B writes its files; None: the work directory.
