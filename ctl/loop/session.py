@@ -167,8 +167,9 @@ class Session:
       return
     self._lock.release()
     self._lock = workdir_lib.Lock(self.workdir)
-    for logger in self._loggers:
-      logger.reopen()  # the files in it are new
+    for logger in self._loggers:  # the files in it are new
+      if callable(getattr(logger, "reopen", None)):  # optional outside ctl.Logger
+        logger.reopen()
     saved = ""
     if self._checkpointer and self.placement.workers == 1 and save:
       saved = f"; saved {self.save('workdir made again')}"
