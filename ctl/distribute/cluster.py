@@ -225,11 +225,9 @@ def slurm_cluster_resolver(num_gpus: int | None = None, env: Mapping[str, str] |
                                auto_set_gpu=False)
 
 
-# What cloud trainers call TensorFlow's task types. AI Platform (runtime
-# versions before 2.1, and its custom containers' CLUSTER_SPEC) calls the chief
-# `master`; Vertex AI's CLUSTER_SPEC names its worker pools: pool 0 holds the
-# chief, 1 the workers, 2 the parameter servers (or a Reduction Server, whose
-# own image does not run ctl), 3 the evaluators.
+# What cloud trainers call TensorFlow's task types: AI Platform's `master` is the
+# chief; Vertex AI's CLUSTER_SPEC names worker pools 0-3: the chief, the workers,
+# the parameter servers (or a Reduction Server, which runs no ctl), the evaluators.
 TASK_TYPE_ALIASES = {"master": "chief", "workerpool0": "chief", "workerpool1": "worker",
                      "workerpool2": "ps", "workerpool3": "evaluator"}
 

@@ -222,9 +222,10 @@ class Launch:
     arguments.integer("workers", workers, minimum=1)
     arguments.integer("ps", ps, minimum=0)
     arguments.number("startup_timeout", startup_timeout, minimum=0, meaning="seconds")
-    arguments.number("grace", grace, minimum=0, meaning="seconds")
-    arguments.integer("max_restarts", max_restarts, minimum=0)
-    arguments.number("restart_wait", restart_wait, minimum=0, meaning="seconds")
+    self.grace = arguments.number("grace", grace, minimum=0, meaning="seconds")
+    self.max_restarts = arguments.integer("max_restarts", max_restarts, minimum=0)
+    self.restart_wait = arguments.number("restart_wait", restart_wait, minimum=0,
+                                         meaning="seconds")
     if network not in NETWORKS:
       raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}.")
     loopback = private_network.is_loopback(host)
@@ -241,9 +242,6 @@ class Launch:
     self.cluster = cluster_spec(workers, ps, host, ports)
     self.parameter_server = ps > 0
     self.startup_timeout = startup_timeout
-    self.grace = grace
-    self.max_restarts = max_restarts
-    self.restart_wait = restart_wait
     # A host other than loopback: the user wants the tasks on this machine's network.
     self.network = "shared" if network == "auto" and not loopback else network
     self.restarts = 0  # clusters started again so far
@@ -344,11 +342,10 @@ class Launch:
   def _wait_to_restart(self):
     """Sleeps `restart_wait` seconds; False if a signal came meanwhile."""
     deadline = time.monotonic() + self.restart_wait
-    while time.monotonic() < deadline:
-      if self._signal is not None:
-        self._say(f"got {signal.Signals(self._signal).name}; not restarting")
-        return False
+    while self._signal is None and time.monotonic() < deadline:
       time.sleep(_POLL_SECONDS)
+    if self._signal is not None:
+      self._say(f"got {signal.Signals(self._signal).name}; not restarting")
     return self._signal is None
 
   def _supervise(self):
@@ -364,10 +361,9 @@ class Launch:
         exited = None
       if self._signal is not None:
         return self._forward_signal()
-      if exited is not None:
-        code = self._on_exit(exited)
-        if code is not None:
-          return code
+      code = self._on_exit(exited) if exited is not None else None
+      if code is not None:
+        return code
       if not announced and self._check_ready():
         announced = True
         self._say(f"all {len(self.tasks)} tasks are ready")

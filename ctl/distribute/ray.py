@@ -44,14 +44,13 @@ def train(fn: Callable[[], Any], *, num_workers: int = 2, max_failures: int = 0,
       `~/ray_results`); ctl's checkpoints are in the work directory.
 
   Returns:
-    Ray Train's `Result` (`result.path`: Ray's records of the run; ctl's
-    checkpoints, summaries, samples and export are in the work directory).
+    Ray Train's `Result` (`result.path`: Ray's records of the run).
 
   Raises:
     ValueError or TypeError: naming a bad argument, before Ray starts.
     ImportError: when Ray Train is not installed, naming the extra.
-    Ray Train's error (e.g. `ray.train.WorkerGroupError`, with the worker's
-      inside) when the run failed more than `max_failures` times.
+    Ray Train's error (e.g. `ray.train.WorkerGroupError`) when the run failed
+      more than `max_failures` times.
   """
   if not callable(fn):
     raise TypeError(f"fn must be a function of no arguments that each worker runs, got "

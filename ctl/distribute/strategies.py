@@ -127,10 +127,9 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
     if name == "default" and (logical_cpus or 1) > 1:
       name, reason = "mirrored", f"no TPU, cluster or GPU, and logical_cpus={logical_cpus}"
     logger.info("strategy 'auto' chose %r: %s", name, reason)
-  # Two strategies over the same devices in one process (a notebook cell run
-  # twice) number their collectives alike, and the second one's all-reduces
-  # then fail with "Shape mismatch in the collective instance": hand back the
-  # first.
+  # Two strategies over the same devices in one process (a notebook cell run twice)
+  # number their collectives alike, and the second one's all-reduces fail ("Shape
+  # mismatch in the collective instance"): hand back the first.
   key = (name, tuple(devices) if devices else None, cross_device_ops, communication, tpu)
   if key not in _MADE:
     _MADE[key] = _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,
@@ -342,10 +341,9 @@ def _parameter_server(startup_timeout, **unused):
 def serve(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> None:
   """Runs this worker's or parameter server's TF server until the process is killed.
 
-  In parameter-server training only the coordinator (the `chief` task) runs
-  the program; the other tasks serve it. Running the same command on every
-  task (as `ctl launch` and the cluster examples do) thus reaches this point
-  on workers and parameter servers, which serve and never return.
+  Under `parameter_server` only the coordinator (`chief`) runs the program; the
+  same command on every task (as `ctl launch` runs it) reaches this point on the
+  workers and parameter servers, which serve and never return.
   """
   # Workers wait for a parameter server that restarts instead of failing
   # the coordinator's calls at once (TF's parameter-server tutorial).
