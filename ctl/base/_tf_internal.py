@@ -116,16 +116,6 @@ def stop_preemption_handler_threads(handler):
       pass
 
 
-def called_graphs(graph):
-  """The graphs of the functions `graph` calls directly (cond branches, loop bodies).
-
-  A FuncGraph keeps them in `_functions`; empty if it does not.
-  """
-  _note_version("tensorflow")
-  functions = getattr(graph, "_functions", {})
-  return [f.graph for f in functions.values() if getattr(f, "graph", None) is not None]
-
-
 def optimizer_variables(optimizer):
   """The variables a built Keras optimizer was built on (to build a wrapper on them).
 
@@ -151,17 +141,13 @@ def _all_reduce_unless_summed(optimizer, original):
 def gradients_summed_by_caller(optimizer):
   """Inside, `optimizer.apply_gradients` takes gradients already summed over replicas.
 
-  Keras' TF optimizer sums the gradients over replicas itself, in
-  `_all_reduce_sum_gradients`, but only after it has clipped them (clipnorm,
-  global_clipnorm, clipvalue), and a LossScaleOptimizer checks them for inf
-  first: each replica would act on its own share of the gradient, not on the
-  gradient of the global batch. A caller that sums them first applies them
-  here, where that method passes them through. The optimizer (and a
-  LossScaleOptimizer's inner one) gets an instance attribute that defers to
-  the class's method outside this context; a count of callers, not a flag,
-  because MirroredStrategy runs the replicas in threads that take turns at
-  its merge calls, and a LossScaleOptimizer runs the inner apply in threads of
-  its own.
+  Keras' TF optimizer sums them itself, in `_all_reduce_sum_gradients`, but only
+  after clipping them (and a LossScaleOptimizer checks them for inf first), so
+  each replica would act on its own share. Here that method passes them through:
+  the optimizer (and a LossScaleOptimizer's inner one) gets an instance attribute
+  that defers to the class's method outside this context. A count of callers, not
+  a flag: MirroredStrategy's replicas and a LossScaleOptimizer's inner apply run
+  in threads of their own.
 
   Yields:
     Whether the method was found; if not (another Keras), the optimizer
@@ -247,13 +233,11 @@ def gin_search_paths_first(directories):
 
 
 def gin_errors_not_converted_by_autograph():
-  """Has AutoGraph leave gin's error helper as it is.
+  """Has AutoGraph leave gin's error helper as it is (marked do_not_convert, once).
 
-  A gin-configured function called in a compiled step is converted by
-  AutoGraph through gin's wrapper; when it raises, the wrapper's handler calls
-  `gin.utils.augment_exception_message_and_reraise`, which AutoGraph cannot convert: it
-  warns "could not transform ... Please report this to the TensorFlow team"
-  before the user's own error. Marked do_not_convert, once.
+  A gin-configured function that raises in a compiled step calls
+  `gin.utils.augment_exception_message_and_reraise`, which AutoGraph cannot
+  convert: it would warn "could not transform ..." before the user's own error.
   """
   _note_version("gin-config")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -384,13 +368,9 @@ def in_control_flow_branch():
 
 
 def stack():
-  """The current Python stack, outermost frame first, as TF records it for the ops
-  it makes: lines of code that autograph converted are mapped back to the user's
-  source (`traceback.extract_stack()` would show autograph's generated files).
-
-  Reads `tensorflow.python.util.tf_stack.extract_stack`; falls back to Python's
-  own stack.
-  """
+  """The current Python stack, outermost frame first, as TF records it for its ops
+  (`tf_stack.extract_stack`: autograph's generated lines mapped back to the user's
+  source); Python's own stack if that is gone."""
   _note_version("tensorflow")
   try:
     from tensorflow.python.util import tf_stack  # pylint: disable=import-outside-toplevel

@@ -30,8 +30,7 @@ def number(name: str, value: object, *, minimum: float | None = None,
            above: float | None = None, meaning: str = "", fix: str = "") -> float:
   """`value` as a float; raises unless it is a real number (not a bool) >=
   `minimum` (or > `above`)."""
-  what = _what("a number", minimum, meaning) if above is None else (
-      f"a number > {above}" + (f" ({meaning})" if meaning else ""))
+  what = _what("a number", minimum, meaning, above)
   if isinstance(value, bool) or not isinstance(value, numbers.Real):
     raise TypeError(_message(name, what, value, fix))
   if (minimum is not None and value < minimum) or (above is not None and value <= above):
@@ -59,8 +58,8 @@ def _key(name):
   return str(name).strip().lower().replace("-", "_")
 
 
-def _what(kind, minimum, meaning):
-  bound = f" >= {minimum}" if minimum is not None else ""
+def _what(kind, minimum, meaning, above=None):
+  bound = f" > {above}" if above is not None else f" >= {minimum}" if minimum is not None else ""
   return f"{kind}{bound}" + (f" ({meaning})" if meaning else "")
 
 

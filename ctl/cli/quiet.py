@@ -5,27 +5,20 @@
     with quiet.unless_verbose(args.verbose):   # what `ctl` does around each command
       ...
 
-A new user should not read error-level lines when nothing is wrong. Without a
-GPU driver, TensorFlow logs `E... failed call to cuInit: ... UNKNOWN ERROR (303)`
-on every run, and while it loads, its bundled absl logs INFO lines (oneDNN,
-no CUDA driver) before `absl::InitializeLog`, which no environment variable
-reaches (TensorFlow 2.21: not TF_CPP_MIN_LOG_LEVEL, GLOG_minloglevel,
-ABSL_MIN_LOG_LEVEL or GRPC_VERBOSITY). Quiet means, for what runs inside:
+A new user should not read error-level lines when nothing is wrong (without a
+GPU driver TensorFlow logs `E... failed call to cuInit` on every run, and while
+it loads its absl logs INFO lines that no environment variable reaches). Quiet
+means, for what runs inside:
 
-- TF_CPP_MIN_LOG_LEVEL=3 (no C++ INFO, WARNING or ERROR lines), unless the user
-  set it; processes ctl starts inherit it.
-- While `tensorflow` is first imported, stderr is read and passed on without
-  the lines below that level (and absl's "All log messages before
+- TF_CPP_MIN_LOG_LEVEL=3, unless the user set it; processes ctl starts inherit it.
+- While `tensorflow` is first imported, stderr is passed on without the absl
+  lines below that level (and absl's "All log messages before
   absl::InitializeLog()" notice); anything else it printed still shows.
-- The "tensorflow" Python logger at WARNING (its INFO lines off; a warning
-  such as tf.function's about retracing stays) and "absl"'s at ERROR, unless
-  configured.
+- The "tensorflow" Python logger at WARNING and "absl"'s at ERROR, unless configured.
 
-`--verbose` or CTL_VERBOSE=1 keeps it all; `--verbose` sets CTL_VERBOSE=1 so
-that processes ctl starts (`ctl launch` workers, `ctl parity` runs) are verbose
-too. The library (`import ctl`, `import gan`) changes none of this: only the
-command line and the examples call it. Leaving the `with` puts back what it
-changed.
+`--verbose` or CTL_VERBOSE=1 keeps it all; `--verbose` sets CTL_VERBOSE=1 so that
+processes ctl starts are verbose too. The library (`import ctl`, `import gan`)
+changes none of this. Leaving the `with` puts back what it changed.
 """
 
 import contextlib
@@ -155,7 +148,7 @@ class _FilteredLoader(importlib.abc.Loader):
     module.__loader__ = self._loader
     if _min_level() == 0:  # only the logger to set up (a user's TF_CPP_MIN_LOG_LEVEL=0)
       self._loader.exec_module(module)
-      self._after(module)
+      self._after()
       return
     with tempfile.TemporaryFile() as captured:
       sys.stderr.flush()
@@ -173,10 +166,9 @@ class _FilteredLoader(importlib.abc.Loader):
         sys.stderr.write("".join(
             line for line in text.splitlines(keepends=True) if not _is_chatter(line, level)))
         sys.stderr.flush()
-    self._after(module)
+    self._after()
 
-  def _after(self, module):
-    del module
+  def _after(self):
     if self._finder.quiet_tf_logger:
       _configure_tf_logger()
     absl = logging.getLogger("absl")  # made by `import tensorflow`, which imports absl

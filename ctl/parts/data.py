@@ -6,11 +6,10 @@ Two kinds of input are accepted:
     feed = make_feed(dataset_fn, placement, global_batch_size=256)
     # dataset_fn(input_context) -> per-replica batches, one pipeline per worker
 
-A dataset of global batches is read through a plain iterator and sliced per
-replica (replica r of n gets rows [r*G/n, (r+1)*G/n)). Every strategy thus sees
-the same examples in the same place, which is what makes results independent of
-the strategy, and the plain iterator can be checkpointed (a distributed iterator
-cannot be in TF 2.21). TPUs and dataset functions use TF's distributed datasets.
+A dataset of global batches is read through a plain iterator, which can be
+checkpointed, and sliced per replica (replica r of n gets rows [r*G/n, (r+1)*G/n)):
+every strategy sees the same examples in the same place. TPUs and dataset
+functions use TF's distributed datasets.
 """
 
 from __future__ import annotations
@@ -122,13 +121,13 @@ def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int)
   if not isinstance(data, tf.data.Dataset):
     return
   ranges = {}  # output shape -> (model name, activation, low, high)
+  known = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0)}
   for name, model in models.items():
     try:
       shape = tuple(model.outputs[0].shape[1:])
       activation = getattr(model.layers[-1], "activation", None)
     except (AttributeError, IndexError, TypeError, ValueError):
       continue  # a subclassed model: no static output
-    known = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0)}
     kind = getattr(activation, "__name__", None)
     if kind in known and None not in shape:
       ranges.setdefault(shape, (name, kind) + known[kind])
@@ -140,18 +139,16 @@ def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int)
     first = next(iter(data.take(1)))
   except (StopIteration, tf.errors.OpError):
     return  # an empty or failing pipeline: its own error comes with the first step
-  for i, tensor in enumerate(tf.nest.flatten(first)):
+  flat = tf.nest.flatten(first)
+  for i, tensor in enumerate(flat):
     output = _output_like(tensor.shape[1:], ranges) if tensor.shape.rank else None
-    if output is None:
-      continue
-    if not (tensor.dtype.is_floating or tensor.dtype.is_integer):
+    if output is None or not (tensor.dtype.is_floating or tensor.dtype.is_integer):
       continue
     name, kind, low, high = ranges[output]
     seen_low = float(tf.reduce_min(tf.cast(tensor, tf.float64)))
     seen_high = float(tf.reduce_max(tf.cast(tensor, tf.float64)))
     if tensor.dtype.is_integer or seen_low < low - 1e-3 or seen_high > high + 1e-3:
-      which = f"tensor {i} of the first batch" if len(tf.nest.flatten(first)) > 1 else (
-          "the first batch")
+      which = f"tensor {i} of the first batch" if len(flat) > 1 else "the first batch"
       scale = "/ 127.5 - 1" if kind == "tanh" else "/ 255"
       warnings.warn(
           f"Runner: {which} ({tensor.dtype.name}, shaped like the output of model {name!r}) "
@@ -264,9 +261,8 @@ class GlobalBatches:
           f"dataset.repeat().batch({size}, drop_remainder=True).")
     self.element_spec = dataset.element_spec
     self._dataset = prefetched(dataset)
-    # A plain iterator can be checkpointed; TF's distributed one cannot.
-    # (A TPU program cannot call a host-side iterator: TF's distributed
-    # datasets feed the TPU hosts.)
+    # A plain iterator can be checkpointed, TF's distributed one cannot; but a TPU
+    # program cannot call a host-side iterator: distributed datasets feed its hosts.
     self.checkpointable = not placement.kind.distributed_datasets
     if self.checkpointable:
       self._split = self._split_across_replicas
@@ -322,7 +318,7 @@ class DistributedBatches:
             "drop_remainder=True.")
       return prefetched(dataset)
 
-    self.checkpointable = False  # TF 2.21 cannot save a distributed iterator
+    self.checkpointable = False  # TF cannot save a distributed iterator
     self._dataset = strategy.distribute_datasets_from_function(checked)
     self.element_spec = self._dataset.element_spec
     self.iterator = self.make_iterator()
@@ -396,14 +392,9 @@ def _out_of_step(dataset):
 def prefetched(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` as the runner reads it: prefetched, without tf.data's autotune thread.
 
-  Each iterator of an autotuned dataset runs a thread that re-tunes the
-  pipeline at growing intervals, up to a minute. In TF 2.21 freeing a read
-  iterator sometimes waits for that thread's interval to run out (it misses
-  the wake-up), so a script could take up to a minute per live iterator to
-  exit (and an evaluation's iterator to be freed). Without autotune, an
-  `AUTOTUNE` value stays at its starting value (a parallelism of the cores,
-  at most 16) instead of being tuned; a dataset whose options set
-  `autotune.enabled = True` keeps autotune.
+  Freeing an iterator of an autotuned dataset can wait for that thread's next
+  re-tune, up to a minute, at exit too. Without it an `AUTOTUNE` value keeps its
+  starting value; a dataset whose options set `autotune.enabled` keeps its choice.
   """
   dataset = dataset.prefetch(tf.data.AUTOTUNE)
   if dataset.options().autotune.enabled is not None:
@@ -413,13 +404,10 @@ def prefetched(dataset: tf.data.Dataset) -> tf.data.Dataset:
   return dataset.with_options(options)
 
 
-# Iterators left mid-read (an evaluation stopped by a signal or an error),
-# kept for the life of the process. Freeing an iterator waits for its
-# pipeline's threads, and one of them inside Python (a `tf.numpy_function`, a
-# `tf.py_function`, `from_generator`: a PIL decoding) needs the interpreter
-# lock that the freeing thread holds: the process would hang, at once, or at
-# exit, where Python ends such a thread where it waits (seen: "exiting with
-# code 42", and no exit). Finished iterators are safe: their pipelines ended.
+# Iterators left mid-read (an evaluation stopped by a signal or an error), kept
+# for the life of the process: freeing one waits for its pipeline's threads, and
+# one inside Python (`tf.py_function`, `from_generator`) needs the interpreter lock
+# the freeing thread holds, so the process would hang. Finished iterators are safe.
 _abandoned = []
 
 

@@ -164,23 +164,20 @@ class Evaluator:
     """Runs `fn(models, indices)` on every replica and worker over samples
     `0 .. num_samples - 1`; returns its outputs for exactly those samples.
 
-    `fn` gets a replica's consecutive sample indices (int64 `[rows]`) and
-    returns a dict of per-sample tensors `[rows, ...]`; its result for a
-    sample must depend on the index only (draw noise with
-    `ctl.normal_by_index`), so that it is the same on any number of
-    replicas, workers and any batch size. The last batch is padded; padded
-    rows are computed and dropped (masked from `moments`). Each output named in
-    `moments` (`[rows, d]`) is returned as its `Moments`, summed on each replica
-    and across replicas and workers in float64; every other output is gathered
-    and returned as one NumPy array `[num_samples, ...]` in sample order. Every
-    worker gets the same result.
+    `fn` gets a replica's consecutive sample indices (int64 `[rows]`); its
+    result for a sample must depend on the index only (draw noise with
+    `ctl.normal_by_index`), so that it is the same under any layout and batch
+    size. Padded rows of the last batch are computed and dropped. Every worker
+    gets the same result.
 
     Args:
       fn: `(models, indices) -> {name: [rows, ...] tensor}`.
       num_samples: samples to run, N >= 1.
       batch_size: samples per pass over all replicas (rounded up to a multiple
         of the replica count); memory only, the result is the same.
-      moments: names of `fn`'s outputs to return as `Moments`.
+      moments: names of `fn`'s outputs (`[rows, d]`) to return as their `Moments`,
+        summed in float64; every other output is one NumPy array
+        `[num_samples, ...]` in sample order.
     """
     arguments.integer("num_samples", num_samples, minimum=1)
     arguments.integer("batch_size", batch_size, minimum=1)
@@ -316,9 +313,8 @@ def _check_sample_outputs(outputs, rows, moments):
 def _length_unknown(data):
   """Whether tf.data cannot tell how many batches `data` holds (a dataset
   function's data is made on each worker: its length is unknown here too)."""
-  if not isinstance(data, tf.data.Dataset):
-    return True
-  return int(data.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
+  return not isinstance(data, tf.data.Dataset) or (
+      int(data.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY))
 
 
 @contextlib.contextmanager

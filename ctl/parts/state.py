@@ -106,13 +106,8 @@ class SharedVariableWarning(UserWarning):
 
 
 def _warn_of_variables_two_optimizers_update(optimizers):
-  """Warns, naming the layers, when two optimizers were built on one variable.
-
-  A layer in two models (a shared trunk, one model under two names) is then
-  moved by both optimizers, and by both losses, every step: in a GAN the
-  generator's loss trains the discriminator's layer against it. Meant or not,
-  nothing else would say so.
-  """
+  """Warns, naming the layers, when two optimizers were built on one variable (a
+  layer in two models): both losses then move it, meant or not."""
   owners = {}  # id(variable) -> (variable, [optimizer names])
   for name, optimizer in optimizers.items():
     for variable in _tf_internal.optimizer_variables(optimizer):
@@ -181,12 +176,9 @@ def _call_build(build, seed, mixed_precision):
 
 
 def _refuse_models_made_before_build(models, created):
-  """A model whose weights existed before build() ran escapes `Runner(seed=)` (its
-  initial weights were drawn earlier) and the strategy's scope, and every runner
-  given it trains the same weights: refused under every strategy. Not seen: a model
-  constructed before build() without weights yet and built by a call inside it;
-  its variables are made in build(), but Keras 3 drew each initializer's seed
-  from Python's `random` when the layer was constructed, before the seed was set."""
+  """Refuses a model whose weights existed before build() ran: they escape
+  `Runner(seed=)` and the strategy's scope. Not seen: a model constructed before
+  build() but built inside it (Keras drew its initializers' seeds at construction)."""
   made = {id(v) for v in created}
   for name, model in models.items():
     if any(id(getattr(v, "value", v)) not in made for v in model.variables):
@@ -223,10 +215,9 @@ def _prepare_optimizer(name, optimizer, models, mixed_precision):
 def _schedule_in_float64(optimizer):
   """Gives `optimizer` a copy of its learning-rate schedule that computes in float64.
 
-  Keras' schedules compute in the dtype of their initial rate, float32 for a
-  Python float, whatever the policy; and eagerly and compiled they round it
-  differently (CosineDecay: by 8e-8), which a float64 run must not carry. The
-  copy is made from the schedule's config with its floats as float64.
+  Keras' schedules compute in the dtype of their initial rate (float32 for a
+  Python float), rounded differently eagerly and compiled, which a float64 run
+  must not carry. The copy is made from the config, its floats as float64.
   """
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
   schedule = _tf_internal.learning_rate_schedule(inner)
@@ -273,17 +264,10 @@ def _refuse_shared_optimizers(optimizers):
 
 
 def _refuse_options_the_strategy_cannot_run(name, optimizer, kind):
-  """Refuses, before anything is traced, the Keras optimizer options that fail
-  inside the compiled step under a strategy of `kind` (a `ctl.distribute.placement.Kind`),
-  with what to use instead.
-
-  Under a strategy that updates variables through merge calls from the
-  replicas, TF cannot run an update inside a tf.cond in replica context: Keras
-  puts the update under one for gradient_accumulation_steps and
-  ema_overwrite_frequency. Every other option keeps its one-device meaning:
-  `StepContext.minimize` sums the gradient over replicas before the optimizer
-  clips it.
-  """
+  """Refuses, before anything is traced, the Keras optimizer options that fail in
+  the compiled step under a strategy of `kind` (a `ctl.distribute.placement.Kind`):
+  updates under a tf.cond (gradient_accumulation_steps, ema_overwrite_frequency),
+  which merge-call strategies cannot run, and Keras' own per-replica updates."""
   if not kind.merge_call_updates:
     return
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's

@@ -3,19 +3,14 @@
     compiled_step = TrainStep(step_fn, state, feed, placement)
     results = compiled_step.run(10)   # {"loss": array of 10 values, ...}
 
-1. `replica_step(batch, step)`: the user's `step_fn(ctx, batch)` on one replica,
-   given a `StepContext`; checks what it returns and records how each result
-   is reduced over replicas.
-2. `step_across_replicas()`: one step on every replica: the next batch,
-   `strategy.run`, the reduction of the results, the step counter.
-3. The in-graph loop: `num_steps` steps in one `tf.function` call, `num_steps`
-   a tensor so that another count does not retrace; each result is stacked
-   per step; a call of one step calls layer 2 directly. Under parameter
-   servers each scheduled call is such a loop, on one worker; eagerly the
-   steps run as plain Python.
-
-`run_on_replica` is layer 1 for any step function; `Runner.evaluate` runs
-evaluation steps through it too.
+1. `run_on_replica`: a step function on one replica, given a `StepContext`;
+   checks what it returns and records how each result is reduced over replicas
+   (evaluation steps run through it too).
+2. `step_across_replicas()`: the next batch, `strategy.run`, the reduction of
+   the results, the step counter.
+3. The in-graph loop: `num_steps` steps in one `tf.function` call, `num_steps` a
+   tensor so that another count does not retrace (under parameter servers, one
+   scheduled call on a worker; eagerly, plain Python).
 """
 
 from __future__ import annotations
@@ -52,17 +47,12 @@ if TYPE_CHECKING:
 Results: TypeAlias = dict[str, np.ndarray]
 """What training returns: each result key's values, one per step (numpy)."""
 
-def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State,
-                   replicas: int,
-                   global_batch_size: int | None,
-                   reductions: dict[str, tf.distribute.ReduceOp],
+def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State, replicas: int,
+                   global_batch_size: int | None, reductions: dict[str, tf.distribute.ReduceOp],
                    compile_update: Callable[[Callable], Callable] | None = None,
                    expected_keys: Sequence[str] | None = None,
                    float_dtype: tf.DType = tf.float32) -> dict[str, tf.Tensor]:
   """Runs `step_fn(ctx, batch)` on this replica; returns its results as `float_dtype`.
-
-  Records in `reductions` (result key -> "SUM" or "MEAN") how each result is
-  reduced over replicas (see `ctl.step.reduction`).
 
   Args:
     step_fn: the user's `(ctx, batch) -> dict of scalars`.
@@ -72,7 +62,8 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
     replicas: the replicas in sync.
     global_batch_size: examples over all replicas; None takes this replica's
       batch size (one replica, dynamic batch).
-    reductions: dict to fill in.
+    reductions: dict to fill in: how each result is reduced over replicas
+      (`ctl.step.reduction`).
     compile_update: passed to the `StepContext` (jit_compile per update).
     expected_keys: the result keys of an earlier trace, which must not change.
     float_dtype: the run's float type (float64 in a float64 run, else
@@ -91,16 +82,11 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
     with tf.variable_creator_scope(_refuse_new_variable), _keras_floatx(float_dtype):
       results = step_fn(ctx, batch)
     if not tf.executing_eagerly():
-      sources.warn_of_layout_dependent_draws(
-          _static_rows(batch), constants.STEP_DRAWS_FIX)
+      rows = tf.nest.flatten(batch)[0].shape  # the replica's batch size, if static
+      sources.warn_of_layout_dependent_draws(rows[0] if rows.rank else None,
+                                             constants.STEP_DRAWS_FIX)
     return reduction.step_results(shares, results, reductions, num_replicas=replicas,
                                   expected_keys=expected_keys, float_dtype=float_dtype)
-
-
-def _static_rows(batch):
-  """The replica's batch size if its first tensor's shape says it, else None."""
-  rows = tf.nest.flatten(batch)[0].shape
-  return rows[0] if rows.rank else None
 
 
 @contextlib.contextmanager
@@ -121,13 +107,8 @@ def _keras_floatx(float_dtype):
 
 
 def _refuse_new_variable(next_creator, **kwargs):
-  """A variable made in the step: refused at its first call, eager or compiled.
-
-  Eagerly each call would make a new one (trained once, never saved); a
-  compiled step may make variables only when first traced, and under
-  `mirrored` not at all (TF: "UnliftableError ... depends transitively on
-  placeholder"). Every variable belongs in `build`, in the strategy's scope.
-  """
+  """A variable made in the step: refused at its first call, eager or compiled
+  (eagerly each call would make a new one; compiled, TF refuses under `mirrored`)."""
   del next_creator
   name, shape = _keras_variable_made() or (kwargs.get("name"), kwargs.get("shape"))
   initial = kwargs.get("initial_value")
@@ -182,8 +163,6 @@ class TrainStep:
     self.state = state
     self.feed = feed
     self.placement = placement
-    self._strategy = placement.strategy
-    self._replicas = placement.replicas
     self._coordinator = coordinator
     self._eager = eager
     # result key -> ReduceOp, filled in when the step is traced
@@ -191,14 +170,13 @@ class TrainStep:
     self.result_keys: list[str] | None = None
     self._ran = False  # whether a call has succeeded
     self._compile_update = None
-    on_replica = self.replica_step
+    self._on_replica = self.replica_step
     if jit_compile and placement.kind.merge_call_gradients:
       # The gradient's sum over replicas is a merge call, which XLA cannot
       # compile: each update is compiled on its own.
       self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
     elif jit_compile and not placement.kind.xla_always:
-      on_replica = tf.function(self.replica_step, jit_compile=True, autograph=False)
-    self._on_replica = on_replica
+      self._on_replica = tf.function(self.replica_step, jit_compile=True, autograph=False)
     # One step on every replica, traced once: the in-graph loop calls it, and
     # so does a call of one step, directly (no loop to build or optimize).
     self._step = None if eager else tf.function(self.step_across_replicas, autograph=False)
@@ -226,7 +204,7 @@ class TrainStep:
   def replica_step(self, batch: Any, step: tf.Tensor) -> dict[str, tf.Tensor]:
     """Layer 1: the user's step on this replica (in replica context)."""
     return run_on_replica(
-        self._step_fn, batch, step, state=self.state, replicas=self._replicas,
+        self._step_fn, batch, step, state=self.state, replicas=self.placement.replicas,
         global_batch_size=self.feed.global_batch_size,
         reductions=self.reductions, compile_update=self._compile_update,
         expected_keys=self.result_keys, float_dtype=self._float_dtype)
@@ -240,8 +218,9 @@ class TrainStep:
     batch = self.feed.next(iterator)
     if step is None:
       step = self.state.global_step.read_value()
-    results = self._strategy.run(self._on_replica, args=(batch, step))
-    reduced = reduction.across_replicas(self._strategy, self.reductions, results)
+    strategy = self.placement.strategy
+    results = strategy.run(self._on_replica, args=(batch, step))
+    reduced = reduction.across_replicas(strategy, self.reductions, results)
     # Count the step only once it got its data and ran: in a graph the
     # increment has no data dependence on either.
     done = tf.nest.flatten(batch, expand_composites=True)
@@ -253,14 +232,11 @@ class TrainStep:
     """Layer 3: `num_steps` (>= 1) steps in one call, each result stacked per step.
 
     The first step runs before the loop: its results' keys make the arrays the
-    loop writes into. Both call the step's one trace. The steps' numbers are
-    a loop variable counted from the global step, read once: a step that read
-    the counter would wait for the one before to count itself (tiny GAN, loop
-    of 10: about 5% slower; from the loop index, about 2%). Under parameter
-    servers (`iterator` given) calls on other workers move the counter: each
-    step reads it.
+    loop writes into. The steps' numbers are a loop variable counted from the
+    global step, read once, so that no step waits for the one before to count
+    itself; under parameter servers (`iterator` given) calls on other workers
+    move the counter, so each step reads it.
     """
-    # The step's number is a loop variable; None: each step reads the counter.
     step = None if iterator is not None else self.state.global_step.read_value()
     first = self._step(step, iterator)
     arrays = {k: tf.TensorArray(v.dtype, size=num_steps).write(0, v)
@@ -323,10 +299,9 @@ class TrainStep:
     return fetched(out) if fetch else out
 
   def _count(self, num_steps):
-    count = self._counts.get(num_steps)
-    if count is None:
-      count = self._counts[num_steps] = tf.constant(num_steps, tf.int32)
-    return count
+    if num_steps not in self._counts:
+      self._counts[num_steps] = tf.constant(num_steps, tf.int32)
+    return self._counts[num_steps]
 
   def _schedule(self, num_steps):
     """Parameter servers: `num_steps` steps in calls of up to `steps_per_loop`
@@ -350,11 +325,9 @@ class TrainStep:
 class OneTrace:
   """Calls a `tf.function` of ctl's through the one trace its first call makes.
 
-  A `tf.function` call first matches its arguments against its traces, which
-  costs about 0.15 ms here (12% of a tiny GAN's step), and TF counts traces by
-  the code traced, across `tf.function` objects: every new runner's first
-  call, or a new dataset's evaluation, after the fifth would warn of
-  retracing. Give every argument, defaults too: a trace's signature has none.
+  Skips matching the arguments against the traces at every call, and TF's
+  retracing warning, which counts traces across `tf.function` objects (every new
+  runner's first call). Give every argument, defaults too: a trace has none.
   """
 
   def __init__(self, function: Any):

@@ -86,10 +86,9 @@ def normal_by_index(seed: int, indices: tf.Tensor, shape: int | Sequence[int]) -
   """Standard normals `[len(indices), *shape]` in which row i is a function of
   `(seed, indices[i])` alone: sample i's noise, whatever the batch it is in.
 
-  What makes an evaluation's samples independent of the replica count and the
-  batch size (`Evaluator.over_samples`): Philox keyed by `seed`, counting from
-  the sample's index. `indices` must be consecutive (`first, first + 1, ...`),
-  as `over_samples` gives them; float32, TF's normal kernel (not for XLA).
+  What makes `Evaluator.over_samples` independent of the replica count and the
+  batch size. `indices` must be consecutive (`first, first + 1, ...`), as
+  `over_samples` gives them; float32, TF's normal kernel (not for XLA).
   """
   shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
   numbers = math.prod(shape)
@@ -131,23 +130,13 @@ def _as_unit_double(high, low):
   return tf.bitcast(tf.bitwise.bitwise_or(mantissa, one), tf.float64) - 1.0
 
 
-def _box_muller_double(bits):
-  """TF's float64 normal kernel written out in ops, for XLA: `bits` [pairs, 4]
-  gives 2 x pairs normals, each pair from 4 Philox numbers, in the kernel's order."""
-  radius = tf.sqrt(-2.0 * tf.math.log(tf.maximum(_as_unit_double(bits[:, 0], bits[:, 1]),
-                                                 1e-7)))
-  angle = (2 * math.pi) * _as_unit_double(bits[:, 2], bits[:, 3])
-  return tf.reshape(tf.stack([tf.sin(angle) * radius, tf.cos(angle) * radius], -1), [-1])
-
-
-def _box_muller(bits):
-  """TF's normal kernel (Box-Muller on pairs of Philox numbers) written out
-  in ops, for XLA, whose own stateless normal turns the same bits into other
-  numbers: `bits` [pairs, 2] gives 2 x pairs normals, in the kernel's order,
-  within a few float32 ulps of it (the sine, cosine and logarithm differ)."""
-  radius = tf.sqrt(-2.0 * tf.math.log(tf.maximum(_as_unit_float(bits[:, 0]), 1e-7)))
-  # 2 pi times the uniform in double, then float, as the C++ does.
-  angle = tf.cast(tf.cast(_as_unit_float(bits[:, 1]), tf.float64) * (2 * math.pi), tf.float32)
+def _box_muller(u1, u2):
+  """TF's normal kernel (Box-Muller on pairs of uniforms) written out in ops, for
+  XLA, whose own stateless normal turns the same bits into other numbers: 2 x pairs
+  normals in the kernel's order (float32 within a few ulps: sine, cosine and log differ)."""
+  radius = tf.sqrt(-2.0 * tf.math.log(tf.maximum(u1, 1e-7)))
+  # 2 pi times the uniform in double, then in its own type, as the C++ does.
+  angle = tf.cast(tf.cast(u2, tf.float64) * (2 * math.pi), u2.dtype)
   return tf.reshape(tf.stack([tf.sin(angle) * radius, tf.cos(angle) * radius], -1), [-1])
 
 
@@ -189,8 +178,7 @@ class StepContext:
     self._key = (_philox_key(seed) if key is None
                  else tf.bitcast(tf.convert_to_tensor(key), tf.uint64))
     self._draws = 0
-    # (slice, slices) of a micro-batch being run, else None: its rows are the
-    # replica's rows slice, slice + slices, ... (see `_accumulate`)
+    # The rows of a micro-batch being run (a slice i::k), else None (`_accumulate`).
     self._rows = None
     self._compile_update = compile_update
     self._float_dtype = float_dtype  # float64 in a float64 run
@@ -251,30 +239,23 @@ class StepContext:
                batch: Any = None, micro_batches: int = 1) -> tf.Tensor:
     """Applies one update of `optimizer` that lowers `loss`.
 
-    Two forms, as Keras 2's `Optimizer.minimize` had:
+    `loss` is a tensor computed under `tape` (one forward pass can feed several
+    updates: pass the same persistent tape), or a function returning the loss, of
+    no arguments or of the batch when `batch=` is given. Only the function form
+    compiles with `jit_compile=True` under `mirrored` and `multi_worker`, where XLA
+    cannot hold the cross-replica gradient sum: the loss and its gradient are
+    then compiled and applied outside XLA.
 
-    * `loss` a tensor computed under `tape` (one forward pass can feed several
-      updates: pass the same persistent tape);
-    * `loss` a function returning the loss: of no arguments, or of the batch
-      when `batch=` is given. This form also compiles with `jit_compile=True`
-      under `mirrored` and `multi_worker`, where XLA cannot hold the
-      cross-replica gradient sum: the runner then compiles the loss and its
-      gradient and applies them outside XLA.
+    With `batch=` and `micro_batches=k` the loss function runs on `k` slices of
+    this replica's batch in turn, and the update applies the sum of their
+    gradients: the whole batch's update at a k-th of the activation memory.
+    `ctx.normal` and `ctx.uniform` inside give each slice its rows of the whole
+    batch's draws, so the result equals one pass up to rounding (BatchNormalization
+    sees each slice alone).
 
-    Gradient accumulation: with `batch=` and `micro_batches=k`, the loss
-    function runs on `k` slices of this replica's batch in turn, one forward
-    and backward pass each, and the update applies the sum of their gradients
-    (each slice's loss is its share of the global-batch mean): the update of the
-    whole batch at a k-th of the activation memory. `ctx.normal` and
-    `ctx.uniform` inside give each slice its rows of the whole batch's draws,
-    so the result equals the single pass up to float rounding (layers that
-    compute batch statistics, such as BatchNormalization, see each slice alone).
-
-    The gradient is summed over replicas before the optimizer sees it, so its
-    options mean what they mean on one device: clipnorm, global_clipnorm and
-    clipvalue clip the gradient of the global batch, and a
-    `LossScaleOptimizer` (mixed_float16, scaled here) skips a step for an inf
-    on any replica.
+    The gradient is summed over replicas before the optimizer sees it, so
+    clipnorm, global_clipnorm and clipvalue clip the global batch's gradient, and
+    a `LossScaleOptimizer` (mixed_float16) skips a step for an inf on any replica.
 
     Args:
       loss: scalar tensor from `ctx.average` (with `tape`), or a function returning one.
@@ -398,9 +379,7 @@ class StepContext:
 
   def _normal(self, shape):
     """The next draw's standard normals: TF's normal kernel on Philox bits, one
-    op; under XLA the same computation in ops (`_box_muller`). A draw comes
-    before the model that uses it, so in a step of half a millisecond every
-    op it waits for shows."""
+    op; under XLA the same computation in ops (`_box_muller`)."""
     counter = self._counter()
     # float64 in a float64 run: float32 draws would differ by float32 rounding
     # between the kernel and XLA's ops, which a float64 replay must not carry.
@@ -409,11 +388,13 @@ class StepContext:
       return tf.raw_ops.StatelessRandomNormalV2(
           shape=shape, key=self._key, counter=counter, alg=_PHILOX, dtype=dtype)
     size = tf.reduce_prod(shape)
-    if dtype == tf.float64:
-      pairs = self._bits(tf.stack([(size + 1) // 2, 4]), counter=counter)
-      return tf.reshape(_box_muller_double(pairs)[:size], shape)
-    pairs = self._bits(tf.stack([(size + 1) // 2, 2]), counter=counter)
-    return tf.reshape(_box_muller(pairs)[:size], shape)
+    if dtype == tf.float64:  # 4 Philox numbers a pair of normals
+      bits = self._bits(tf.stack([(size + 1) // 2, 4]), counter=counter)
+      u1, u2 = _as_unit_double(bits[:, 0], bits[:, 1]), _as_unit_double(bits[:, 2], bits[:, 3])
+    else:
+      bits = self._bits(tf.stack([(size + 1) // 2, 2]), counter=counter)
+      u1, u2 = _as_unit_float(bits[:, 0]), _as_unit_float(bits[:, 1])
+    return tf.reshape(_box_muller(u1, u2)[:size], shape)
 
   def _draw(self, sampler, shape, name):
     # Every replica draws the whole global batch from the same seed and keeps
@@ -425,7 +406,7 @@ class StepContext:
     start = tf.cast(self.replica_id, tf.int32) * self._replica_rows
     rows = tf.slice(full, [start] + [0] * len(shape), [self._replica_rows] + shape)
     if self._rows is not None:  # a slice of micro_batches: its rows only
-      rows = _micro_batch(rows, *self._rows)
+      rows = rows[self._rows]
     self._shares.watch_source(rows)
     return rows
 
@@ -505,13 +486,9 @@ class StepContext:
   def _accumulate(self, one_pass, batch, micro_batches, name):
     """`one_pass` on each slice of `batch` in turn; the summed loss and gradients.
 
-    Slice i of k holds the replica's rows i, i + k, i + 2k, ...: as the replica's
-    rows start at a multiple of k, these are the global rows whose index is i
-    modulo k, on one device as on any number of replicas. So a layer whose output
-    depends on the batch it sees (a synchronized BatchNormalization, which
-    averages over the replicas' slices) sees the same examples in slice i under
-    any strategy. Contiguous slices would not: on one device slice 0 is the
-    first rows of the global batch, on two replicas the first rows of each half.
+    Slice i of k holds the replica's rows i, i + k, ...: the global rows whose
+    index is i modulo k under any strategy (contiguous slices would differ), so a
+    synchronized BatchNormalization sees the same examples in slice i everywhere.
     """
     size = self.per_replica_batch_size
     if not isinstance(size, int) or size % micro_batches:
@@ -527,10 +504,9 @@ class StepContext:
       # Each slice waits for the gradients of the one before, so that only one
       # slice's activations are alive at a time.
       with tf.control_dependencies(after):
-        piece = tf.nest.map_structure(
-            lambda t, i=i: _micro_batch(t, i, micro_batches), batch)
+        piece = tf.nest.map_structure(lambda t, i=i: t[i::micro_batches], batch)
       self._draws = first_draw  # every slice draws from the same seeds ...
-      self._rows = (i, micro_batches)  # ... and keeps its own rows
+      self._rows = slice(i, None, micro_batches)  # ... and keeps its own rows
       self.per_replica_batch_size = slice_size
       try:
         value, grads = one_pass((piece,))
@@ -569,14 +545,11 @@ _warned_shapes = set()  # (name, shape) already warned of, once per process
 
 
 def _warn_of_a_batch_dimension(shape, name, global_batch):
-  """Warns (once) when a draw's shape starts with the batch size, as one writes
-  for `tf.random.normal`: the draw gains a dimension, which a model's Dense
-  layers may take without complaint. A Python warning, not a log line: it is
-  about the caller's code, and shows in a script or notebook that set up no
-  logging. Not warned of: a leading 1 (a broadcast shape, such as WGAN-GP's
-  `[1, 1, 1]`, at batch 1), a square map (per-pixel noise `[32, 32, 1]` at
-  batch 32), and the per-replica batch size (matching it too warned of
-  per-example `[8, 512]` style vectors at batch 16 on 2 replicas)."""
+  """Warns (once) when a draw's shape starts with the global batch size, as for
+  `tf.random.normal`: the draw gains a dimension that Dense layers may take
+  silently. Not warned of: batch 1 (WGAN-GP's `[1, 1, 1]`), a square map (noise
+  `[32, 32, 1]` at batch 32), or the per-replica batch size (`[8, 512]` vectors
+  at batch 16 on 2 replicas would be false alarms)."""
   square_map = len(shape) >= 3 and shape[0] == shape[1]
   if (len(shape) < 2 or not isinstance(global_batch, int) or shape[0] != global_batch
       or global_batch == 1 or square_map
@@ -603,11 +576,6 @@ def _callers_level() -> int:
       or "__autograph_generated_file" in frame.f_code.co_filename):
     frame, level = frame.f_back, level + 1
   return level
-
-
-def _micro_batch(rows, i, micro_batches):
-  """Slice `i` of `micro_batches` of a replica's `rows`: rows i, i + k, i + 2k, ..."""
-  return rows[i::micro_batches]
 
 
 StepFn: TypeAlias = Callable[[StepContext, Any], dict[str, tf.Tensor]]
@@ -676,14 +644,10 @@ def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
   """`fn` as autograph converts what a `tf.function` calls (Python control
   flow on tensors), in a graph.
 
-  ctl's own code is written for graphs and is not converted: tracing a step
-  converted every ctl function it called, about 2 s of a first call. So only
-  the user's functions are: the step (`ctl.parts.steps`) and a loss function given
-  to `minimize`. They are called from a converted one-line function, so
-  autograph's own rules apply to them as under a `tf.function`: any callable
-  (a `functools.partial`, an object with `__call__`, a bound method, a lambda,
-  a function already converted), and one it cannot convert runs as written,
-  with its warning.
+  Only the user's functions are converted (the step, a loss given to `minimize`):
+  ctl's own code is written for graphs, and converting it slows the first trace.
+  Called from a converted one-line function, `fn` may be any callable autograph
+  takes; one it cannot convert runs as written, with its warning.
   """
   if tf.executing_eagerly():
     return fn

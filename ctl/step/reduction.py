@@ -55,18 +55,13 @@ class Shares:
   def op(self, value: Any, name: str) -> tf.distribute.ReduceOp:
     """How the runner reduces result `name` over replicas: SUM or MEAN.
 
-    SUM for a share of a global-batch mean: a value from `ctx.average`,
-    `ctx.average_regularization` or `ctx.minimize` (each `mark`s it), or a
-    sum of such values, or one times a constant. MEAN for a value that does not depend on a share (a
-    per-replica mean). A compiled step is told apart by following the graph
-    back; an eager one by gradients, to the same verdict: a value made of
-    shares by sums and constant factors equals the sum of share x gradient
-    with respect to each share, and each of those gradients (the factor)
-    depends on nothing that differs between replicas (the batch, the
-    variables, the noise drawn). The eager check has two blind spots:
-    `tf.stop_gradient` hides a share (return the value before it), and a
-    factor computed from the batch or the variables by an op without a
-    gradient (an argmax, a comparison) counts as a constant.
+    SUM for a share of a global-batch mean (see the module's synopsis), MEAN for
+    a value that does not depend on one. A compiled step is told apart by
+    following the graph back; an eager one by gradients: a value made of shares
+    by sums and constant factors equals the sum of share x gradient, and no
+    gradient (factor) depends on what differs between replicas (the batch, the
+    variables, the noise). Eager blind spots: `tf.stop_gradient` hides a share,
+    and a factor from an op without a gradient (an argmax) counts as a constant.
 
     Raises:
       ValueError: `value` is computed from shares in another way (e.g. a
@@ -132,10 +127,8 @@ class Shares:
       return _graph_kind(value, self._global_values)
     if self._tape is None or not value.dtype.is_floating:
       return LOCAL, None
-    if _tf_internal.tape_is_recording(self._tape):
-      with self._tape.stop_recording():
-        grads = self._tape.gradient(value, self._shares)
-    else:
+    with (self._tape.stop_recording() if _tf_internal.tape_is_recording(self._tape)
+          else contextlib.nullcontext()):
       grads = self._tape.gradient(value, self._shares)
     if all(g is None for g in grads):
       return LOCAL, None
@@ -239,15 +232,12 @@ def _is_eager(value):
 
 def _graph_kind(value, shares):
   """Walks the graph up from `value` (each tensor once) to classify it."""
-  kinds, where = {}, [None]
-  stack = [value]
+  kinds, where, stack = {}, None, [value]
   while stack:
     tensor = stack[-1]
-    if tensor.ref() in kinds:
-      stack.pop()
-      continue
     if tensor.ref() in shares:
       kinds[tensor.ref()] = GLOBAL
+    if tensor.ref() in kinds:
       stack.pop()
       continue
     inputs = [t for t in tensor.op.inputs if t.graph is tensor.graph]
@@ -256,11 +246,10 @@ def _graph_kind(value, shares):
       stack.extend(pending)
       continue
     stack.pop()
-    kind = _combine(tensor.op.type, [kinds[t.ref()] for t in inputs])
-    kinds[tensor.ref()] = kind
-    if kind == MIXED and where[0] is None:
-      where[0] = f"a {tensor.op.type} op"
-  return kinds[value.ref()], where[0]
+    kinds[tensor.ref()] = kind = _combine(tensor.op.type, [kinds[t.ref()] for t in inputs])
+    if kind == MIXED and where is None:
+      where = f"a {tensor.op.type} op"
+  return kinds[value.ref()], where
 
 
 def _combine(op_type, kinds):

@@ -113,7 +113,7 @@ def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
       findings += [error] + [Finding(n, False, "not run: the step did not trace.")
                              for n in (XLA, RETRACING, DATA_DEPENDENT, DRAWS)]
     else:
-      graphs = list(_graphs(step.concrete.graph))
+      graphs = [step.concrete.graph] + _tf_internal.function_graphs(step.concrete.graph)
       findings.append(_host_python(graphs, step.printed))
       findings.append(_data_dependent_shapes(graphs))
       findings.append(_draws(step.concrete.graph, batches[0]))
@@ -224,17 +224,6 @@ def _trace_failure(error):
   return Finding(HOST_PYTHON, False, f"the step failed to trace: {type(error).__name__}: "
                  f"{text} Python that needs a tensor's value (float(x), if x:, "
                  ".numpy()) cannot run in a compiled step; use TF ops.")
-
-
-def _graphs(graph, seen=None):
-  """`graph` and the graphs of the functions it calls (cond branches, loop bodies)."""
-  seen = set() if seen is None else seen
-  if id(graph) in seen:
-    return
-  seen.add(id(graph))
-  yield graph
-  for inner in _tf_internal.called_graphs(graph):
-    yield from _graphs(inner, seen)
 
 
 def _host_python(graphs, printed):

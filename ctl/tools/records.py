@@ -13,12 +13,10 @@ elements, each input pipeline reading only its own files.
 
     ctl records --dataset mnist --out data/mnist --shards 8   # or tfds:NAME, folder:PATH
 
-Example `i` goes to shard `i % num_shards`, so reading the shards round-robin
-(what `read_records` does when it does not shuffle) gives the original order.
-Each tensor is stored with `tf.io.serialize_tensor` in a `tf.train.Example`
-feature named by its path in the element (`0`, `1` for a tuple; the key for a
-dict; `value` for a lone tensor). Paths may be local or any filesystem
-TensorFlow reads (`gs://` for TPUs).
+Example `i` goes to shard `i % num_shards`, each tensor serialized in a
+`tf.train.Example` feature named by its path in the element (`0`, `1` for a
+tuple; the key for a dict; `value` for a lone tensor). Paths may be on any
+filesystem TensorFlow reads (`gs://` for TPUs).
 """
 
 import json
@@ -34,11 +32,10 @@ _SHARD_NAME = "records-{index:05d}-of-{count:05d}.tfrecord"
 _SPEC_VERSION = 1
 _LONE = "value"  # feature name of an element that is a single tensor
 
-# Where `ctl records --dataset NAME` finds NAME: functions that packages
-# register under this entry-point group (e.g. mnist, tfds:NAME and folder:PATH,
-# from the GAN kit). Each is `source(name, split, *, data_dir, channels, with_labels,
-# image_size)` -> an unbatched tf.data.Dataset, or None for a name it does not
-# know, and has a `usage` string naming what it knows.
+# Where `ctl records --dataset NAME` finds NAME: functions packages register under
+# this entry-point group, each `source(name, split, *, data_dir, channels,
+# with_labels, image_size)` -> an unbatched tf.data.Dataset, or None for a name it
+# does not know, with a `usage` string naming what it knows.
 SOURCES_GROUP = "ctl.record_sources"
 
 
@@ -115,9 +112,8 @@ def read_records(directory_or_pattern: str, global_batch_size: int | None = None
                  repeat: bool = False) -> tf.data.Dataset:
   """Reads what `write_records` wrote: the same elements, structure and dtypes.
 
-  Files are listed in shard order and read `num_shards` at a time, one
-  example from each in turn, with parallel reads that keep that order: so an
-  unshuffled read gives the examples in the order they were written.
+  The shards are read round-robin, so an unshuffled read gives the examples in
+  the order they were written.
 
   Args:
     directory_or_pattern: the directory `write_records` wrote, or a glob of
