@@ -65,13 +65,10 @@ class Experiment(Protocol):
             dry_run: bool = False, resume_from: int | None = None) -> Runner:
     """Trains, resuming from the newest checkpoint in the work directory; the runner.
 
-    Each option is passed only when its flag is given (an experiment without
-    it still trains, and the flag is refused naming it):
-    `ctl train --profile START:STEPS` passes `profile=(start, steps)`: add
-    `ctl.Profile(start, steps)` to the fit's actions; `--logger NAME` passes
-    `loggers=[...]` and `--dry-run` passes `dry_run=True`: pass them to
-    `runner.fit`; `--resume-from STEP` passes `resume_from=STEP`: pass it to
-    the fit's `ctl.Checkpoint`.
+    Each option comes only with its flag (without the option, the flag is refused):
+    `--profile START:STEPS` as `profile=(start, steps)`, for a `ctl.Profile` action;
+    `--logger NAME` as `loggers=[...]` and `--dry-run` as `dry_run=True`, for
+    `runner.fit`; `--resume-from STEP` as `resume_from=STEP`, for its `ctl.Checkpoint`.
     """
 
   def evaluate(self, workdir: str,
@@ -330,9 +327,7 @@ def _key(scope, selector, parameter):
 
 
 def _binding_source(scope, selector, parameter, value, files, bindings):
-  """(where: 'binding `text` (--gin)' or 'file, line N: `text`', the value as
-  written) of the last binding of `parameter` of `selector` under `scope` (the
-  one gin keeps); if no line is found, the key and the value's repr."""
+  """(where, the value as written) of the binding of `parameter` gin keeps (the last)."""
   found = None
   for where, number, line in _lines(files, bindings):
     match = re.match(r"\s*(?:([\w./]*)/)?([\w.]+)\.(\w+)\s*=", line.split("#")[0])
@@ -385,9 +380,8 @@ def _includes(path):
 
 
 def _check_include_loops(files):
-  """Raises ConfigError naming the include that closes a loop (a file that
-  includes itself, or a.gin -> b.gin -> a.gin): gin would follow it until
-  Python's recursion limit, a RecursionError thousands of lines long."""
+  """Raises ConfigError naming the include that closes a loop (a.gin -> b.gin -> a.gin),
+  which gin would follow to Python's recursion limit."""
   done = set()  # files whose includes lead to no loop
 
   def visit(path, chain):
@@ -411,13 +405,8 @@ def _check_include_loops(files):
 
 
 def _include_tree(files):
-  """(every .gin file `files` include, directly or not, with the files
-  themselves; the directories to search for includes, in order).
-
-  Each include is resolved against the directory of the file that holds it,
-  then the current directory. Raises ConfigError if one relative path would
-  be found in another file's directory first.
-  """
+  """(`files` and every file they include; the directories to search for includes).
+  Raises ConfigError if a relative include would be found beside another file first."""
   tree, directories, includes = [], [], []
 
   def visit(path):
@@ -446,6 +435,10 @@ def _include_tree(files):
   return tree, directories
 
 
+_BINDING_FORM = ("A binding reads `configurable.parameter = value`, the value a Python "
+                 "literal, an @reference or a %macro.")
+
+
 def _describe_unclosed(error, files, bindings):
   """Where a bracket or string that never closes opens, from Python's tokenizer."""
   for where, text in [(f, open(f, encoding="utf-8").read()) for f in files] + [
@@ -459,9 +452,7 @@ def _describe_unclosed(error, files, bindings):
               "string opened there never closes.")
     return (f"{_where(where, line, content.rstrip())} (column {column + 1}): gin cannot "
             "parse this line: the bracket opened here never closes (a `)`, `]` or "
-            "`}` missing, or a string left open). A binding reads "
-            "`configurable.parameter = value`, the value a Python literal, an "
-            "@reference or a %macro.")
+            f"`}}` missing, or a string left open). {_BINDING_FORM}")
   return f"gin syntax error: {error.args[0]}"
 
 
@@ -587,7 +578,5 @@ def _describe_syntax_error(error):
     message += (f" The bracket opened on line {line} (`{text.strip()}`) is not closed "
                 "before this line.")
   return (f"{_where(location.filename, location.line_num, location.line_content)}"
-          f"{column}: gin cannot parse this line: {message} A binding reads "
-          "`configurable.parameter = value`, the value a Python literal, an "
-          "@reference or a %macro.")
+          f"{column}: gin cannot parse this line: {message} {_BINDING_FORM}")
 

@@ -135,10 +135,8 @@ class Table:
     return "\n".join(lines) + "\n"
 
   def write_csv(self, path: str) -> None:
-    """The rows as CSV: metric, each binding's value, the combination's name,
-    final_mean, final_std, best_mean, best_std, best_mode, n (the seeds with
-    a value), finished (the seeds that finished), seeds (asked); an empty
-    cell where there is no number."""
+    """The rows as CSV, n being the seeds with a value, finished those that finished,
+    seeds those asked; an empty cell where there is no number."""
     with open(path, "w", newline="") as f:
       writer = csv.writer(f)
       writer.writerow(["metric", *self.bindings, "combination", "final_mean", "final_std",
@@ -266,9 +264,8 @@ def write_hparams(directory: str, axes: Sequence[sweep.Axis], table: Table) -> l
 
 
 def _hparam_values(axis):
-  """`{value's gin text: its hyperparameter value}`: the numbers, booleans or
-  strings gin parsed when all of the axis' values are of one of these kinds,
-  else the gin text of each (e.g. None, a reference, a tuple)."""
+  """`{value's gin text: its hyperparameter value}`: as gin parsed it if the axis' values
+  are all numbers, all booleans or all strings, else the gin text."""
   parsed = axis.parsed
   kinds = {bool if isinstance(v, bool) else float if isinstance(v, (int, float))
            else str if isinstance(v, str) else None for v in parsed}
