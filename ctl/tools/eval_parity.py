@@ -6,20 +6,8 @@ Each layout evaluates in a process of its own (a process fixes its devices
 and collectives once): `ctl eval` with `--strategy` and `--logical-cpus`, or
 under `ctl launch` for `multi_worker:N`. Every number the evaluation returns
 is compared with the first layout's; they agree when each differs by at most
-`TOLERANCE` relative (evaluation has no training to amplify rounding: what
-differs is the float32 rounding of per-replica batches of other sizes).
-
-The report has a line per metric and layout, the first layout the reference
-(here the tests' 4-step DCGAN):
-
-    metric               layout                           value  difference from default (relative)
-    step                 default                              4  reference
-    ...
-    classifier_fid       default               573.193573130935  reference
-    classifier_fid       mirrored:2            573.193573130934  1.4e-15
-    classifier_fid       multi_worker:2        573.193573130934  1.4e-15
-    ...
-    SAME: every value within 1e-06 (relative) of default's
+`TOLERANCE` relative. The report has a line per metric and layout, then the
+verdict (docs/evaluation.md shows one).
 """
 
 from __future__ import annotations
@@ -37,10 +25,9 @@ from typing import TextIO
 from ctl.distribute import launch
 from ctl.tools import parity
 
-# Largest relative difference called rounding. Measured: 0 for every metric of
-# a BiGAN after 300 steps under default, mirrored:2 and multi_worker:2, and at
-# most 1e-15 (FID, mirrored:4) for the tests' 4-step DCGAN: each sample's
-# features are computed alike whatever its batch, and moments sum in float64.
+# Largest relative difference called rounding: evaluation has no training to
+# amplify rounding, each sample's features are computed alike whatever its batch,
+# and moments sum in float64 (docs/evaluation.md has the measured differences).
 TOLERANCE = 1e-6
 _KINDS = ("default", "mirrored", "multi_worker")
 # The first worker's (or the chief's) line of `ctl launch`'s output: its JSON.
@@ -74,13 +61,12 @@ def name(layout: tuple[str, int]) -> str:
 def command(layout: tuple[str, int], eval_args: Sequence[str]) -> list[str]:
   """The command that evaluates under `layout`; `eval_args` follow `ctl eval`."""
   kind, count = layout
-  evaluate = [sys.executable, "-m", "ctl.cli", "eval", *eval_args]
-  if kind == "default":
-    return evaluate + ["--strategy", "default"]
+  evaluate = [sys.executable, "-m", "ctl.cli", "eval", *eval_args, "--strategy", kind]
   if kind == "mirrored":
-    return evaluate + ["--strategy", "mirrored", "--logical-cpus", str(count)]
-  return [sys.executable, "-m", "ctl.cli", "launch", "--workers", str(count), "--",
-          *evaluate, "--strategy", "multi_worker"]
+    return evaluate + ["--logical-cpus", str(count)]
+  if kind == "multi_worker":
+    return [sys.executable, "-m", "ctl.cli", "launch", "--workers", str(count), "--", *evaluate]
+  return evaluate
 
 
 def result_of(layout: tuple[str, int], stdout: str) -> dict[str, float]:
@@ -104,12 +90,10 @@ def compare(results: dict[str, dict[str, float]]) -> tuple[list[tuple[str, str, 
                                                           bool]:
   """Rows (metric, layout, value, relative difference to the first layout) and
   whether every difference is within `TOLERANCE` and every layout has every metric."""
-  names = list(results)
-  reference = results[names[0]]
   rows, agree = [], True
-  for metric, expected in reference.items():
-    for layout in names:
-      value = results[layout].get(metric)
+  for metric, expected in next(iter(results.values())).items():
+    for layout, values in results.items():
+      value = values.get(metric)
       if value is None or not isinstance(value, (int, float)):
         rows.append((metric, layout, math.nan, math.inf))
         agree = False

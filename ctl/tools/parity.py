@@ -7,57 +7,29 @@
 
     ctl parity my_gan.py --against compiled,mirrored:2,multi_worker:2 --steps 10
 
-"The same numbers" cannot mean bit for bit: a strategy sums a gradient over
-replicas in another order, oneDNN picks kernels by shape, XLA fuses. It means
-that what a configuration changes is float rounding, which two checks tell
-apart from a bug:
+"The same numbers" cannot mean bit for bit (a strategy sums over replicas in
+another order, XLA fuses): it means that what a configuration changes is float
+rounding, which two checks tell apart from a bug (docs/parity.md explains both):
 
-1. **float64 (decides where it can run).** The reference and each
-   configuration run again with every model, the data and the draws in float64
-   (`Runner(mixed_precision="float64")`). Rounding shrinks there by a factor of
-   half a billion, so a correct configuration agrees to about 1e-15 of the
-   weights' scale, while a bug keeps the size it had in float32, whatever
-   training amplified. Within rounding: every variable within
-   `FLOAT64_TOLERANCE` per step trained. A direction that the loss does not
-   fix (a bias followed by batch norm, which Adam moves by its learning rate
-   on any rounding at all) moves even in float64: a variable that the float64
-   floor (the float64 reference with its initial weights moved by one ulp)
-   already moves past that tolerance is judged as in float32.
-2. **float32 (the run as the user runs it; decides where float64 cannot).**
-   The rounding floor is measured: the reference again with every initial
-   weight moved by one unit in the last place (`perturb`), `FLOOR_SAMPLES`
-   times with other signs, its largest difference over those runs and over
-   the variables of each model (of each kind of optimizer slot; of all logged
-   values) taken as the floor. Within rounding: at most `FLOOR_FACTOR` times
-   the floor, or `ONE_STEP_TOLERANCE` per step trained.
+1. **float64 (decides where it can run).** Each run again with the models, the
+   data and the draws in float64 (`Runner(mixed_precision="float64")`, every
+   float the module names widened by `_tf_internal.promoted_to_float64`):
+   rounding shrinks by half a billion, a bug keeps its float32 size. Within
+   rounding: every variable within `FLOAT64_TOLERANCE` per step trained, but one
+   that the float64 floor (the reference with its initial weights moved by one
+   ulp) already moves past it is judged as in float32.
+2. **float32 (decides where float64 cannot).** The floor is the reference again
+   with every initial weight moved by one ulp (`perturb`), `FLOOR_SAMPLES` times:
+   its largest difference per `group`. Within rounding: at most `FLOOR_FACTOR`
+   times the floor, or `ONE_STEP_TOLERANCE` per step trained; past it by less
+   than `UNDECIDED_FACTOR`, "undecided", not DIFFERS.
 
-The float64 replay runs the module as written: every float it asks TF or Keras
-for is float64 there (`_tf_internal.promoted_to_float64`: a tf.cast or
-ctx.normal to float32, tf.zeros, a Python float's constant, a layer with
-dtype="float32"). float64 cannot decide where an op makes float32 whatever its
-input (tf.image.resize) or a float32 value comes from outside, and the replay
-fails or carries float32 rounding (`ctl.tools.parity_runs.analyze` names the line
-that made it), or when the run itself cannot run float64 (a TPU). The report
-says which, and why, once; float32 then decides, and a difference past its
-tolerance by less than `UNDECIDED_FACTOR` is "undecided", not DIFFERS.
-
-Everything training changes is compared: every model variable (batch-norm
-statistics too), every optimizer variable (moments, EMA copies, iteration
-counts, the loss scale), the step counter, and every logged value. A
-difference past rounding is a bug, and `diagnose` names the likely one from
-the evidence: a loss scaled by the replica count, draws that depend on the
-layout (tf.random.*, a stateless draw of the replica's rows: with their line;
-Keras Dropout, unsynchronised batch norm), a value computed over the replica's
-batch (with its line), or a step that is not deterministic on its own (an
-unseeded Python-side draw).
-
-The user's module provides `build()`, `train_step(ctx, batch)` and `data()` (a
-function returning a dataset of global batches), and may set
-`batches_per_step` and `seed`; or a .gin file describes an experiment, whose
-runner (its build method) runs with each configuration's options. Each
-configuration runs in its own process (`ctl parity` runs `python -m ctl.cli
-parity --run-one ...` for each, which calls `ctl.tools.parity_runs.run_one`), since
-TensorFlow fixes its devices and collectives once per process.
+Every model and optimizer variable, the step counter and every logged value is
+compared; past rounding, `diagnose` names the likely bug from the evidence.
+The user's module provides `build()`, `train_step(ctx, batch)` and `data()` (and
+may set `batches_per_step` and `seed`), or a .gin file describes an experiment.
+Each configuration runs in its own process (`ctl.tools.parity_runs.run_one`),
+since TensorFlow fixes its devices and collectives once per process.
 """
 
 from __future__ import annotations
@@ -92,17 +64,14 @@ ONE_STEP_TOLERANCE = 16 * FLOAT32_EPSILON
 # for a real difference, which starts at 1e-3 or more at the first step.
 FLOOR_FACTOR = 10.0
 # float32 floor runs: the floor is their largest difference (one run is a single
-# sample of a random quantity, which sometimes came out 10 times too small).
+# sample of a random quantity).
 FLOOR_SAMPLES = 3
 # float64, relative, per step trained: float64's rounding (1e-16) amplified a
-# million times stays under it; a bug's float32-sized difference (1e-7 and
-# more; every planted bug here is 1e-4 or more) is far past it.
+# million times stays under it; a bug's float32-sized difference is far past it.
 FLOAT64_TOLERANCE = 1e-9
-# float32 alone (float64 could not run): a difference past its tolerance by less
-# than this is "undecided", not DIFFERS. Training amplifies rounding unevenly
-# (a correct run reached 1.8 times its float32 tolerance), and a bug can be
-# small there (per-replica noise reached 3.3 times it on some seeds, 2.7e6
-# times in float64): neither side of the band is trusted alone.
+# float32 alone: a difference past its tolerance by less than this is
+# "undecided", not DIFFERS: training amplifies rounding unevenly, and a bug can
+# be small in float32, so neither side of the band is trusted alone.
 UNDECIDED_FACTOR = 10.0
 
 REFERENCE = "eager"  # the eager default strategy: the step as written
@@ -235,8 +204,7 @@ class Report:
 
   def decisive(self, config: str) -> list[Row]:
     """`config`'s rows in the precision that decides."""
-    precision = self.precision(config)
-    return [r for r in self.rows if r.config == config and r.precision == precision]
+    return self._rows(config)
 
   def within_rounding(self, config: str) -> bool:
     """Whether `config` ran, its reference was deterministic, and every one of its
@@ -279,7 +247,7 @@ class Report:
     """`config`'s row closest to (or furthest past) its tolerance."""
     return max(self._rows(config, precision), key=lambda r: r.margin)
 
-  def _rows(self, config, precision):
+  def _rows(self, config, precision=None):
     precision = precision or self.precision(config)
     return [r for r in self.rows if r.config == config and r.precision == precision]
 
@@ -354,9 +322,8 @@ def float32_tolerances(reference: Arrays,
   """key -> (floor, tolerance) in float32.
 
   The floor of a key is the largest relative difference of any key of its group
-  in any of the `floors` runs (the reference with perturbed initial weights):
-  a single run's floor of a single variable is one sample of a random quantity,
-  which for some variables came out near 5e-9 where a correct run differed by 5e-5.
+  in any of the `floors` runs (the reference with perturbed initial weights): a
+  single run's floor of a single variable is one sample of a random quantity.
   """
   steps = steps_trained(reference)
   by_group = {}
@@ -376,13 +343,9 @@ def float64_tolerances(reference: Arrays, floor: Arrays,
   perturbed weights) moves past it, which keeps its float32 tolerance (or 10
   times that floor, if larger)."""
   base = FLOAT64_TOLERANCE * steps_trained(reference)
-  tolerances = {}
-  for key, value in differences(reference, floor).items():
-    if value <= base:
-      tolerances[key] = (value, base)
-    else:  # rounding alone moves it: a direction the loss does not fix
-      tolerances[key] = (value, max(FLOOR_FACTOR * value, float32[key][1]))
-  return tolerances
+  # Past `base`, rounding alone moves it: a direction the loss does not fix.
+  return {key: (value, base if value <= base else max(FLOOR_FACTOR * value, float32[key][1]))
+          for key, value in differences(reference, floor).items()}
 
 
 def compare(config: str, reference: Arrays, run: Arrays,
@@ -444,9 +407,6 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
   analysis = about.get("analysis") or {}
   draws = analysis.get("draws", [])
   causes = []
-  losses = [k for k in reference if k.startswith("loss/")]
-  first = {k: (float(reference[k][0]), float(run[k][0])) for k in losses
-           if np.size(reference[k]) and np.isfinite(run[k][0])}
   if unsteady:
     causes.append(
         "the step is not deterministic on its own: a floor run, eager like the "
@@ -462,23 +422,20 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
         "tf.random op draws other numbers on each replica, eagerly and compiled, and a "
         "stateless draw of the replica's rows draws the same rows on every replica. "
         + constants.STEP_DRAWS_FIX)
-  names = about.get("paths", {})
-  for key in reference:
-    if (key.startswith("counter:") or "/iteration/" in key) and not np.array_equal(
-        reference[key], run[key]):
-      causes.append(
-          f"{names.get(key, key)} is {run[key]} here and {reference[key]} in the "
-          "reference: another number of steps or updates ran (a Python `if` on a "
-          "tensor's value runs one branch eagerly and becomes a tf.cond compiled; "
-          "a LossScaleOptimizer skips an update whose gradient is not finite).")
-      break
+  counted = [k for k in reference if (k.startswith("counter:") or "/iteration/" in k)
+             and not np.array_equal(reference[k], run[k])]
+  if counted:
+    key = counted[0]
+    causes.append(
+        f"{about.get('paths', {}).get(key, key)} is {run[key]} here and {reference[key]} "
+        "in the reference: another number of steps or updates ran (a Python `if` on a "
+        "tensor's value runs one branch eagerly and becomes a tf.cond compiled; "
+        "a LossScaleOptimizer skips an update whose gradient is not finite).")
   replicas = config.replicas if config.strategy != "default" else 1
-  first_differs = first_step_differs(reference, run)
   if replicas > 1:
-    causes += _replica_causes(replicas, first, first_differs, about, named=bool(draws))
+    causes += _replica_causes(replicas, reference, run, about, named=bool(draws))
   if not causes:
-    options = dict(config.options)
-    if options.get("jit_compile"):
+    if dict(config.options).get("jit_compile"):
       causes.append("only with XLA: an op XLA computes differently (look at "
                     "reductions over large tensors), or randomness in a Keras layer.")
     elif config.strategy == "default" and replicas == 1:
@@ -512,10 +469,12 @@ def not_deterministic(reference: Arrays, floors: Sequence[Arrays]) -> bool:
   return any(first_step_differs(reference, floor, relative=1e-4) for floor in floors)
 
 
-def _replica_causes(replicas, first, first_differs, about, named=False):
+def _replica_causes(replicas, reference, run, about, named=False):
   """The causes that only several replicas reveal (`named`: a cause with its line
   is already given, which the generic ones would only blur)."""
   causes = []
+  first = {k: (float(reference[k][0]), float(run[k][0])) for k in reference
+           if k.startswith("loss/") and np.size(reference[k]) and np.isfinite(run[k][0])}
   for key, (r, c) in first.items():
     if r != 0 and abs(c / r - replicas) < 1e-3 * replicas:
       causes.append(
@@ -546,7 +505,7 @@ def _replica_causes(replicas, first, first_differs, about, named=False):
         "batch axis, and each replica sees its own rows: compute it per example "
         "(e.g. a norm over axis=1 and the axes after it, not the whole tensor), or "
         "as a global-batch mean with ctx.average.")
-  if not first_differs:
+  if not first_step_differs(reference, run):
     return causes
   if not causes and not named:
     causes.append(
@@ -594,15 +553,13 @@ def format_report(report: Report, verbose: bool = False) -> str:
     decided = report.precision(config)
     for precision in sorted({r.precision for r in report.rows if r.config == config},
                             key=lambda p: p != decided):
-      largest = report.largest(config, precision)
+      largest, worst = report.largest(config, precision), report.worst(config, precision)
       shown = [(largest, "largest")]
-      worst = report.worst(config, precision)
       if worst.key != largest.key and (precision == decided or not worst.ok):
         shown.append((worst, "closest to its tolerance" if worst.ok else "furthest past"))
       for row, what in shown:
-        mark = "" if row.ok else ", past"
         lines.append(f"{label[0]:28} {label[1]:9} {precision:9} {row.difference:10.2e} "
-                     f"{row.tolerance:10.2e}  {row.key} ({what}{mark})")
+                     f"{row.tolerance:10.2e}  {row.key} ({what}{'' if row.ok else ', past'})")
         label = ["", ""]
   # A note that several configurations share (float64 could not run the step,
   # whatever the seed) is said once.
@@ -612,9 +569,8 @@ def format_report(report: Report, verbose: bool = False) -> str:
       sharing.setdefault(note, []).append(config)
   shared = {note: configs for note, configs in sharing.items() if len(configs) > 1}
   for note, configs in shared.items():
-    lines.append("")
-    lines.append(f"{'every configuration' if configs == report.configs else ', '.join(configs)}"
-                 f": {note}")
+    lines += ["", f"{'every configuration' if configs == report.configs else ', '.join(configs)}"
+                  f": {note}"]
   for config in report.configs:
     if config in report.errors:
       continue
@@ -648,14 +604,12 @@ def format_report(report: Report, verbose: bool = False) -> str:
       for precision in ("float64", "float32"):
         rows = sorted(report._rows(config, precision), key=lambda r: -r.margin)
         if rows:
-          lines.append("")
-          lines.append(f"{config}, {precision}, every variable (difference, tolerance, "
-                       "floor):")
+          lines += ["", f"{config}, {precision}, every variable (difference, tolerance, floor):"]
           for r in rows:
             lines.append(f"  {r.difference:10.2e} {r.tolerance:10.2e} {r.floor:10.2e}  "
                          f"{r.key}{'' if r.ok else '  past'}")
-  lines.append("")
   lines += [
+      "",
       "difference: max |x - reference| / the scale of its group (its model's largest "
       "weight; the largest optimizer variable of its kind; a logged value's largest value).",
       "float64 (decides where it can run): the runs replayed in float64; tolerance "
@@ -986,23 +940,19 @@ def _start(process, out, options):
     one += ["--seeds", ",".join(str(s) for s in options["seeds"])]
   if not options["float64"]:
     one.append("--no-float64")
-  for binding in options["bindings"]:
-    one += ["--gin", binding]
+  one += [arg for binding in options["bindings"] for arg in ("--gin", binding)]
   if options["experiment"]:
     one += ["--experiment", options["experiment"]]
-  if config.strategy == "multi_worker":
-    # A short grace: a stopped parity run has nothing to save.
-    command = [sys.executable, "-m", "ctl.cli", "launch", "--workers",
-               str(config.replicas), "--grace", "3", "--"] + one
-  else:
-    command = one
-  env = dict(os.environ)  # quiet unless CTL_VERBOSE: the run is a `ctl` command (ctl.cli.quiet)
-  env.pop("TF_CONFIG", None)  # each run is a cluster of its own (or none)
-  env.pop("CLUSTER_SPEC", None)
+  if config.strategy == "multi_worker":  # a short grace: a stopped run has nothing to save
+    one = [sys.executable, "-m", "ctl.cli", "launch", "--workers", str(config.replicas),
+           "--grace", "3", "--"] + one
+  # Quiet unless CTL_VERBOSE (the run is a `ctl` command); each run is a cluster of
+  # its own (or none).
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLUSTER_SPEC")}
   env.update(launch.stopped_with_this_process(grace=3))  # nothing to save
   # Output to a file, not a pipe: a pipe nobody reads while others run would fill.
   with open(out + ".log", "w") as log:  # the child has its own copy
-    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen(one, env=env, stdout=log, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
 
@@ -1029,10 +979,8 @@ def _finish(proc, out, timeout):
 
 def stop_groups(procs: list[subprocess.Popen]) -> None:
   """SIGTERM to each of `procs`' process groups, SIGKILL to what is left after 10 s;
-  reaps them. Ctrl-C, SIGTERM and SIGHUP wait until it is done (a second Ctrl-C used to
-  cut it short and leave a run behind): no run, launcher or worker outlives
-  `check`. (`ctl launch` stops its workers, which lead groups of their own,
-  within its --grace of 3 s.)
+  reaps them. Ctrl-C, SIGTERM and SIGHUP wait until it is done: no run, launcher
+  or worker outlives `check` (`ctl launch` stops its workers within its --grace).
   """
   stopping = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
   blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)

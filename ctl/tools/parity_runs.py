@@ -27,17 +27,11 @@ import numpy as np
 
 from ctl.base import sources
 from ctl.tools import parity
-from ctl.tools.parity import FLOOR_SAMPLES
-from ctl.tools.parity import MAIN
-from ctl.tools.parity import MAIN64
-from ctl.tools.parity import Config
-from ctl.tools.parity import Run
-from ctl.tools.parity import perturb
 
 
-def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "config",
+def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str = "config",
             seeds: Sequence[int] | None = None, float64: bool = True,
-            floor_samples: int = FLOOR_SAMPLES, bindings: Sequence[str] = (),
+            floor_samples: int = parity.FLOOR_SAMPLES, bindings: Sequence[str] = (),
             experiment: str | None = None) -> None:
   """Trains the module's step (or the experiment's, for a .gin file) for `steps`
   steps under `config` in this process, as `role` says, once per seed of `seeds`
@@ -47,19 +41,13 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
   (`describe`), and per seed the runs that failed and what `analyze` found.
 
   Roles: "config" runs the configuration and its float64 replay. "reference"
-  (the eager reference) also analyzes the step and runs the floors: in float64
-  one, and in float32 one if float64 can decide, else `floor_samples`.
-  "floors" runs float32 floors 1 to `floor_samples` - 1, for a configuration
-  that float64 could not decide after all.
-
-  A compiled configuration traces once per precision: its first runner takes
-  over each later new runner's start (`start_as`).
-
-  The strategy is made first, before the module is imported or the gin file
-  parsed (either may run TensorFlow ops). A float64 run that fails is recorded,
-  not raised: float64 then cannot decide.
+  also analyzes the step and runs the floors: in float64 one, and in float32
+  one if float64 can decide, else `floor_samples`. "floors" runs float32 floors
+  1 to `floor_samples` - 1. A float64 run that fails is recorded, not raised.
   """
   import ctl  # pylint: disable=import-outside-toplevel
+
+  # The strategy first: the module or the gin file may run TensorFlow ops.
   strategy = ctl.make_strategy(
       config.strategy,
       logical_cpus=config.replicas if config.strategy in ("mirrored", "central_storage")
@@ -69,9 +57,8 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
   compiled = {}  # float64 -> a compiled runner, started anew for each later seed
 
   def runner_for(seed, float64):
-    """A runner of `seed`: a new one (each loads the module anew: no Python
-    state carries over), whose start a compiled configuration's first runner
-    takes over where it can (no new trace: traces are most of a check's time)."""
+    """A new runner of `seed`, or the compiled first one started as it (`start_as`):
+    traces are most of a check's time."""
     with _in_precision(float64):
       runner = make(seed, float64)
     traced = compiled.get(float64)
@@ -83,8 +70,7 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
 
   def train(seed, run, initial=None, runner=None):
     """The run's runner (`runner`, or a new one), trained from `initial` weights
-    (the float32 run's, for a float64 one) and its state kept; None if a float64
-    run failed."""
+    and its state kept; None if a float64 run failed."""
     try:
       runner = runner or runner_for(seed, run.float64)
       with _in_precision(run.float64):
@@ -93,7 +79,7 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
             for variable, value in zip(_model_variables(runner), initial):
               variable.assign(np.asarray(value, variable.dtype))
           if run.perturbation is not None:
-            perturb(runner.models, run.perturbation)
+            parity.perturb(runner.models, run.perturbation)
         history = runner.train(steps)
     except Exception as e:  # pylint: disable=broad-except
       compiled.pop(run.float64, None)  # a failed run's runner is not reused
@@ -112,41 +98,33 @@ def run_one(path: str, config: Config, steps: int, out: str, *, role: str = "con
     found = about["seeds"].setdefault(str(seed), {"errors": {}})
     if role == "floors":
       for i in range(1, floor_samples):
-        train(seed, Run(f"floor-{i}", False, i))
+        train(seed, parity.Run(f"floor-{i}", False, i))
       continue
     # The float64 replay starts from the float32 run's initial weights: Keras'
     # initializers draw other numbers in float64.
     runner = runner_for(seed, False)
     initial = [v.numpy() for v in _model_variables(runner)]
-    train(seed, MAIN, runner=runner)
-    runner64 = train(seed, MAIN64, initial) if float64 else None
+    train(seed, parity.MAIN, runner=runner)
+    runner64 = train(seed, parity.MAIN64, initial) if float64 else None
     if role != "reference":
       continue
-    # The step's graph is the same for every seed: traced for the first only.
-    if analysis is None:
-      analysis = _analyze_float64(runner64, runner_for, seed, float64, runner)
+    if analysis is None:  # the step's graph is the same for every seed
+      traced = runner64
+      if float64 and traced is None:  # a new float64 runner's trace shows what made float32
+        with contextlib.suppress(Exception):  # it fails to build: its error says why
+          traced = runner_for(seed, True)
+      with _in_precision(traced is not None):
+        analysis = analyze(traced or runner)
     found["analysis"] = analysis
     decides = runner64 is not None and not parity.float64_blockers(analysis)
-    if decides and train(seed, Run("floor64-0", True, 0), initial) is None:
+    if decides and train(seed, parity.Run("floor64-0", True, 0), initial) is None:
       decides = False
     for i in range(1 if decides else floor_samples):
-      train(seed, Run(f"floor-{i}", False, i))
+      train(seed, parity.Run(f"floor-{i}", False, i))
   if ctl.worker(strategy).is_chief:  # the chief, under multi_worker
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
       json.dump(about, f)
-
-
-def _analyze_float64(runner64, runner_for, seed, float64, runner):
-  """`analyze` of the float64 run (of a new float64 runner where that run failed:
-  its trace shows what made float32), or of `runner` without float64."""
-  if float64 and runner64 is None:
-    try:
-      runner64 = runner_for(seed, True)
-    except Exception:  # pylint: disable=broad-except
-      runner64 = None  # it fails to build: its error says why
-  with _in_precision(runner64 is not None):
-    return analyze(runner64 or runner)
 
 
 def _in_precision(float64):
@@ -158,11 +136,6 @@ def _in_precision(float64):
   return contextlib.nullcontext()
 
 
-def _position(runner):
-  """The iterator of `runner`'s training data if a checkpoint can hold it, else None."""
-  return runner.feed.iterator if runner.feed.checkpointable else None
-
-
 def start_as(runner: Any, new: Any) -> bool:
   """Puts `runner` (compiled and traced) where `new`, a new runner of the same
   step, starts: `new`'s variables (models, optimizers, step counter), draws'
@@ -171,7 +144,8 @@ def start_as(runner: Any, new: Any) -> bool:
   position cannot be carried over (a dataset function, TF's distributed
   datasets, a stateful op in the pipeline) or the variables differ."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  position, new_position = _position(runner), _position(new)
+  position, new_position = (r.feed.iterator if r.feed.checkpointable else None
+                            for r in (runner, new))
   if position is None or new_position is None:
     return False
   mine, theirs = ([*tf.nest.flatten(r.state.variables()), r.state.draw_key]
@@ -195,13 +169,25 @@ def start_as(runner: Any, new: Any) -> bool:
 
 def _model_variables(runner):
   """Every variable of the runner's models, each once, in order."""
-  seen, variables = set(), []
-  for model in runner.models.values():
-    for variable in model.variables:
+  return [v for key, _, v in _keyed_variables(runner) if not key.startswith("optimizer:")]
+
+
+def _keyed_variables(runner):
+  """(key, path, variable) of every model variable (one shared by two models once,
+  under the first) and every optimizer variable, in order (see `parity.Arrays`).
+  By position: a layer's name depends on how many Keras made before it."""
+  keyed, seen = [], set()
+  for name, model in runner.models.items():
+    for i, variable in enumerate(model.variables):
       if id(variable) not in seen:
         seen.add(id(variable))
-        variables.append(variable)
-  return variables
+        keyed.append((f"{name}/{i}", f"{name}/{variable.path}", variable))
+  model_paths = [v.path for m in runner.models.values() for v in m.variables]
+  for name, optimizer in runner.optimizers.items():
+    for i, variable in enumerate(optimizer.variables):
+      keyed.append((f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}",
+                    f"optimizer {name}: {variable.path}", variable))
+  return keyed
 
 
 def _runner_factory(path, strategy, options, bindings, experiment):
@@ -211,8 +197,14 @@ def _runner_factory(path, strategy, options, bindings, experiment):
   import keras  # pylint: disable=import-outside-toplevel
 
   import ctl  # pylint: disable=import-outside-toplevel
-  if path.endswith(".gin"):
-    base = _experiment_runner(path, strategy, bindings, experiment)
+  if path.endswith(".gin"):  # the runner its experiment's build method makes
+    from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
+    experiments.require_config_file(path)
+    experiment = experiment or experiments.default_experiment()
+    maker = experiments.resolve_experiment(experiment)
+    experiments.parse_gin([path], bindings)
+    base = experiments.make_experiment(maker, experiment, needs=("build",)).build(
+        strategy=strategy)
     unused = [base]
 
     def make(seed, float64):
@@ -241,23 +233,11 @@ def _runner_factory(path, strategy, options, bindings, experiment):
 
 
 def state_arrays(runner: Any, history: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Everything a run trained, by key (see `Arrays`): every logged value, every
-  variable of every model (one shared by two models once, under the first), of
-  every optimizer (slots, EMA copies, iteration counts, the loss scale), and
-  the step counter. Variables by position: a layer's name depends on how many
-  Keras made before it."""
+  """Everything a run trained, by key (see `parity.Arrays`): every logged value,
+  every model and optimizer variable (slots, EMA copies, iteration counts, the
+  loss scale), and the step counter."""
   arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
-  seen = set()
-  for name, model in runner.models.items():
-    for i, variable in enumerate(model.variables):
-      if id(variable) not in seen:
-        seen.add(id(variable))
-        arrays[f"{name}/{i}"] = np.asarray(variable.numpy())
-  model_paths = [v.path for m in runner.models.values() for v in m.variables]
-  for name, optimizer in runner.optimizers.items():
-    for i, variable in enumerate(optimizer.variables):
-      arrays[f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"] = np.asarray(
-          variable.numpy())
+  arrays.update((key, np.asarray(v.numpy())) for key, _, v in _keyed_variables(runner))
   arrays["counter:step"] = np.asarray(runner.global_step.numpy())
   return arrays
 
@@ -279,23 +259,23 @@ def describe(runner: Any) -> dict[str, Any]:
   """What the report names: each key's variable path ("paths"), and per model its
   layers that draw or average per replica ("layers") and that compute batch
   statistics ("statistics")."""
-  paths, layers, statistics = {}, {}, {}
-  seen = set()
-  for name, model in runner.models.items():
-    for i, variable in enumerate(model.variables):
-      if id(variable) not in seen:
-        seen.add(id(variable))
-        paths[f"{name}/{i}"] = f"{name}/{variable.path}"
-    layers[name] = [type(layer).__name__ for layer in _layers(model)
-                    if _works_per_replica(layer)]
-    statistics[name] = [_statistics(layer) for layer in _layers(model)
-                        if _statistics(layer)]
-  model_paths = [v.path for m in runner.models.values() for v in m.variables]
-  for name, optimizer in runner.optimizers.items():
-    for i, variable in enumerate(optimizer.variables):
-      key = f"optimizer:{name}/{_slot(variable.path, model_paths)}/{i}"
-      paths[key] = f"optimizer {name}: {variable.path}"
+  import keras  # pylint: disable=import-outside-toplevel
+  paths = {key: path for key, path, _ in _keyed_variables(runner)}
   paths["counter:step"] = "step counter"
+  drawing = (keras.layers.Dropout, keras.layers.GaussianNoise, keras.layers.GaussianDropout,
+             keras.layers.SpatialDropout1D, keras.layers.SpatialDropout2D)
+  layers, statistics = {}, {}
+  for name, model in runner.models.items():
+    layers[name], statistics[name] = [], []
+    for layer in _layers(model):
+      kind = type(layer).__name__
+      if isinstance(layer, keras.layers.BatchNormalization):
+        synchronized = getattr(layer, "synchronized", False)
+        statistics[name].append(kind + (" synchronized" if synchronized else ""))
+        if not synchronized:  # it averages over the replica's rows only
+          layers[name].append(kind)
+      elif isinstance(layer, drawing):
+        layers[name].append(kind)
   optimizers = {name: type(getattr(o, "inner_optimizer", o)).__name__
                 for name, o in runner.optimizers.items()}
   return {"paths": paths, "layers": layers, "statistics": statistics,
@@ -313,23 +293,6 @@ def _layers(model):
   return seen
 
 
-def _works_per_replica(layer):
-  import keras  # pylint: disable=import-outside-toplevel
-  if isinstance(layer, keras.layers.BatchNormalization):
-    return not getattr(layer, "synchronized", False)
-  return isinstance(layer, (keras.layers.Dropout, keras.layers.GaussianNoise,
-                            keras.layers.GaussianDropout, keras.layers.SpatialDropout1D,
-                            keras.layers.SpatialDropout2D))
-
-
-def _statistics(layer):
-  """"BatchNormalization" (or "... synchronized") for a layer of batch statistics."""
-  import keras  # pylint: disable=import-outside-toplevel
-  if not isinstance(layer, keras.layers.BatchNormalization):
-    return None
-  return type(layer).__name__ + (" synchronized" if layer.synchronized else "")
-
-
 # Reductions whose result can depend on how the batch is split.
 _REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "EuclideanNorm"}
 # Ops that change a variable: what the step's updates are made of.
@@ -341,14 +304,11 @@ def analyze(runner: Any) -> dict[str, Any]:
   """What the step's graph shows, traced once (nothing runs) on one batch:
 
   * "float32_variables": model variables that a float64 run keeps narrower;
-  * "float32_made": in a float64 run, the user's lines that made a narrower
-    float that the replay could not widen (an op whose output is float32
-    whatever its input, such as tf.image.resize), each with its op: the replay
-    would carry float32 rounding, or fail where it meets float64 (traced up to
-    that line);
-  * "batch_reductions": the user's lines that reduce over the batch axis
-    (a sum, mean, max or norm of a tensor of examples) a value that feeds an
-    update: each replica computes it over its own rows;
+  * "float32_made": in a float64 run, the user's lines (each with its op) that
+    made a narrower float the replay could not widen (an op whose output is
+    float32 whatever its input, such as tf.image.resize);
+  * "batch_reductions": the user's lines that reduce over the batch axis a
+    value that feeds an update: each replica computes it over its own rows;
   * "micro_batches": whether an update accumulates over micro-batches;
   * "draws": the user's lines that draw numbers the layout changes
     (`sources.layout_dependent_draws`);
@@ -357,7 +317,6 @@ def analyze(runner: Any) -> dict[str, Any]:
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
   from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
-  from ctl.base import sources  # pylint: disable=import-outside-toplevel
   found = {"float32_variables": [], "float32_made": [], "batch_reductions": [],
            "micro_batches": False, "draws": [], "error": None}
   float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
@@ -448,13 +407,3 @@ def _one_line(error):
   where = sources.user_line(traceback.extract_tb(error.__traceback__))
   return (f"{type(error).__name__}: {text[0] if text else ''}"[:300]
           + (f", at {where}" if where else ""))
-
-
-def _experiment_runner(path, strategy, bindings, name):
-  """The runner of the experiment a .gin file describes (its build method)."""
-  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
-  experiments.require_config_file(path)
-  name = name or experiments.default_experiment()
-  make = experiments.resolve_experiment(name)
-  experiments.parse_gin([path], bindings)
-  return experiments.make_experiment(make, name, needs=("build",)).build(strategy=strategy)
