@@ -16,16 +16,13 @@ Trains the step of MODULE (a Python file defining build(), train_step(ctx, batch
 data(), and optionally batches_per_step and seed; or a .gin file, whose
 experiment's runner is used, with --gin bindings as for ctl train) for K steps
 eagerly under the default strategy (the reference) and under each configuration
-of --against, in processes of their own, and replays every run in float64,
-which decides: there a correct configuration agrees to about 1e-15 while a bug
-keeps its size. The rounding floor is the reference again with every initial
-weight moved by one unit in the last place (in float64 once; in float32 once,
-or --floor-samples times where float32 has to decide). Compares every model and
-optimizer variable, the step counter and every logged value. Reports per
-configuration its verdict and, in each precision, the largest difference with
-its tolerance and the variable closest to its tolerance; for a configuration
-past rounding, the variables and the likely cause. With --verbose, every
-variable's difference, tolerance and floor too.
+of --against, in processes of their own, and compares every model and optimizer
+variable, the step counter and every logged value. Every run is replayed in
+float64, which decides: there a correct configuration agrees to about 1e-15
+while a bug keeps its size. The rounding floor is the reference again with every
+initial weight moved by one ulp (docs/parity.md). Reports per configuration its
+verdict, its largest difference with its tolerance and, past rounding, the
+variables and the likely cause (--verbose: every variable).
 
 configurations (join with + to combine, e.g. mirrored:2+steps_per_loop:5):
   compiled            tf.function, default strategy
@@ -122,12 +119,10 @@ def run(args: argparse.Namespace) -> int:
   """`ctl parity`: runs and compares (or, with --run-one, is one of the runs)."""
   from ctl.tools import parity  # pylint: disable=import-outside-toplevel
   try:
-    if args.steps < 1:
-      raise ValueError(f"--steps {args.steps}: give at least 1.")
-    if args.floor_samples < 1:
-      raise ValueError(f"--floor-samples {args.floor_samples}: give at least 1.")
-    if args.jobs is not None and args.jobs < 1:
-      raise ValueError(f"--jobs {args.jobs}: give at least 1.")
+    for flag, value in [("--steps", args.steps), ("--floor-samples", args.floor_samples),
+                        ("--jobs", args.jobs)]:
+      if value is not None and value < 1:
+        raise ValueError(f"{flag} {value}: give at least 1.")
     seeds = None if args.seeds is None else parse_seeds(args.seeds)
     configs = [c for c in args.against.split(",") if c.strip()]
     if not configs:
@@ -142,17 +137,16 @@ def run(args: argparse.Namespace) -> int:
   if args.run_one:
     from ctl.tools import parity_runs  # pylint: disable=import-outside-toplevel
     parity_runs.run_one(args.module, parity.Config.parse(args.run_one), args.steps, args.out,
-                   role=args.role, seeds=seeds, float64=args.float64,
-                   floor_samples=args.floor_samples, bindings=args.gin,
-                   experiment=args.experiment)
+                        role=args.role, seeds=seeds, float64=args.float64,
+                        floor_samples=args.floor_samples, bindings=args.gin,
+                        experiment=args.experiment)
     return 0
   # A SIGTERM (or `timeout`) or SIGHUP becomes an exception, so that the runs in
   # flight are stopped and the temporary files removed, as for Ctrl-C.
   jobs.raise_on_termination()
   try:
     report = parity.check(args.module, configs, steps=args.steps, seeds=seeds,
-                          bindings=args.gin,
-                          experiment=args.experiment, float64=args.float64,
+                          bindings=args.gin, experiment=args.experiment, float64=args.float64,
                           floor_samples=args.floor_samples, jobs=args.jobs)
   except RuntimeError as e:
     return jobs.fail("parity", e, jobs.FAILURE)

@@ -151,9 +151,7 @@ class Row:
   """One variable (or logged value) of one configuration, in one precision.
 
   `difference` and `floor` are the largest absolute differences from the
-  reference, divided by the scale of the variable's group (its model's largest
-  weight; for an optimizer variable, the largest of its kind in that
-  optimizer; for a logged value, its own largest value).
+  reference, divided by the scale of the variable's group (`scales`).
   """
   config: str
   key: str  # the variable's path (in `check`'s report), or "loss/<result key>"
@@ -390,12 +388,8 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
     rows: its rows in the precision that decided (`compare`).
     reference, run: the reference's and the configuration's arrays, in that
       precision.
-    about: what the reference's process recorded (`ctl.tools.parity_runs.describe`,
-      `analyze`):
-      "paths" (key -> name), "layers" (model -> the kinds of its layers that
-      draw or average per replica), "statistics" (model -> its
-      batch-statistics layers), "analysis" (the step's batch reductions,
-      whether it uses micro-batches).
+    about: what the reference's process recorded: `ctl.tools.parity_runs.describe`'s
+      keys, and "analysis" (`ctl.tools.parity_runs.analyze`).
     floors: the float32 floor runs (eager, like the reference), and
     floor_reference: the float32 reference they moved from (default `reference`).
   """
@@ -585,8 +579,8 @@ def format_report(report: Report, verbose: bool = False) -> str:
       worst = report.worst(config)
       lines.append(f"{config}: {len(bad)} of {len(decisive)} past tolerance in "
                    f"{report.precision(config)} (at most {worst.margin:.3g} times it), e.g.")
-      for r in sorted(bad, key=lambda r: (_kind_order(r.key), -r.margin))[:5]:
-        lines.append(f"  {r.key}: {r.difference:.2e} (tolerance {r.tolerance:.2e})")
+      lines += [f"  {r.key}: {r.difference:.2e} (tolerance {r.tolerance:.2e})"
+                for r in sorted(bad, key=lambda r: (_kind_order(r.key), -r.margin))[:5]]
     if report.verdict(config) == "undecided":
       lines.append(f"{config}: undecided: " + (
           "nothing is past tolerance, but the reference is not deterministic on its own, "
@@ -595,19 +589,16 @@ def format_report(report: Report, verbose: bool = False) -> str:
           f"tolerance by under {UNDECIDED_FACTOR:g} times, or further with the first "
           "step's logged values alike. Let float64 decide (see why it could not, above), "
           "or run more --seeds: a bug stays past on every seed."))
-    for note in notes:
-      lines.append(f"{config}: {note}")
-    for cause in report.causes.get(config, []):
-      lines.append(f"  likely: {cause}")
+    lines += [f"{config}: {note}" for note in notes]
+    lines += [f"  likely: {cause}" for cause in report.causes.get(config, [])]
   if verbose:
     for config in report.configs:
       for precision in ("float64", "float32"):
         rows = sorted(report._rows(config, precision), key=lambda r: -r.margin)
         if rows:
           lines += ["", f"{config}, {precision}, every variable (difference, tolerance, floor):"]
-          for r in rows:
-            lines.append(f"  {r.difference:10.2e} {r.tolerance:10.2e} {r.floor:10.2e}  "
-                         f"{r.key}{'' if r.ok else '  past'}")
+          lines += [f"  {r.difference:10.2e} {r.tolerance:10.2e} {r.floor:10.2e}  "
+                    f"{r.key}{'' if r.ok else '  past'}" for r in rows]
   lines += [
       "",
       "difference: max |x - reference| / the scale of its group (its model's largest "
@@ -801,6 +792,7 @@ def _report(configs, done, floor_samples):
   runs, about = done["reference"]
   report = Report([], floor_samples=floor_samples)
   judged = {}  # seed -> what each configuration's runs of it are judged by
+  named = []  # (configuration, seed, its name in the report)
   for seed, ours in runs.items():
     floors = [a for label, a in ours.items() if label.startswith("floor-")]
     found = about["seeds"][seed]
@@ -812,6 +804,7 @@ def _report(configs, done, floor_samples):
   for config in configs:
     for seed, (floors, found, unable, tolerances32, tolerances64) in judged.items():
       name = config.name if len(judged) == 1 else f"{config.name} seed={seed}"
+      named.append((config, seed, name))
       if isinstance(done[config.name], str):
         report.errors[name] = done[config.name]
         continue
@@ -841,24 +834,19 @@ def _report(configs, done, floor_samples):
           config, report.decisive(name), reference, run,
           dict(about, analysis=found.get("analysis", {})), floors=floors,
           floor_reference=runs[seed]["main"])
-  _first_fix_compiling(report, configs, list(judged))
+  _first_fix_compiling(report, named)
   return report
 
 
-def _first_fix_compiling(report, configs, seeds):
+def _first_fix_compiling(report, named):
   """A difference that compiling on one device already makes shows again under
   every strategy, which compiles too: it is the one to fix first."""
-  def name(config, seed):
-    return config.name if len(seeds) == 1 else f"{config.name} seed={seed}"
-
-  for seed in seeds:
-    compiled = [name(c, seed) for c in configs if c.strategy == "default" and
-                "eager" not in dict(c.options) and report.causes.get(name(c, seed))]
-    for config in configs:
-      if compiled and config.strategy != "default" and report.causes.get(name(config, seed)):
-        report.causes[name(config, seed)].append(
-            f"compiled on one device it differs already ({compiled[0]}, above): fix that "
-            "first.")
+  for config, seed, name in named:
+    compiled = [n for c, s, n in named if s == seed and c.strategy == "default" and
+                "eager" not in dict(c.options) and report.causes.get(n)]
+    if compiled and config.strategy != "default" and report.causes.get(name):
+      report.causes[name].append(
+          f"compiled on one device it differs already ({compiled[0]}, above): fix that first.")
 
 
 # Optimizers whose update divides a gradient by its own running size (or takes its sign).
@@ -961,12 +949,11 @@ def _finish(proc, out, timeout):
   or the error it ended with."""
   timed_out = proc.poll() is None
   stop_groups([proc])
-  with open(out + ".log") as f:
-    output = f.read()
   if timed_out:
     return f"took more than {timeout:g} s"
   if proc.returncode != 0 or not os.path.exists(out):
-    return _last_error(output) or f"exited {proc.returncode}"
+    with open(out + ".log") as f:
+      return _last_error(f.read()) or f"exited {proc.returncode}"
   with open(out + ".json") as f:
     about = json.load(f)
   runs = {}
