@@ -38,12 +38,9 @@ def _note_version(distribution):
 
 
 def too_late_for_collectives():
-  """Whether TF ran an op already, so that collective ops can no longer be set up.
-
-  Reads the eager context's handle and collective leader, as TF's own
-  `configure_collective_ops` does before raising "must be configured at
-  program startup"; False if they are not there.
-  """
+  """Whether TF ran an op already, so that collective ops can no longer be set up:
+  the eager context's handle and collective leader, as TF's `configure_collective_ops`
+  reads them; False if they are not there."""
   _note_version("tensorflow")
   from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
   ctx = context.context()
@@ -54,10 +51,9 @@ def too_late_for_collectives():
 def configure_coordination_service(cluster, heartbeat_timeout_ms):
   """Sets up the coordination service as MultiWorkerMirroredStrategy would, with our timeout.
 
-  The strategy's constructor (collective_all_reduce_strategy) configures the
-  service only if nothing did before, without a heartbeat timeout, so the
-  service's default applies: 10 s. Done first here, with the same leader and
-  jobs, it keeps ours. Returns False if the service was configured already.
+  The strategy configures it only if nothing did before, and without a heartbeat
+  timeout; done first here, with the same leader and jobs, it keeps ours.
+  Returns False if the service was configured already.
   """
   _note_version("tensorflow")
   # The strategy's module holds the proto module wherever TF keeps it this release.
@@ -78,11 +74,8 @@ def configure_coordination_service(cluster, heartbeat_timeout_ms):
 
 
 def on_internal_platform():
-  """Whether TF's preemption handler watches SIGTERM here (not a GCE metadata server).
-
-  `PreemptionCheckpointHandler` picks its signal source by platform; only on
-  the "internal" CPU/GPU platforms (anything but GCE) is it SIGTERM.
-  """
+  """Whether TF's preemption handler watches SIGTERM here: on its "internal" CPU/GPU
+  platforms (anything but GCE, whose metadata server it watches instead)."""
   _note_version("tensorflow")
   from tensorflow.python.distribute.failure_handling import failure_handling_util  # pylint: disable=import-outside-toplevel
   return failure_handling_util.detect_platform() in (
@@ -91,22 +84,16 @@ def on_internal_platform():
 
 
 def preemption_handler_received_sigterm(handler):
-  """Whether a `PreemptionCheckpointHandler` caught a SIGTERM to this process.
-
-  Its public methods only act on it; the flag says a signal came before the
-  handler's next save, which ctl reports. False if the flag is gone.
-  """
+  """Whether a `PreemptionCheckpointHandler` caught a SIGTERM to this process (its
+  private flag, which ctl reports); False if the flag is gone."""
   _note_version("tensorflow")
   received = getattr(handler, "_received_own_sigterm", None)
   return received is not None and received.is_set()
 
 
 def stop_preemption_handler_threads(handler):
-  """Stops the watcher threads a `PreemptionCheckpointHandler` leaves running.
-
-  Without this they live until garbage collection, and a later handler in the
-  same process (a second `fit`) finds the first one's threads still polling.
-  """
+  """Stops the watcher threads a `PreemptionCheckpointHandler` leaves running until
+  garbage collection, where a later handler (a second `fit`) would find them."""
   _note_version("tensorflow")
   for stop in ("_stop_poll_termination_signal_thread",
                "_stop_cluster_wise_termination_watcher_thread"):
@@ -117,10 +104,8 @@ def stop_preemption_handler_threads(handler):
 
 
 def optimizer_variables(optimizer):
-  """The variables a built Keras optimizer was built on (to build a wrapper on them).
-
-  Keras 3 keeps them in `_trainable_variables` and has no public getter.
-  """
+  """The variables a built Keras optimizer was built on (`_trainable_variables`:
+  Keras 3 has no public getter), to build a wrapper on them."""
   _note_version("keras")
   return optimizer._trainable_variables  # pylint: disable=protected-access
 
@@ -190,10 +175,8 @@ def op_determinism_enabled():
 
 
 def gin_registry():
-  """gin's registry of configurables (gin has no public listing of them).
-
-  Used to suggest the closest configurable or parameter for a misspelt one.
-  """
+  """gin's registry of configurables (no public listing), to suggest the closest
+  configurable or parameter for a misspelt one."""
   _note_version("gin-config")
   import gin  # pylint: disable=import-outside-toplevel
   return gin.config._REGISTRY  # pylint: disable=protected-access
@@ -216,12 +199,9 @@ def gin_bindings_and_uses():
 
 @contextlib.contextmanager
 def gin_search_paths_first(directories):
-  """Inside, gin looks for an included file in `directories` before anywhere else.
-
-  gin resolves `include 'x.gin'` against its search paths, the current
-  directory first, and has no public way to search elsewhere first; ctl puts
-  the including files' directories there (`ctl.tools.experiments.parse_gin`).
-  """
+  """Inside, gin looks for an included file in `directories` before anywhere else
+  (its search paths start with the current directory, with no public way to
+  search elsewhere first)."""
   _note_version("gin-config")
   from gin import config  # pylint: disable=import-outside-toplevel
   previous = list(config._LOCATION_PREFIXES)  # pylint: disable=protected-access
@@ -251,11 +231,8 @@ def gin_errors_not_converted_by_autograph():
 
 
 def legacy_h5_weights_writer():
-  """Keras' writer of the legacy HDF5 weights format, or None if it is gone.
-
-  Pretrained weight files (e.g. InceptionV3's, which an Inception FID reads)
-  are in that format; tests write one with random weights.
-  """
+  """Keras' writer of the legacy HDF5 weights format of pretrained weight files
+  (InceptionV3's), or None if it is gone; tests write one with random weights."""
   _note_version("keras")
   try:
     from keras.src.legacy.saving import legacy_h5_format  # pylint: disable=import-outside-toplevel
@@ -271,12 +248,8 @@ def tape_is_recording(tape):
 
 
 def trackable_object_graph(serialized):
-  """The object graph TF writes into every checkpoint, parsed from its bytes.
-
-  The proto (`TrackableObjectGraph`) is not part of TF's public API; it says
-  which object owns which variable, so that a layer shared by two models is
-  one node seen from both.
-  """
+  """The object graph TF writes into every checkpoint (a `TrackableObjectGraph`,
+  not public), parsed from its bytes: which object owns which variable."""
   _note_version("tensorflow")
   from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
@@ -285,12 +258,9 @@ def trackable_object_graph(serialized):
 
 
 def wrap_checkpoint_state_update(wrapper):
-  """Replaces TF's update of a directory's `checkpoint` file by `wrapper(original)`.
-
-  That update is the moment a save becomes the newest checkpoint (its files
-  are written, the pointer not yet): fault tests pause or crash there.
-  Returns a function that puts the original back.
-  """
+  """Replaces TF's update of a directory's `checkpoint` file, the moment a save
+  becomes the newest, by `wrapper(original)` (fault tests pause or crash there).
+  Returns a function that puts the original back."""
   _note_version("tensorflow")
   from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=import-outside-toplevel
   original = checkpoint_management.update_checkpoint_state_internal
@@ -303,15 +273,10 @@ def wrap_checkpoint_state_update(wrapper):
 
 @contextlib.contextmanager
 def checkpoint_pointer_naming_nothing_as_missing():
-  """Inside, TF takes a `checkpoint` file that names no checkpoint (an empty
-  one: a disk that filled, a copy cut short) as missing, as it already takes a
-  file it cannot parse.
-
-  `tf.train.CheckpointManager` reads the file when it is made and raises
-  ValueError ("Invalid checkpoint state") for such a file, with no public way
-  around it; ctl then finds the checkpoints from their files
-  (`ctl.loop.checkpoints.Checkpointer.restore`).
-  """
+  """Inside, TF takes a `checkpoint` file that names no checkpoint (an empty one:
+  a disk that filled) as missing, as it takes one it cannot parse, instead of
+  `tf.train.CheckpointManager` raising "Invalid checkpoint state"; ctl then finds
+  the checkpoints from their files."""
   _note_version("tensorflow")
   from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=import-outside-toplevel
   original = checkpoint_management.get_checkpoint_state
@@ -330,11 +295,8 @@ def checkpoint_pointer_naming_nothing_as_missing():
 
 
 def parameter_server_workers(strategy):
-  """The workers of a `ParameterServerStrategy` cluster (1 if unknown).
-
-  The strategy counts them from the cluster resolver it was made with, which
-  it does not expose (its `cluster_resolver` property is None).
-  """
+  """The workers of a `ParameterServerStrategy` cluster (1 if unknown), which the
+  strategy counts but does not expose."""
   _note_version("tensorflow")
   return max(1, int(getattr(strategy, "_num_workers", 1) or 1))
 
@@ -391,10 +353,8 @@ def op_stack(op):
 
 def function_graphs(graph):
   """The graphs of the functions `graph` holds (a tf.cond's branches, a while
-  loop's body, a nested tf.function's), recursively; [] if TF keeps none.
-
-  Reads `FuncGraph._functions` (name -> AtomicFunction, each with a `graph`).
-  """
+  loop's body, a nested tf.function's), recursively, from `FuncGraph._functions`;
+  [] if TF keeps none."""
   _note_version("tensorflow")
   found, stack = [], [graph]
   while stack:

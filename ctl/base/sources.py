@@ -86,11 +86,9 @@ _STATELESS_DRAWS = ("StatelessRandom", "StatelessTruncatedNormal", "StatelessMul
 def layout_dependent_draws(graph: Any, rows: int | None = None) -> list[str]:
   """The user's lines in `graph` (and the functions it calls) that draw numbers
   the layout changes, each once, as "file:line: code (OpType)": a stateful draw
-  (`tf.random.normal`, `tf.random.uniform`, a `tf.random.Generator`), or a
-  stateless one whose first dimension is `rows`, the replica's batch (each
-  replica would draw the same rows). A draw a Keras layer or `keras.random`
-  makes is named by the user's line that called Keras; ctx's own draws are not
-  listed.
+  (`tf.random.normal`, a `tf.random.Generator`), or a stateless one of `rows`, the
+  replica's batch (each replica would draw the same rows). A Keras draw is named
+  by the user's line that called Keras; ctx's own draws are not listed.
   """
   from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
   found = []

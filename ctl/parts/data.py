@@ -111,11 +111,9 @@ def cast_floats(data: Data, dtype: tf.DType) -> Data:
 def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int) -> None:
   """Warns if the first batch holds what a model's output range cannot reach.
 
-  A tensor of the data shaped like a model's output (real images, beside a
-  generator's) should be in that output's range: uint8 images in [0, 255]
-  beside a tanh generator's [-1, 1] let the discriminator tell real from fake
-  by range alone, and the GAN learns nothing, silently. Checked for models
-  whose last layer ends in tanh ([-1, 1]) or sigmoid ([0, 1]); only for a
+  Data shaped like a model's output ending in tanh or sigmoid (real images beside
+  a generator's) should be in its range: images in [0, 255] beside a tanh's
+  [-1, 1] let the discriminator tell real from fake by range alone. Only for a
   dataset of global batches (a dataset function's data is made per worker).
   """
   if not isinstance(data, tf.data.Dataset):

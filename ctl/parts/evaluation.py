@@ -264,13 +264,9 @@ class Evaluator:
 
 
 def _read(iterator, one_batch, bound):
-  """Runs `one_batch` over `iterator` to its end, or `bound` batches; returns
-  each result's sum over the rows, the rows and the batches.
-
-  A dataset is cut by its own `take`, so its pipeline has ended when the
-  iterator is freed; one cut here (a dataset function's) may be mid-read and
-  is kept instead (`ctl.parts.data.abandon`).
-  """
+  """Runs `one_batch` over `iterator` to its end, or `bound` batches; returns each
+  result's sum over the rows, the rows and the batches. An iterator cut here (a
+  dataset function's; a dataset is cut by its `take`) is abandoned mid-read."""
   totals, examples, batches = {}, 0.0, 0
   with _said_if_quiet() as beat:
     while bound is None or batches < bound:

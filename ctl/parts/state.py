@@ -41,9 +41,8 @@ class State:
     optimizers: name -> `keras.optimizers.Optimizer`, each built.
     global_step: int64 variable, the number of steps trained.
     draw_key: int64 [1] variable, the key of the per-example draws
-      (`ctl.step.context.draw_key` of the run's seed). Not checkpointed: the seed
-      is the runner's. Steps read it, so that another seed's key needs no new
-      trace (`ctl parity` runs a configuration's seeds so).
+      (`ctl.step.context.draw_key` of the run's seed; not checkpointed). Steps
+      read it, so that another seed needs no new trace.
   """
   models: dict[str, keras.Model]
   optimizers: dict[str, keras.optimizers.Optimizer]

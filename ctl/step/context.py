@@ -182,8 +182,7 @@ class StepContext:
     self._rows = None
     self._compile_update = compile_update
     self._float_dtype = float_dtype  # float64 in a float64 run
-    # The shares of global-batch means this replica made: how the runner
-    # reduces a result follows from them (`ctl.step.reduction`).
+    # This replica's shares of global-batch means, for the reduction (`ctl.step.reduction`).
     self._shares = shares if shares is not None else reduction.Shares()
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
@@ -191,11 +190,9 @@ class StepContext:
               sample_weight: tf.Tensor | float | None = None) -> tf.Tensor:
     """Sum of `per_example_loss` over this replica divided by the *global* batch.
 
-    Summing this over replicas gives the global-batch mean, which is what the
-    runner does when the step returns it; its gradients are summed the same way
-    by the optimizer, so the update equals the single-device one. A scalar
-    (a mean already taken) is refused: it would be divided by the global batch
-    size again.
+    Summed over replicas (by the runner, and by the optimizer for its gradients)
+    this is the global-batch mean, as on one device. A scalar (a mean already
+    taken) is refused: it would be divided by the global batch size again.
     """
     per_example_loss = tf.convert_to_tensor(per_example_loss)
     if per_example_loss.shape.rank == 0:
@@ -207,8 +204,7 @@ class StepContext:
           "ctx.average(tf.square(y - target)), not ctx.average(tf.reduce_mean(...)).")
     self._check_slice(per_example_loss)
     if sample_weight is not None:
-      # In the loss's dtype: tf.nn.compute_average_loss weighs in float32, which
-      # would round a float64 run's loss.
+      # In the loss's dtype: compute_average_loss weighs in float32, rounding float64.
       per_example_loss *= tf.cast(sample_weight, per_example_loss.dtype)
     value = tf.nn.compute_average_loss(per_example_loss,
                                        global_batch_size=self.global_batch_size)
@@ -323,9 +319,8 @@ class StepContext:
     """Standard-normal draws of `shape` per example: `[per_replica_batch, *shape]`.
 
     Row `i` is the draw for global example `replica_id * per_replica + i` at
-    this step: the same whatever the number of replicas or workers. `dtype`
-    defaults to float32; in a float64 run the draws are float64 (other numbers
-    from the same seed: TF's float64 kernel).
+    this step, under any layout. `dtype` defaults to float32; a float64 run draws
+    float64 (TF's float64 kernel: other numbers from the same seed).
     """
     return self._as_dtype(self._draw(self._normal, shape, "normal"), stddev, dtype)
 
@@ -348,18 +343,15 @@ class StepContext:
     return tf.cast(draws * scale, dtype)
 
   def seed(self) -> tf.Tensor:
-    """A fresh stateless seed (int32, shape [2]) for this step, equal on every replica.
-
-    For draws that are not per example; pass it to any `tf.random.stateless_*`.
-    """
+    """A fresh stateless seed (int32, shape [2]) for this step, equal on every replica,
+    for draws that are not per example (any `tf.random.stateless_*`)."""
     return self._bits([2], tf.int32)
 
   def _counter(self):
     """The next draw's Philox counter: (this draw, this step)."""
     if _tf_internal.in_control_flow_branch():
-      # Draws are numbered as the step is traced: a compiled step traces both
-      # branches of an `if` (and a loop's body once), an eager one runs one
-      # branch (and the body each time), so the numbers would differ.
+      # Draws are numbered as the step is traced: compiled, both branches of an
+      # `if` (and a loop's body once), eagerly one branch (the body each time).
       raise ValueError(
           f"{DRAW_IN_CONTROL_FLOW} a Python `if` or "
           "`for` on a tensor (a tf.cond or tf.while_loop in the compiled step): its "
@@ -370,9 +362,8 @@ class StepContext:
                      tf.cast(self.step, tf.uint64)])
 
   def _bits(self, shape, dtype=tf.uint32, counter=None):
-    """The next draw's random bits: Philox keyed by the run's seed, counting
-    from (this draw, this step): the same on every device, replica and worker,
-    eagerly and under XLA."""
+    """The next draw's random bits: Philox keyed by the run's seed, counting from
+    (this draw, this step), the same on every device, eagerly and under XLA."""
     return tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=shape, key=self._key, counter=self._counter() if counter is None else counter,
         alg=_PHILOX, dtype=dtype)
@@ -381,8 +372,7 @@ class StepContext:
     """The next draw's standard normals: TF's normal kernel on Philox bits, one
     op; under XLA the same computation in ops (`_box_muller`)."""
     counter = self._counter()
-    # float64 in a float64 run: float32 draws would differ by float32 rounding
-    # between the kernel and XLA's ops, which a float64 replay must not carry.
+    # float64 in a float64 run: float32 draws differ by rounding under XLA.
     dtype = tf.float64 if self._float_dtype == tf.float64 else tf.float32
     if not _tf_internal.in_xla_context():
       return tf.raw_ops.StatelessRandomNormalV2(
@@ -397,9 +387,8 @@ class StepContext:
     return tf.reshape(_box_muller(u1, u2)[:size], shape)
 
   def _draw(self, sampler, shape, name):
-    # Every replica draws the whole global batch from the same seed and keeps
-    # its rows. The cost is global_batch x shape numbers per replica, which is
-    # small for noise vectors and buys results that do not depend on the strategy.
+    # Every replica draws the whole global batch and keeps its rows: small for
+    # noise vectors, and the numbers do not depend on the strategy.
     shape = _example_shape(shape, name)
     _warn_of_a_batch_dimension(shape, name, self.global_batch_size)
     full = sampler([self.global_batch_size] + shape)

@@ -85,9 +85,8 @@ class Shares:
     if not tf.executing_eagerly():
       yield
       return
-    # The outer tape watches what differs between replicas (the batch, the
-    # variables read, the noise drawn), the inner one the shares: enough to
-    # tell a share times a constant from a share times a per-replica value.
+    # The outer tape watches what differs between replicas (the batch, the variables
+    # read, the noise), the inner one the shares (see `op`).
     with tf.GradientTape(persistent=True) as sources:
       self._sources = sources
       for tensor in tf.nest.flatten(batch):

@@ -78,11 +78,6 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
 def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
   """Checks that a runner's step (`runner.compiled_step`) would compile and run on a TPU.
 
-  Traces the per-replica step inside `tf.function(jit_compile=True)` with the
-  batch as an argument (as a TPU is fed), then compiles and runs it on
-  `num_batches` batches from a new iterator over the training data. The
-  variables are restored afterwards.
-
   Args:
     compiled_step: the compiled step of a `ctl.Runner` on one device (strategy
       "default" or "one_device") whose data is a dataset of global batches.
