@@ -170,6 +170,11 @@ class Runner:
     self.history = history_lib.History()
 
   @property
+  def mixed_precision(self) -> str | None:
+    """The `mixed_precision` it was made with (None: float32)."""
+    return self._arguments["mixed_precision"]
+
+  @property
   def models(self) -> dict[str, keras.Model]:
     """name -> `keras.Model`, as `build` returned them."""
     return self.state.models

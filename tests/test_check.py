@@ -5,6 +5,7 @@ the default strategy; one `ctl check` run goes through the command line.
 """
 
 import os
+import re
 import types
 
 import keras
@@ -166,6 +167,20 @@ def test_a_draw_in_an_evaluation_function_is_warned_of_once():
   assert len([w for w in warned if "depend on the layout" in str(w.message)]) == 1
 
 
+def test_a_mixed_precision_is_timed_against_float32_on_this_cpu():
+  rows = np.random.default_rng(0).normal(size=(64, FEATURES)).astype("float32")
+  data = tf.data.Dataset.from_tensor_slices(rows).batch(16, drop_remainder=True).repeat()
+  runner = _runner(data=data)
+  trains = {"mixed_bfloat16": runner.with_options(mixed_precision="mixed_bfloat16").train,
+            "float32": runner.with_options().train}
+  finding = check.precision_speed("mixed_bfloat16", trains, num_steps=2, repeats=2)
+  assert finding.name == check.PRECISION
+  assert re.search(r"^mixed_bfloat16 takes \d+\.\d\dx float32's time per step on this "
+                   r"CPU \(", finding.message), finding.message
+  assert finding.ok != ("train in float32 here" in finding.message)  # slower is not ok
+  assert int(runner.global_step.numpy()) == 0  # timed on runners of their own
+
+
 def test_check_refuses_several_replicas():
   two_replicas = types.SimpleNamespace(placement=types.SimpleNamespace(replicas=2))
   with pytest.raises(ValueError, match="strategy='default'"):
@@ -178,8 +193,12 @@ def test_ctl_check_passes_on_an_example_config():
                  "--gin", "gan.dcgan_generator.width = 4",
                  "--gin", "gan.dcgan_discriminator.width = 4",
                  "--gin", "gan.Experiment.batch_size = 8", "--gin", "gan.Experiment.noise_dim = 8",
-                 "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3")
+                 "--gin", "generatr/keras.optimizers.Adam.learning_rate = 1e-3",
+                 "--gin", "gan.Experiment.mixed_precision = 'mixed_bfloat16'")
   assert proc.stdout.count(" ok ") == 6, proc.stdout
+  # Timed against float32 on this CPU, said after the table, whichever is faster.
+  assert re.search(r"\n\nprecision speed: mixed_bfloat16 takes \d+\.\d\dx float32's",
+                   proc.stdout), proc.stdout
   # The misspelt scope is the one binding the build and steps did not use.
   warning = proc.stderr[proc.stderr.index("ctl check: warning: building the runner and 2 "
                                           "steps used none"):]

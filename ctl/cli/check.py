@@ -5,6 +5,7 @@
 """
 
 import argparse
+import textwrap
 from typing import Any
 
 from ctl.cli import jobs
@@ -20,7 +21,10 @@ checks:
   no retracing            one trace for all K batches
   static shapes in step   no op whose output size depends on the data
                           (tf.boolean_mask, tf.where(cond), tf.unique)
-  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()"""
+  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
+
+With mixed_precision and no GPU or TPU, it also times the step against float32
+on this CPU and says which is faster (not a check: it does not set the exit code)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -50,9 +54,20 @@ def run(args: argparse.Namespace) -> int:
     return jobs.fail("check", e, jobs.USAGE_ERROR)
   except (TypeError, ValueError) as e:
     return jobs.fail_on_binding("check", e, args)
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  import ctl  # pylint: disable=import-outside-toplevel
   from ctl.tools import check  # pylint: disable=import-outside-toplevel
   findings = check.check_step(runner.compiled_step, num_batches=args.steps)
   print(check.format_findings(findings))
+  precision = runner.mixed_precision
+  if precision in ctl.MIXED_PRECISIONS and not any(
+      tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU")):
+    # This CPU's speed, not a TPU hazard: said, never failed on.
+    speed = check.precision_speed(precision, {
+        precision: runner.with_options().train,
+        "float32": runner.with_options(mixed_precision=None).train}, num_steps=args.steps)
+    print("\n" + textwrap.fill(f"{speed.name}: {speed.message}", 100))
   steps = f"{args.steps} step" + ("s" if args.steps != 1 else "")
   jobs.warn_unused_bindings("check", f"building the runner and {steps}",
                             " here (a binding used only by evaluation or export is "

@@ -58,7 +58,7 @@ def describe(placement: Placement, *, seed: int | None, start_step: int,
       "strategy": {"kind": placement.kind.name, "class": type(placement.strategy).__name__,
                    "replicas": placement.replicas, "workers": placement.workers},
       "versions": {"python": platform.python_version(), **_versions()},
-      "machine": {"platform": platform.platform(), "cpu": _cpu(),
+      "machine": {"platform": platform.platform(), "cpu": cpu(),
                   "cpu_count": os.cpu_count(),
                   "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]},
       "determinism": {"op_determinism": _tf_internal.op_determinism_enabled(),
@@ -174,7 +174,7 @@ def _versions():
   return versions
 
 
-def _cpu():
+def cpu() -> dict[str, Any]:
   """The CPU's model name and which of `_CPU_FLAGS` it has (Linux), else the
   platform's processor string."""
   try:

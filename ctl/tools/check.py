@@ -32,15 +32,21 @@ import collections
 import contextlib
 import gc
 import io
+import math
 import re
 import sys
 import textwrap
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
 
 import tensorflow as tf
 
 from ctl.base import _tf_internal
 from ctl.base import constants
 from ctl.base import sources
+from ctl.loop import manifest
 from ctl.parts import data as data_lib
 from ctl.parts.steps import TrainStep
 
@@ -53,6 +59,7 @@ RETRACING = "no retracing"
 DATA_DEPENDENT = "static shapes in step"
 HOST_PYTHON = "no host Python"
 DRAWS = "draws from ctx"
+PRECISION = "precision speed"
 
 # Ops that run Python on the host: a TPU cannot call back into it.
 _PYTHON_OPS = {"EagerPyFunc": "tf.py_function", "PyFunc": "tf.numpy_function",
@@ -73,6 +80,41 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
     lines.append(f"{f.name:{name_width}}  {'ok' if f.ok else 'FAIL':6}  {body[0]}")
     lines += [" " * (name_width + 10) + line for line in body[1:]]
   return "\n".join(lines)
+
+
+def precision_speed(precision: str, trains: Mapping[str, Callable[[int], Any]],
+                    num_steps: int = 3, repeats: int = 3) -> Finding:
+  """Times a step at a mixed precision against float32 on this CPU.
+
+  Whether `mixed_bfloat16` (or `mixed_float16`) is faster on a CPU depends on the
+  CPU, and its flags do not tell (docs/performance.md): this measures it.
+
+  Args:
+    precision: the mixed precision, a key of `trains`; "float32" is the other.
+    trains: precision -> a function training a fresh runner's step `n` steps
+      (`runner.with_options(mixed_precision=...).train`). One call each traces
+      (not timed), then `num_steps` steps `repeats` times, interleaved; the
+      fastest of each is compared.
+
+  Returns:
+    A `Finding` named `PRECISION`, not ok when `precision` is the slower.
+  """
+  best = {}
+  for train in trains.values():
+    train(1)
+  for _ in range(repeats):
+    for name, train in trains.items():
+      start = time.perf_counter()
+      train(num_steps)
+      best[name] = min(best.get(name, math.inf), time.perf_counter() - start)
+  ratio = best[precision] / best["float32"]
+  cpu = manifest.cpu()
+  said = (f"{precision} takes {ratio:.2f}x float32's time per step on this CPU "
+          f"({cpu['model']}; {', '.join(cpu.get('flags', [])) or 'no flags read'})")
+  if ratio > 1:
+    return Finding(PRECISION, False, f"{said}: train in float32 here (drop "
+                   "mixed_precision), or use it where it is faster.")
+  return Finding(PRECISION, True, f"{said}.")
 
 
 def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
