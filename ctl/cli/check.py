@@ -64,10 +64,14 @@ def run(args: argparse.Namespace) -> int:
   if precision in ctl.MIXED_PRECISIONS and not any(
       tf.config.list_logical_devices(kind) for kind in ("GPU", "TPU")):
     # This CPU's speed, not a TPU hazard: said, never failed on.
-    speed = check.precision_speed(precision, {
-        precision: runner.with_options().train,
-        "float32": runner.with_options(mixed_precision=None).train}, num_steps=args.steps)
-    print("\n" + textwrap.fill(f"{speed.name}: {speed.message}", 100))
+    try:
+      speed = check.precision_speed(precision, {
+          precision: runner.with_options().train,
+          "float32": runner.with_options(mixed_precision=None).train}, num_steps=args.steps)
+      said = speed.message
+    except (ValueError, tf.errors.OutOfRangeError) as e:  # data too short to time on
+      said = f"not timed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    print("\n" + textwrap.fill(f"{check.PRECISION}: {said}", 100))
   steps = f"{args.steps} step" + ("s" if args.steps != 1 else "")
   jobs.warn_unused_bindings("check", f"building the runner and {steps}",
                             " here (a binding used only by evaluation or export is "
