@@ -96,6 +96,8 @@ def _keras_floatx(float_dtype):
   schedule's value, is float64 too (a schedule in float32 rounds the rate
   differently eagerly and compiled, by an ulp that a float64 replay must not carry)."""
   previous = keras.config.floatx()
+  # Already set: under mirrored the replicas run in threads, and the one that set
+  # it must be the one to put it back, or a later thread leaves float64 global.
   if float_dtype == tf.float32 or previous == float_dtype.name:
     yield
     return
