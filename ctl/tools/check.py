@@ -32,8 +32,8 @@ import collections
 import contextlib
 import gc
 import io
-import math
 import re
+import statistics
 import sys
 import textwrap
 import time
@@ -83,7 +83,7 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
 
 
 def precision_speed(precision: str, trains: Mapping[str, Callable[[int], Any]],
-                    num_steps: int = 3, repeats: int = 3) -> Finding:
+                    num_steps: int = 3, repeats: int = 5) -> Finding:
   """Times a step at a mixed precision against float32 on this CPU.
 
   Whether `mixed_bfloat16` (or `mixed_float16`) is faster on a CPU depends on the
@@ -93,28 +93,35 @@ def precision_speed(precision: str, trains: Mapping[str, Callable[[int], Any]],
     precision: the mixed precision, a key of `trains`; "float32" is the other.
     trains: precision -> a function training a fresh runner's step `n` steps
       (`runner.with_options(mixed_precision=...).train`). One call each traces
-      (not timed), then `num_steps` steps `repeats` times, interleaved; the
-      fastest of each is compared.
+      (not timed), then `repeats` pairs of `num_steps` steps, each pair in the
+      other order than the one before.
+    repeats: pairs timed. One side is called slower only if it is slower in
+      every pair: a single pair's ratio of two equal steps strays by 10-20%.
 
   Returns:
-    A `Finding` named `PRECISION`, not ok when `precision` is the slower.
+    A `Finding` named `PRECISION` with the pairs' median ratio; not ok when
+    `precision` was the slower in every pair.
   """
-  best = {}
   for train in trains.values():
     train(1)
-  for _ in range(repeats):
-    for name, train in trains.items():
+  ratios = []
+  for i in range(repeats):
+    took = {}
+    for name in (precision, "float32")[::1 if i % 2 else -1]:
       start = time.perf_counter()
-      train(num_steps)
-      best[name] = min(best.get(name, math.inf), time.perf_counter() - start)
-  ratio = best[precision] / best["float32"]
+      trains[name](num_steps)
+      took[name] = time.perf_counter() - start
+    ratios.append(took[precision] / took["float32"])
   cpu = manifest.cpu()
-  said = (f"{precision} takes {ratio:.2f}x float32's time per step on this CPU "
-          f"({cpu['model']}; {', '.join(cpu.get('flags', [])) or 'no flags read'})")
-  if ratio > 1:
-    return Finding(PRECISION, False, f"{said}: train in float32 here (drop "
-                   "mixed_precision), or use it where it is faster.")
-  return Finding(PRECISION, True, f"{said}.")
+  said = (f"{precision} takes {statistics.median(ratios):.2f}x float32's time per step "
+          f"on this CPU ({cpu['model']}; {', '.join(cpu.get('flags', [])) or 'no flags read'})")
+  if min(ratios) > 1:
+    return Finding(PRECISION, False, f"{said}, slower in each of {repeats} pairs: train in "
+                   "float32 here (drop mixed_precision), or use it where it is faster.")
+  if max(ratios) < 1:
+    return Finding(PRECISION, True, f"{said}, faster in each of {repeats} pairs.")
+  return Finding(PRECISION, True, f"{said}: within this machine's noise (pairs from "
+                 f"{min(ratios):.2f}x to {max(ratios):.2f}x).")
 
 
 def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
