@@ -80,28 +80,21 @@ def result_of(layout: tuple[str, int], stdout: str) -> dict[str, float]:
   raise ValueError(f"{name(layout)}: printed no metrics (its output ends: {stdout[-300:]!r})")
 
 
-def relative_difference(value: float, reference: float) -> float:
-  if value == reference:
-    return 0.0
-  return abs(value - reference) / max(abs(reference), abs(value), 1e-30)
-
-
 def compare(results: dict[str, dict[str, float]]) -> tuple[list[tuple[str, str, float, float]],
                                                           bool]:
   """Rows (metric, layout, value, relative difference to the first layout) and
   whether every difference is within `TOLERANCE` and every layout has every metric."""
-  rows, agree = [], True
+  rows = []
   for metric, expected in next(iter(results.values())).items():
     for layout, values in results.items():
       value = values.get(metric)
-      if value is None or not isinstance(value, (int, float)):
+      if not isinstance(value, (int, float)):
         rows.append((metric, layout, math.nan, math.inf))
-        agree = False
         continue
-      difference = relative_difference(float(value), float(expected))
-      agree = agree and difference <= TOLERANCE
-      rows.append((metric, layout, float(value), difference))
-  return rows, agree
+      value, reference = float(value), float(expected)
+      difference = abs(value - reference) / max(abs(reference), abs(value), 1e-30)
+      rows.append((metric, layout, value, 0.0 if value == reference else difference))
+  return rows, all(difference <= TOLERANCE for *_, difference in rows)
 
 
 def _evaluate(evaluate, cwd, timeout):

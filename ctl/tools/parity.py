@@ -8,24 +8,13 @@
     ctl parity my_gan.py --against compiled,mirrored:2,multi_worker:2 --steps 10
 
 "The same numbers" cannot mean bit for bit (a strategy sums over replicas in
-another order, XLA fuses): it means that what a configuration changes is float
-rounding, which two checks tell apart from a bug (docs/parity.md explains both):
+another order, XLA fuses): it means that a configuration changes only float
+rounding. Two checks tell that from a bug (docs/parity.md explains both): a
+float64 replay of every run decides where it can run (rounding shrinks by half a
+billion, a bug keeps its float32 size); elsewhere float32 decides against a floor,
+the reference again with every initial weight moved by one ulp (`perturb`). Past
+rounding, `diagnose` names the likely bug from the evidence.
 
-1. **float64 (decides where it can run).** Each run again with the models, the
-   data and the draws in float64 (`Runner(mixed_precision="float64")`, every
-   float the module names widened by `_tf_internal.promoted_to_float64`):
-   rounding shrinks by half a billion, a bug keeps its float32 size. Within
-   rounding: every variable within `FLOAT64_TOLERANCE` per step trained, but one
-   that the float64 floor (the reference with its initial weights moved by one
-   ulp) already moves past it is judged as in float32.
-2. **float32 (decides where float64 cannot).** The floor is the reference again
-   with every initial weight moved by one ulp (`perturb`), `FLOOR_SAMPLES` times:
-   its largest difference per `group`. Within rounding: at most `FLOOR_FACTOR`
-   times the floor, or `ONE_STEP_TOLERANCE` per step trained; past it by less
-   than `UNDECIDED_FACTOR`, "undecided", not DIFFERS.
-
-Every model and optimizer variable, the step counter and every logged value is
-compared; past rounding, `diagnose` names the likely bug from the evidence.
 The user's module provides `build()`, `train_step(ctx, batch)` and `data()` (and
 may set `batches_per_step` and `seed`), or a .gin file describes an experiment.
 Each configuration runs in its own process (`ctl.tools.parity_runs.run_one`),
@@ -131,19 +120,6 @@ class Config:
   def processes(self) -> int:
     """The processes it runs in (its workers under multi_worker)."""
     return self.replicas if self.strategy == "multi_worker" else 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One training run in a process: the configuration as it is (float32), its
-  float64 replay, or a floor run (the initial weights moved by one ulp, each
-  up or down as drawn from `perturbation`)."""
-  label: str  # "main", "main64", "floor-<i>", "floor64-<i>"
-  float64: bool = False
-  perturbation: int | None = None
-
-
-MAIN, MAIN64 = Run("main"), Run("main64", True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,14 +401,13 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
         "in the reference: another number of steps or updates ran (a Python `if` on a "
         "tensor's value runs one branch eagerly and becomes a tf.cond compiled; "
         "a LossScaleOptimizer skips an update whose gradient is not finite).")
-  replicas = config.replicas if config.strategy != "default" else 1
-  if replicas > 1:
-    causes += _replica_causes(replicas, reference, run, about, named=bool(draws))
+  if config.replicas > 1:
+    causes += _replica_causes(config.replicas, reference, run, about, named=bool(draws))
   if not causes:
     if dict(config.options).get("jit_compile"):
       causes.append("only with XLA: an op XLA computes differently (look at "
                     "reductions over large tensors), or randomness in a Keras layer.")
-    elif config.strategy == "default" and replicas == 1:
+    elif config.strategy == "default":
       causes.append(
           "compiling alone changes it: a draw that ctl does not make (tf.random.* "
           "ops draw other numbers compiled than eagerly; use ctx.normal, ctx.uniform "
@@ -707,14 +682,6 @@ def float64_blockers(analysis: Mapping[str, Any]) -> str:
   return ""
 
 
-@dataclasses.dataclass
-class _Process:
-  """One process `check` starts: a configuration and its role (`run_one`)."""
-  name: str
-  config: Config
-  role: str = "config"
-
-
 def check(path: str, configs: Sequence[str], *, steps: int = 10,
           seeds: Sequence[int] | None = None, timeout: float = 900,
           bindings: Sequence[str] = (), experiment: str | None = None,
@@ -759,8 +726,8 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
                  floor_samples=floor_samples, bindings=bindings, experiment=experiment,
                  timeout=timeout, jobs=jobs or min(usable_cpus(), 4))
   with tempfile.TemporaryDirectory(prefix="ctl-parity-") as directory:
-    done = _run_processes([_Process("reference", reference, "reference")] +
-                          [_Process(c.name, c) for c in parsed], directory, options)
+    done = _run_processes([("reference", reference, "reference")] +
+                          [(c.name, c, "config") for c in parsed], directory, options)
     if isinstance(done["reference"], str):
       raise RuntimeError(f"parity: the eager reference run of {path} failed:\n"
                          f"{done['reference']}")
@@ -768,7 +735,7 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
     if floor_samples > 1 and any(report.precision(c) == "float32" for c in report.configs
                                  if c not in report.errors):
       # A configuration that float64 could not decide after all: more floors.
-      more = _run_processes([_Process("floors", reference, "floors")], directory, options)
+      more = _run_processes([("floors", reference, "floors")], directory, options)
       if isinstance(more["floors"], str):
         raise RuntimeError(f"parity: a floor run of {path} failed:\n{more['floors']}")
       for seed, runs in more["floors"][0].items():
@@ -894,35 +861,35 @@ def _float64_unable(found, reference64, floor64):
 
 
 def _run_processes(processes, directory, options):
-  """Runs `processes`, `options["jobs"]` workers' worth at a time, in order (the
-  reference, the longest, first); name -> (runs by seed and label, about), or
-  the error it ended with."""
+  """Runs `processes` ((name, config, role) each), `options["jobs"]` workers' worth
+  at a time, in order (the reference, the longest, first); name -> (runs by seed
+  and label, about), or the error it ended with."""
   pending, running, done = list(processes), [], {}
   try:
     while pending or running:
-      while pending and (not running or sum(p.config.processes for p, *_ in running)
-                         + pending[0].config.processes <= options["jobs"]):
-        process = pending.pop(0)
-        out = os.path.join(directory, f"{process.role}-{len(os.listdir(directory))}.npz")
-        running.append((process, out, _start(process, out, options), time.monotonic()))
+      while pending and (not running or sum(r[1].processes for r in running)
+                         + pending[0][1].processes <= options["jobs"]):
+        name, config, role = pending.pop(0)
+        out = os.path.join(directory, f"{role}-{len(os.listdir(directory))}.npz")
+        running.append((name, config, out, _start(config, role, out, options),
+                        time.monotonic()))
       time.sleep(0.05)
       for entry in list(running):
-        process, out, proc, started = entry
+        name, _, out, proc, started = entry
         if proc.poll() is None and time.monotonic() - started < options["timeout"]:
           continue
         running.remove(entry)
-        done[process.name] = _finish(proc, out, options["timeout"])
+        done[name] = _finish(proc, out, options["timeout"])
   finally:
-    stop_groups([proc for _, _, proc, _ in running])
+    stop_groups([entry[3] for entry in running])
   return done
 
 
-def _start(process, out, options):
-  """Starts `run_one` for `process` in a new process (under `ctl launch` for
-  multi_worker), leading a process group of its own."""
-  config = process.config
+def _start(config, role, out, options):
+  """Starts `run_one` for `config` in `role` in a new process (under `ctl launch`
+  for multi_worker), leading a process group of its own."""
   one = [sys.executable, "-m", "ctl.cli", "parity", options["path"], "--run-one",
-         config.name, "--role", process.role, "--steps", str(options["steps"]),
+         config.name, "--role", role, "--steps", str(options["steps"]),
          "--floor-samples", str(options["floor_samples"]), "--out", out]
   if options["seeds"] is not None:
     one += ["--seeds", ",".join(str(s) for s in options["seeds"])]

@@ -68,26 +68,27 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
       compiled[float64] = runner
     return runner
 
-  def train(seed, run, initial=None, runner=None):
-    """The run's runner (`runner`, or a new one), trained from `initial` weights
-    and its state kept; None if a float64 run failed."""
+  def train(seed, label, initial=None, *, float64=False, perturbation=None, runner=None):
+    """Run `label`'s runner (`runner`, or a new one), trained from `initial` weights
+    (moved by one ulp as drawn from `perturbation`, for a floor run) and its state
+    kept; None if a float64 run failed."""
     try:
-      runner = runner or runner_for(seed, run.float64)
-      with _in_precision(run.float64):
+      runner = runner or runner_for(seed, float64)
+      with _in_precision(float64):
         with strategy.scope():
           if initial is not None:
             for variable, value in zip(_model_variables(runner), initial):
               variable.assign(np.asarray(value, variable.dtype))
-          if run.perturbation is not None:
-            parity.perturb(runner.models, run.perturbation)
+          if perturbation is not None:
+            parity.perturb(runner.models, perturbation)
         history = runner.train(steps)
     except Exception as e:  # pylint: disable=broad-except
-      compiled.pop(run.float64, None)  # a failed run's runner is not reused
-      if not run.float64:
+      compiled.pop(float64, None)  # a failed run's runner is not reused
+      if not float64:
         raise
-      found["errors"][run.label] = _one_line(e)
+      found["errors"][label] = _one_line(e)
       return None
-    arrays.update({f"{seed}|{run.label}|{k}": v
+    arrays.update({f"{seed}|{label}|{k}": v
                    for k, v in state_arrays(runner, history).items()})
     if "paths" not in about:
       about.update(describe(runner))
@@ -98,14 +99,14 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
     found = about["seeds"].setdefault(str(seed), {"errors": {}})
     if role == "floors":
       for i in range(1, floor_samples):
-        train(seed, parity.Run(f"floor-{i}", False, i))
+        train(seed, f"floor-{i}", perturbation=i)
       continue
     # The float64 replay starts from the float32 run's initial weights: Keras'
     # initializers draw other numbers in float64.
     runner = runner_for(seed, False)
     initial = [v.numpy() for v in _model_variables(runner)]
-    train(seed, parity.MAIN, runner=runner)
-    runner64 = train(seed, parity.MAIN64, initial) if float64 else None
+    train(seed, "main", runner=runner)
+    runner64 = train(seed, "main64", initial, float64=True) if float64 else None
     if role != "reference":
       continue
     if analysis is None:  # the step's graph is the same for every seed
@@ -116,11 +117,10 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
       with _in_precision(traced is not None):
         analysis = analyze(traced or runner)
     found["analysis"] = analysis
-    decides = runner64 is not None and not parity.float64_blockers(analysis)
-    if decides and train(seed, parity.Run("floor64-0", True, 0), initial) is None:
-      decides = False
+    decides = (runner64 is not None and not parity.float64_blockers(analysis) and
+               train(seed, "floor64-0", initial, float64=True, perturbation=0) is not None)
     for i in range(1 if decides else floor_samples):
-      train(seed, parity.Run(f"floor-{i}", False, i))
+      train(seed, f"floor-{i}", perturbation=i)
   if ctl.worker(strategy).is_chief:  # the chief, under multi_worker
     np.savez(out, **arrays)
     with open(out + ".json", "w") as f:
@@ -319,6 +319,7 @@ def analyze(runner: Any) -> dict[str, Any]:
   from ctl.base import _tf_internal  # pylint: disable=import-outside-toplevel
   found = {"float32_variables": [], "float32_made": [], "batch_reductions": [],
            "micro_batches": False, "draws": [], "error": None}
+  made = {}  # a line -> its first op that made float32 (what follows only passes it on)
   float64 = any(v.dtype == "float64" for m in runner.models.values() for v in m.weights)
   if float64:
     found["float32_variables"] = sorted(
@@ -353,7 +354,7 @@ def analyze(runner: Any) -> dict[str, Any]:
           t.dtype in (tf.float32, tf.float16, tf.bfloat16) for t in op.outputs):
         line = sources.user_line(frames)
         if line:
-          found["float32_made"].append(f"{line} ({op.type})")
+          made.setdefault(line, f"{line} ({op.type})")
       elif (op.type in _REDUCTIONS and op in feeds_updates and
             _over_examples(op, batch_size) and not _is_gradient(op) and
             any(c in feeds_updates for c in op.outputs[0].consumers())):
@@ -361,10 +362,7 @@ def analyze(runner: Any) -> dict[str, Any]:
         if line:
           found["batch_reductions"].append(f"{line} ({op.type} over the batch axis)")
   found["batch_reductions"] = list(dict.fromkeys(found["batch_reductions"]))
-  lines = {}  # a line's first op that made float32 (what follows only passes it on)
-  for made in found["float32_made"]:
-    lines.setdefault(made.rsplit(" (", 1)[0], made)
-  found["float32_made"] = list(lines.values())
+  found["float32_made"] = list(made.values())
   return found
 
 
