@@ -236,13 +236,11 @@ class Report:
 def relative_difference(reference: np.ndarray, other: np.ndarray,
                         scale: float | None = None) -> float:
   """max |other - reference| / scale (default max |reference|; absolute if 0)."""
-  reference = np.asarray(reference, np.float64)
-  other = np.asarray(other, np.float64)
+  reference, other = np.asarray(reference, np.float64), np.asarray(other, np.float64)
   if reference.shape != other.shape:
     return float("inf")
   if not (np.isfinite(reference).all() and np.isfinite(other).all()):
-    same = np.array_equal(reference, other, equal_nan=True)
-    return 0.0 if same else float("inf")
+    return 0.0 if np.array_equal(reference, other, equal_nan=True) else float("inf")
   if scale is None:
     scale = float(np.max(np.abs(reference), initial=0.0))
   difference = float(np.max(np.abs(other - reference), initial=0.0))
@@ -392,10 +390,9 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
         "tf.random op draws other numbers on each replica, eagerly and compiled, and a "
         "stateless draw of the replica's rows draws the same rows on every replica. "
         + constants.STEP_DRAWS_FIX)
-  counted = [k for k in reference if (k.startswith("counter:") or "/iteration/" in k)
-             and not np.array_equal(reference[k], run[k])]
-  if counted:
-    key = counted[0]
+  key = next((k for k in reference if (k.startswith("counter:") or "/iteration/" in k)
+              and not np.array_equal(reference[k], run[k])), None)
+  if key is not None:
     causes.append(
         f"{about.get('paths', {}).get(key, key)} is {run[key]} here and {reference[key]} "
         "in the reference: another number of steps or updates ran (a Python `if` on a "
@@ -765,22 +762,21 @@ def _report(configs, done, floor_samples):
     found = about["seeds"][seed]
     unable = _float64_unable(found, ours.get("main64"), ours.get("floor64-0"))
     tolerances32 = float32_tolerances(ours["main"], floors)
-    judged[seed] = (floors, found, unable, tolerances32, None if unable else
+    judged[seed] = (ours, floors, found, unable, tolerances32, None if unable else
                     float64_tolerances(ours["main64"], ours["floor64-0"], tolerances32))
     report.steps = steps_trained(ours["main"])
   for config in configs:
-    for seed, (floors, found, unable, tolerances32, tolerances64) in judged.items():
+    for seed, (ours, floors, found, unable, tolerances32, tolerances64) in judged.items():
       name = config.name if len(judged) == 1 else f"{config.name} seed={seed}"
       named.append((config, seed, name))
       if isinstance(done[config.name], str):
         report.errors[name] = done[config.name]
         continue
-      config_runs, config_about = done[config.name]
-      reference, reference64 = runs[seed]["main"], runs[seed].get("main64")
-      run, run64 = config_runs[seed]["main"], config_runs[seed].get("main64")
-      report.rows += compare(name, reference, run, tolerances32, "float32", about["paths"])
-      why = unable or (None if run64 is not None else "its float64 run failed: " +
-                       config_about["seeds"][seed]["errors"].get("main64", "?"))
+      theirs = done[config.name][0][seed]
+      report.rows += compare(name, ours["main"], theirs["main"], tolerances32, "float32",
+                             about["paths"])
+      why = unable or (None if "main64" in theirs else "its float64 run failed: " +
+                       done[config.name][1]["seeds"][seed]["errors"].get("main64", "?"))
       notes = report.notes.setdefault(name, [])
       if why == "--no-float64":
         notes.append(f"float32 decides (--no-float64; floor of {len(floors)} runs).")
@@ -788,19 +784,19 @@ def _report(configs, done, floor_samples):
         notes.append(f"float64 cannot decide: {why}; float32 decides"
                      + (f" (floor of {len(floors)} runs)." if len(floors) > 1 else "."))
       else:
-        report.rows += compare(name, reference64, run64, tolerances64, "float64",
+        report.rows += compare(name, ours["main64"], theirs["main64"], tolerances64, "float64",
                                about["paths"])
         report.decided_by[name] = "float64"
-        reference, run = reference64, run64
         notes += amplified_note(report, name, about.get("optimizers", {}))
-      if not_deterministic(runs[seed]["main"], floors):
+      if not_deterministic(ours["main"], floors):
         report.unsteady.add(name)
-      if first_step_differs(runs[seed]["main"], config_runs[seed]["main"]):
+      if first_step_differs(ours["main"], theirs["main"]):
         report.first_differs.add(name)
+      decided = "main64" if name in report.decided_by else "main"
       report.causes[name] = diagnose(
-          config, report.decisive(name), reference, run,
+          config, report.decisive(name), ours[decided], theirs[decided],
           dict(about, analysis=found.get("analysis", {})), floors=floors,
-          floor_reference=runs[seed]["main"])
+          floor_reference=ours["main"])
   _first_fix_compiling(report, named)
   return report
 
