@@ -420,12 +420,9 @@ def first_step_differs(reference: Arrays, run: Arrays, relative: float = 1e-5) -
   """Whether a logged value of `run` differs from the reference's at the first
   step by more than rounding could (`relative`): computed from the same initial
   weights, before any update that training could amplify."""
-  for key in reference:
-    if key.startswith("loss/") and np.size(reference[key]) and np.size(run.get(key, [])):
-      r, c = float(np.ravel(reference[key])[0]), float(np.ravel(run[key])[0])
-      if np.isfinite(c) and abs(c - r) > relative * (1 + abs(r)):
-        return True
-  return False
+  firsts = [(float(np.ravel(reference[k])[0]), float(np.ravel(run[k])[0])) for k in reference
+            if k.startswith("loss/") and np.size(reference[k]) and np.size(run.get(k, []))]
+  return any(np.isfinite(c) and abs(c - r) > relative * (1 + abs(r)) for r, c in firsts)
 
 
 def not_deterministic(reference: Arrays, floors: Sequence[Arrays]) -> bool:

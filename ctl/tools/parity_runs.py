@@ -40,10 +40,11 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
   sidecar: the variables' names and the layers that work per replica
   (`describe`), and per seed the runs that failed and what `analyze` found.
 
-  Roles: "config" runs the configuration and its float64 replay. "reference"
-  also analyzes the step and runs the floors: in float64 one, and in float32
-  one if float64 can decide, else `floor_samples`. "floors" runs float32 floors
-  1 to `floor_samples` - 1. A float64 run that fails is recorded, not raised.
+  Roles: "config" runs the configuration ("main") and its float64 replay
+  ("main64"). "reference" also analyzes the step and runs the floors (one ulp
+  away, `parity.perturb`): "floor64-0" in float64, and in float32 "floor-0" if
+  float64 can decide, else `floor_samples`. "floors" runs "floor-1" on to
+  `floor_samples` - 1. A float64 run that fails is recorded, not raised.
   """
   import ctl  # pylint: disable=import-outside-toplevel
 
