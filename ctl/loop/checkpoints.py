@@ -522,7 +522,7 @@ def _move_newer(directory, into, step):
   """Moves the checkpoints of `directory` newer than `step` into `into`; the
   `checkpoint` files of both then name what each holds."""
   on_disk = _Listing(directory).on_disk
-  newer = _newer(directory, step)
+  newer = sorted(s for s in on_disk if s > step)
   for s in newer:
     for f in tf.io.gfile.glob(on_disk[s] + ".*"):
       os.replace(f, os.path.join(into, os.path.basename(f)))
@@ -573,13 +573,10 @@ def write_pointer(directory: str, paths: list[str]) -> None:
 
 
 def _clean_failed_save(prefix):
-  """After a failed save of `prefix`: whether its files read whole (the
-  `checkpoint` file's update failed); else removes them.
-
-  A failure in TF's merge of `<prefix>_temp` (a full disk) leaves a data file
-  and an empty index, which would fill the disk again at the next save. No
-  other checkpoint has this step's name (none is saved over the one restored).
-  """
+  """After a failed save of `prefix`: whether its files read whole (only the
+  `checkpoint` file's update failed); else removes them (none is saved over the
+  one restored), e.g. the data file a failed merge of `<prefix>_temp` leaves,
+  which would fill the disk again."""
   shutil.rmtree(prefix + "_temp", ignore_errors=True)
   for partial in tf.io.gfile.glob(os.path.join(os.path.dirname(prefix), "checkpoint.tmp*")):
     tf.io.gfile.remove(partial)  # TF's own temporary `checkpoint` file
@@ -607,11 +604,10 @@ def _unreadable(path):
       tf.raw_ops.RestoreV2(prefix=path, tensor_names=keys, shape_and_slices=[""] * len(keys),
                            dtypes=[dtypes[k] for k in keys])
     _saved_layout(reader)
-    named, held = _step_of(path), None
-    if _STEP_KEY in dtypes:
-      held = int(reader.get_tensor(_STEP_KEY))
+    held = int(reader.get_tensor(_STEP_KEY)) if _STEP_KEY in dtypes else None
   except (tf.errors.OpError, IndexError, KeyError, RuntimeError, ValueError) as e:
     return f"{type(e).__name__}: {_op_message(e).strip()}"
+  named = _step_of(path)
   if named is not None and held is not None and held != named:
     # Renamed or copied over by hand: restoring it would train over the newer
     # checkpoints' names with older weights.
@@ -724,11 +720,10 @@ def _loss_scaling_switched(saved, optimizers):
   """What to say when the only difference is loss scaling (mixed_float16) turned
   on or off since the checkpoint was written, or None."""
   import keras  # pylint: disable=import-outside-toplevel
-  scaled = {name: isinstance(o, keras.optimizers.LossScaleOptimizer)
-            for name, o in optimizers.items()}
-  if len(set(scaled.values())) != 1:
+  scaled = {isinstance(o, keras.optimizers.LossScaleOptimizer) for o in optimizers.values()}
+  if len(scaled) != 1:  # none, or some of each
     return None
-  now_scaled = next(iter(scaled.values()), False)
+  now_scaled = scaled.pop()
   for name, optimizer in optimizers.items():
     theirs = saved.get(("optimizers", name))
     expected = (len(optimizer.inner_optimizer.variables) if now_scaled

@@ -417,15 +417,11 @@ def _missing(reading, before):
   """The ranges (first, last) of the steps from 0 to before `before` (None: the
   last step read) that no line of a file of every step holds."""
   end = before if before is not None else max(reading.steps, default=-1) + 1
-  ranges = []
-  for step in range(end):
-    if step in reading.steps:
-      continue
-    if ranges and ranges[-1][1] == step - 1:
-      ranges[-1] = (ranges[-1][0], step)
-    else:
-      ranges.append((step, step))
-  return ranges
+  missing = [step for step in range(end) if step not in reading.steps]
+  # Consecutive steps have the same step - index.
+  runs = [[s for _, s in run] for _, run in
+          itertools.groupby(enumerate(missing), lambda item: item[1] - item[0])]
+  return [(run[0], run[-1]) for run in runs]
 
 
 def _steps(ranges):

@@ -222,12 +222,11 @@ class Session:
     """`call(logger)` for every logger. A tracker that fails is dropped, with
     a warning: the run goes on, and the work directory keeps its records."""
     for logger in list(self._loggers):
-      if logger in self._own:
-        call(logger)
-        continue
       try:
         call(logger)
       except Exception as e:  # pylint: disable=broad-except
+        if logger in self._own:
+          raise
         self._loggers.remove(logger)
         _log.warning("logger %s failed%s (%s: %s); it gets nothing more from this fit, "
                      "the work directory keeps every record.", type(logger).__name__,

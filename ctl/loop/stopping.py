@@ -270,16 +270,16 @@ class Stopper:
                          name="ctl-stuck").start()
 
   def _hang_up(self):
-    """SIGHUP: stdout and stderr, where they were the lost terminal (a write
-    would fail), go to /dev/null; then SIGTERM to this process. The flag first:
-    the call in flight then ends with the save, however late SIGTERM comes in."""
+    """SIGHUP: detaches the lost terminal, then SIGTERM to this process. The flag
+    first: the call in flight then ends with the save, however late SIGTERM comes."""
     self._sigterm = True
     self._detach()
     _write("ctl: SIGHUP (the terminal closed): stopping as at SIGTERM.")
     os.kill(os.getpid(), signal.SIGTERM)
 
   def _detach(self):
-    """stdout and stderr, where they were the lost terminal, to /dev/null."""
+    """stdout and stderr, where they were the lost terminal (a write would fail),
+    to /dev/null."""
     null = os.open(os.devnull, os.O_WRONLY)
     try:
       for fd in self._terminals:
@@ -318,49 +318,41 @@ class Stopper:
   def _quit(self):
     """A second Ctrl-C (from the signal's thread): quits within a bound.
 
-    At rest (in an action), saves first. Inside a compiled call, the state is
-    consistent only at the call's end: if the calls so far say that comes
-    within `SECOND_CTRL_C_WAIT_SECONDS`, waits for it (the main thread saves
-    and stops); else quits at once, losing the steps since the last checkpoint.
-    A notebook's kernel is never ended."""
+    At rest (in an action), saves first. Inside a compiled call, whose state is
+    whole only at its end, waits for that end if the calls so far say it comes
+    within `SECOND_CTRL_C_WAIT_SECONDS`. A notebook's kernel is never ended."""
     call, quitting = self._call, self._quitting
     if call is not None:
       self._quitting = True  # the main thread skips the actions due after the call
     if self.session is None:
-      if not self._keep_kernel("stops after the compiled call in flight"):
-        self._quit_now(", without saving (no workdir)")
-      return
-    if self._doing is not None and self._abandonable:  # at rest: this thread may save
-      said = self._save_from_thread()
-      if not self._keep_kernel(f"{said}; the cell stops when the {self._doing}'s "
-                               "TensorFlow call returns"):
-        self._quit_now(f"; {said}")
-      return
-    lost = f"the steps since {self.session.latest or 'the start'} are lost"
-    if call is None or quitting:  # a save in progress, or a third Ctrl-C in a call
-      if not self._keep_kernel("the cell stops after the work in progress (restarting "
-                               "the kernel stops it now)"):
-        self._quit_now(f", without saving: {lost}")
-      return
-    steps, started = call
-    left = (None if self._seconds_per_step is None else
-            self._seconds_per_step * steps - (time.monotonic() - started))
-    if self._keep_kernel(
-        "the compiled call in flight ends" + (f" in about {max(left, 0):.0f} s" if left
-                                              is not None else f" (at most {steps} steps)") +
-        f", then a checkpoint is saved and the cell stops (restarting the kernel stops "
-        f"it now: {lost})"):
-      return
-    if left is not None and left <= SECOND_CTRL_C_WAIT_SECONDS:
-      _write(f"ctl: second Ctrl-C: the compiled call in flight ends in about "
-             f"{max(left, 0):.1f} s: saving its steps then, and stopping (waiting at most "
-             f"{SECOND_CTRL_C_WAIT_SECONDS:g} s; Ctrl-C again to quit now).")
-      if self._call_ended.wait(SECOND_CTRL_C_WAIT_SECONDS):
-        return  # the main thread saves and stops
-      self._quit_now(f": the call did not end within {SECOND_CTRL_C_WAIT_SECONDS:g} s; "
-                     f"without saving: {lost}")
-      return
-    self._quit_now(f", without saving: {lost}")
+      kept, said = "stops after the compiled call in flight", ", without saving (no workdir)"
+    elif self._doing is not None and self._abandonable:  # at rest: this thread may save
+      saved = self._save_from_thread()
+      kept = f"{saved}; the cell stops when the {self._doing}'s TensorFlow call returns"
+      said = f"; {saved}"
+    else:
+      lost = f"the steps since {self.session.latest or 'the start'} are lost"
+      said = f", without saving: {lost}"
+      if call is None or quitting:  # a save in progress, or a third Ctrl-C in a call
+        kept = "the cell stops after the work in progress (restarting the kernel stops it now)"
+      else:
+        steps, started = call
+        left = (None if self._seconds_per_step is None else
+                self._seconds_per_step * steps - (time.monotonic() - started))
+        kept = ("the compiled call in flight ends" + (
+            f" in about {max(left, 0):.0f} s" if left is not None else
+            f" (at most {steps} steps)") + ", then a checkpoint is saved and the cell stops "
+            f"(restarting the kernel stops it now: {lost})")
+        if left is not None and left <= SECOND_CTRL_C_WAIT_SECONDS and not notebook.in_notebook():
+          _write(f"ctl: second Ctrl-C: the compiled call in flight ends in about "
+                 f"{max(left, 0):.1f} s: saving its steps then, and stopping (waiting at "
+                 f"most {SECOND_CTRL_C_WAIT_SECONDS:g} s; Ctrl-C again to quit now).")
+          if self._call_ended.wait(SECOND_CTRL_C_WAIT_SECONDS):
+            return  # the main thread saves and stops
+          said = (f": the call did not end within {SECOND_CTRL_C_WAIT_SECONDS:g} s; "
+                  f"without saving: {lost}")
+    if not self._keep_kernel(kept):
+      self._quit_now(said)
 
   def _keep_kernel(self, what):
     """In a notebook: says `what` happens instead of ending the kernel (which
@@ -442,10 +434,8 @@ def agree(placement: Placement, flags: Sequence[bool]) -> list[bool]:
 
 
 def _quietly(fn):
-  try:
+  with contextlib.suppress(Exception):
     fn()
-  except Exception:  # pylint: disable=broad-except
-    pass
 
 
 def _is_terminal(fd):  # a seam for tests
@@ -474,17 +464,12 @@ class _Wakeup:
     self._thread.start()
 
   def _run(self):
-    while True:
-      try:
-        data = os.read(self._read, 64)
-      except OSError:
-        return
-      if not data:
-        return
-      for signum in data:
-        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-          self._counts[signum] = self._counts.get(signum, 0) + 1
-          self._on_signal(signum, self._counts[signum])
+    with contextlib.suppress(OSError):
+      while data := os.read(self._read, 64):  # until end-of-file
+        for signum in data:
+          if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._counts[signum] = self._counts.get(signum, 0) + 1
+            self._on_signal(signum, self._counts[signum])
 
   def close(self):
     signal.set_wakeup_fd(self._previous)
