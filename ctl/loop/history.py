@@ -249,8 +249,7 @@ class HistoryFile:
     lost = _missing(reading, start_step) if self.every_step else []
     if reading.later or reading.bad or lost or reading.repeated:
       # Rewritten: the kept lines as written, one of each step repeated.
-      lines = [(step, line) for step, line in _lines_before(self.path, start_step)
-               if step not in reading.repeated]
+      lines = [(step, line) for step, line in reading.lines if step not in reading.repeated]
       lines += [(step, _row_line(step, values)) for step, values in reading.repeated.items()]
       lines += [(first, f'{{"step": {first}, "lost_through": {last}}}\n')
                 for first, last in lost]
@@ -279,7 +278,7 @@ class HistoryFile:
     rows = {step: values for step, values in rows.items() if values}
     if not rows:
       return []
-    _write_lines(self.path, [*_lines_before(self.path, math.inf),
+    _write_lines(self.path, [*_read(self.path, before=None).lines,
                              *((step, _row_line(step, values)) for step, values in rows.items())])
     self.steps = self.steps | set(rows)
     self.reopen()
@@ -373,6 +372,8 @@ class _Reading:
   # the steps with a value on more than one line: {step: its values, the last of each}
   bad: list[tuple[int, str, int | None]] = dataclasses.field(default_factory=list)
   # the unreadable lines: (line number, its start, the step it names if it does)
+  lines: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+  # (step, the line as written) of the lines read whose step is below `before`
 
 
 _STEP = re.compile(r'"step"\s*:\s*(\d+)')
@@ -395,6 +396,7 @@ def _read(path, before):
     if before is not None and step >= before:
       reading.later += 1
       continue
+    reading.lines.append((step, line if line.endswith("\n") else line + "\n"))
     if lost_through is not None:
       reading.lost.append((step, int(lost_through)))
       reading.steps.update(range(step, int(lost_through) + 1))
@@ -455,18 +457,6 @@ def _readlines(path):
       return f.readlines()
   except FileNotFoundError:
     return []
-
-
-def _lines_before(path, before):
-  """(step, line) of the lines of `path` that `_read(path, before)` keeps, as written."""
-  for line in _readlines(path):
-    try:
-      row = json.loads(line)
-      step = int(row["step"])
-    except (ValueError, KeyError, TypeError):
-      continue
-    if step < before:
-      yield step, line if line.endswith("\n") else line + "\n"
 
 
 def _write_lines(path, lines):

@@ -129,9 +129,8 @@ def differences(previous: dict[str, Any] | None, record: dict[str, Any]) -> list
   changes = []
   for key in _COMPARED:
     before, now = _flat({key: previous.get(key)}), _flat({key: record.get(key)})
-    for name in sorted(set(before) | set(now)):
-      if before.get(name) != now.get(name):
-        changes.append(f"{name} was {before.get(name)!r} and is now {now.get(name)!r}")
+    changes += [f"{name} was {before.get(name)!r} and is now {now.get(name)!r}"
+                for name in sorted(before.keys() | now.keys()) if before.get(name) != now.get(name)]
   return changes
 
 
@@ -143,8 +142,8 @@ def params(record: dict[str, Any]) -> dict[str, str]:
                 if key not in ("gin", "command", "cwd", "time", "start_step",
                                "total_steps")})
   flat["command"] = " ".join(record.get("command", []))
-  for name, value in record.get("gin", {}).get("bindings", {}).items():
-    flat[f"gin.{name}"] = value
+  flat.update({f"gin.{name}": value
+               for name, value in record.get("gin", {}).get("bindings", {}).items()})
   return {name: str(value) for name, value in flat.items()}
 
 
@@ -209,10 +208,10 @@ def _commit(directory):
   try:
     top = _run_git(directory, "rev-parse", "--show-toplevel")
     commit = _run_git(top, "rev-parse", "HEAD") if top is not None else None
-    status = _run_git(top, "status", "--porcelain", "--untracked-files=no") if commit else ""
+    if commit is None:
+      return None
+    status = _run_git(top, "status", "--porcelain", "--untracked-files=no")
   except (OSError, subprocess.SubprocessError):
-    return None
-  if commit is None:
     return None
   return {"commit": commit, "dirty": bool(status), "repository": os.path.basename(top)}
 

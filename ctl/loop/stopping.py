@@ -147,11 +147,10 @@ class Stopper:
       with self._saving:
         self.session.save("signal")
     if self._quitting:  # a second Ctrl-C came during the call: no actions
-      then = None
       _write("ctl: second Ctrl-C: saved at the end of the compiled call; stopping." if saved
              else "ctl: second Ctrl-C: stopping at the end of the compiled call (no "
              "workdir: nothing saved).")
-    if then is not None:
+    elif then is not None:
       self._sigterm = self._sigint = False  # only a new signal abandons `then`
       with contextlib.suppress(Abandoned), self.abandonable():
         then()
