@@ -72,11 +72,7 @@ def add_parser(subparsers: Any) -> None:
         name, help=summary, description=description, epilog=f"example:\n  {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)
-    parser.add_argument("--strategy", metavar="NAME", help="a ctl.make_strategy name "
-                        "(default, mirrored, multi_worker, tpu, auto, ...); overrides "
-                        "the config's")
-    parser.add_argument("--logical-cpus", type=int, metavar="N", help="split the CPU "
-                        "into N devices first (e.g. for --strategy mirrored)")
+    add_run_arguments(parser, logger=name == "train")
     parser.add_argument("--workdir", metavar="DIR",
                         help="the run's directory (default: runs/<config name or "
                         "file stem>; a leading ~ is your home, also in --workdir=~/x)")
@@ -85,11 +81,6 @@ def add_parser(subparsers: Any) -> None:
                           help="capture a TensorFlow profiler trace of STEPS steps from "
                           "step START (e.g. 100:5) into <workdir>/events/train, for "
                           "TensorBoard's Profile tab")
-      parser.add_argument("--logger", action="append", default=[], metavar="NAME",
-                          choices=constants.LOGGER_NAMES,
-                          help="also log the run to an experiment tracker: mlflow "
-                          "(MLFLOW_TRACKING_URI, e.g. sqlite:///runs/mlflow.db) or "
-                          "wandb (offline unless WANDB_MODE=online); repeatable")
       parser.add_argument("--resume-from", type=int, metavar="STEP",
                           help="go back: resume from the checkpoint of step STEP although "
                           "newer ones exist; they are moved, with the run's records as "
@@ -134,14 +125,29 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                       "package registers under the entry points ctl.experiments)")
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, logger: bool = True) -> None:
+  """`--strategy`, `--logical-cpus` and (with `logger`) `--logger`, as `ctl train`
+  takes them (`ctl sweep` passes them on to each run)."""
+  parser.add_argument("--strategy", metavar="NAME", help="a ctl.make_strategy name "
+                      "(default, mirrored, multi_worker, tpu, auto, ...); overrides "
+                      "the config's")
+  parser.add_argument("--logical-cpus", type=int, metavar="N", help="split the CPU "
+                      "into N devices first (e.g. for --strategy mirrored)")
+  if logger:
+    parser.add_argument("--logger", action="append", default=[], metavar="NAME",
+                        choices=constants.LOGGER_NAMES,
+                        help="also log the run to an experiment tracker: mlflow "
+                        "(MLFLOW_TRACKING_URI, e.g. sqlite:///runs/mlflow.db) or "
+                        "wandb (offline unless WANDB_MODE=online); repeatable")
+
+
 def profile_steps(value: str) -> tuple[int, int]:
   """`--profile START:STEPS` as `(start, steps)`; argparse reports a bad form."""
-  start, _, steps = value.partition(":")
   try:
-    start, steps = int(start), int(steps)
+    start, steps = (int(n) for n in value.split(":"))  # not two numbers: ValueError
   except ValueError:
-    start = steps = None
-  if start is None or start < 1 or steps < 1:
+    start = steps = 0
+  if start < 1 or steps < 1:
     raise argparse.ArgumentTypeError(
         f"{value!r} is not START:STEPS with START >= 1 and STEPS >= 1; e.g. --profile "
         "100:5 traces steps 100 to 105")

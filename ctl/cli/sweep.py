@@ -10,9 +10,7 @@
 Each run is `ctl train` in a process of its own (ctl/tools/sweep.py plans
 them): TensorFlow fixes its devices and strategy once per process, a run that
 crashes or leaks memory takes no other with it, and it is what a cluster's job
-list runs. Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed on to the run in
-progress, which saves and stops; then the sweep stops (130, or 42 after
-SIGTERM). The table: ctl/tools/sweep_table.py; the rest: `_DESCRIPTION` below.
+list runs. The table: ctl/tools/sweep_table.py; the rest: `_DESCRIPTION` below.
 """
 
 import argparse
@@ -68,14 +66,7 @@ def add_parser(subparsers: Any) -> None:
                       "experiment's seed, e.g. gan.Experiment.seed)")
   parser.add_argument("--sweep-dir", metavar="DIR", help="where the runs, the table and "
                       "sweep.json go (default: runs/sweeps/<config name or file stem>)")
-  parser.add_argument("--strategy", metavar="NAME", help="each run's --strategy, as for "
-                      "ctl train")
-  parser.add_argument("--logical-cpus", type=int, metavar="N", help="each run's "
-                      "--logical-cpus, as for ctl train")
-  parser.add_argument("--logger", action="append", default=[], metavar="NAME",
-                      choices=constants.LOGGER_NAMES,
-                      help="each run's --logger, as for ctl train: mlflow or wandb "
-                      "(repeatable)")
+  jobs.add_run_arguments(parser)  # each run's
   parser.add_argument("--best-mode", action="append", default=[], metavar="METRIC=MODE",
                       help="min or max: whether METRIC's best is its lowest or highest "
                       "value (default: from its name, e.g. min for fid, kid and *loss*, "
@@ -191,10 +182,21 @@ def _check_config(args, axes, seeds):
           "seed; pass --seed-binding with the gin parameter that seeds a run.")
     seed_binding = f"{gin_name}.seed"
   _check_seed_unbound(args, axes, seed_binding)
+  # The config, with the seed's binding, and with each grid value alone (an error
+  # names its grid): (bindings, what goes before and after an error's message).
+  checks = [([], "", ""),
+            ([f"{seed_binding} = {seeds[0]}"], f"--seed-binding {seed_binding}: ",
+             " Pass --seed-binding with the gin parameter that seeds a run of this experiment.")]
+  checks += [([f"{axis.binding} = {value}"], f"--grid {axis.text!r}, value {value}: ", "")
+             for axis in axes for value in axis.values]
+  import gin  # pylint: disable=import-outside-toplevel
   try:
-    _parse_each(config, args, axes, seed_binding, seeds)
+    for bindings, before, after in checks:
+      try:
+        experiments.parse_gin([config], [*args.gin, *bindings])
+      except experiments.ConfigError as e:
+        raise experiments.ConfigError(f"{before}{e}{after}") from None
   finally:  # the runs parse it in their own processes: leave gin as it was found
-    import gin  # pylint: disable=import-outside-toplevel
     gin.clear_config()
   return seed_binding
 
@@ -214,24 +216,6 @@ def _check_seed_unbound(args, axes, seed_binding):
       raise experiments.ConfigError(
           f"--gin {binding!r}: {seed_binding} is each run's seed, which --seeds sets (it "
           "would override this binding); drop it and pass --seeds, e.g. --seeds 3,4.")
-
-
-def _parse_each(config, args, axes, seed_binding, seeds):
-  """Parses `config` with the seed's binding, then with each grid value alone."""
-  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
-  experiments.parse_gin([config], args.gin)
-  try:
-    experiments.parse_gin([config], [*args.gin, f"{seed_binding} = {seeds[0]}"])
-  except experiments.ConfigError as e:
-    raise experiments.ConfigError(
-        f"--seed-binding {seed_binding}: {e} Pass --seed-binding with the gin parameter "
-        "that seeds a run of this experiment.") from None
-  for axis in axes:  # each value alone: the error names its grid
-    for value in axis.values:
-      try:
-        experiments.parse_gin([config], [*args.gin, f"{axis.binding} = {value}"])
-      except experiments.ConfigError as e:
-        raise experiments.ConfigError(f"--grid {axis.text!r}, value {value}: {e}") from None
 
 
 def _options(args, *names):

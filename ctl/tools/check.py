@@ -44,6 +44,7 @@ from typing import Any
 import tensorflow as tf
 
 from ctl.base import _tf_internal
+from ctl.base import arguments
 from ctl.base import constants
 from ctl.base import sources
 from ctl.loop import manifest
@@ -96,7 +97,7 @@ def precision_speed(precision: str, trains: Mapping[str, Callable[[int], Any]],
       (not timed), then `repeats` pairs of `num_steps` steps, each pair in the
       other order than the one before.
     repeats: pairs timed. One side is called slower only if it is slower in
-      every pair: a single pair's ratio of two equal steps strays by 10-20%.
+      every pair: a single pair's ratio is noisy.
 
   Returns:
     A `Finding` named `PRECISION` with the pairs' median ratio; not ok when
@@ -145,8 +146,7 @@ def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
   if not isinstance(feed, data_lib.GlobalBatches):
     raise ValueError("check_step needs a runner whose data is a tf.data.Dataset of "
                      "global batches, not a dataset function.")
-  if not isinstance(num_batches, int) or num_batches < 1:
-    raise ValueError(f"num_batches must be a positive int, got {num_batches!r}.")
+  arguments.integer("num_batches", num_batches, minimum=1)
   findings = [_static_inputs(feed)]
   batches = _batches(feed, num_batches)
   saved = [(v, v.numpy()) for v in tf.nest.flatten(compiled_step.state.variables())]

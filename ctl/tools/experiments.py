@@ -113,14 +113,15 @@ def find_config(config: str) -> str:
     ConfigError: no such file, or no shipped config of that name; the message
       lists the shipped names.
   """
+  if os.path.isfile(config):
+    return config
   shipped = configs.shipped()
-  stem = os.path.basename(config)[:-len(".gin")] if config.endswith(".gin") else None
-  if not os.path.isfile(config) and stem in shipped and os.path.basename(config) == config:
+  stem = config.removesuffix(".gin")
+  if stem != config and stem in shipped:  # `dcgan.gin` for `dcgan`
     raise ConfigError(f"config file {config} not found; {stem!r} is a shipped config: "
                       f"give its name, {stem}, without .gin.")
-  if os.path.isfile(config) or not configs.is_name(config):
-    require_config_file(config)
-    return config
+  if not configs.is_name(config):
+    require_config_file(config)  # raises
   if config in shipped:
     return shipped[config]
   raise ConfigError(f"config {config!r} is neither a file nor a shipped config's name"
@@ -226,10 +227,8 @@ def resolve_experiment(name: str) -> Callable[[], Any]:
 def gin_name(make: Callable[[], Any]) -> str | None:
   """The name gin knows `make` by (what `resolve_experiment` returned), e.g.
   `gan.Experiment`, or None if gin does not know it."""
-  for selector, configurable in _tf_internal.gin_registry().items():
-    if make is configurable.wrapped or make is configurable.wrapper:
-      return selector
-  return None
+  return next((selector for selector, configurable in _tf_internal.gin_registry().items()
+               if make is configurable.wrapped or make is configurable.wrapper), None)
 
 
 def default_experiment() -> str:
@@ -258,7 +257,6 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
   resumes, from any directory.
   """
   gin.clear_config()  # a second command in the same process starts afresh
-  _check_include_loops(files)
   tree, directories = _include_tree(files)
   try:
     with _tf_internal.gin_search_paths_first(directories):
@@ -348,15 +346,11 @@ def unused_bindings() -> list[str]:
   its scope, or a scope inside it.
   """
   bindings, uses = _tf_internal.gin_bindings_and_uses()
-  unused = []
-  for (scope, selector), parameters in bindings.items():
-    for parameter in parameters:
-      if any(used_selector == selector and parameter in values
-             and _scope_within(scope, used_scope)
-             for (used_scope, used_selector), values in uses.items()):
-        continue
-      unused.append(scope if selector == "gin.macro" else _key(scope, selector, parameter))
-  return unused
+  return [scope if selector == "gin.macro" else _key(scope, selector, parameter)
+          for (scope, selector), parameters in bindings.items() for parameter in parameters
+          if not any(used_selector == selector and parameter in values
+                     and _scope_within(scope, used_scope)
+                     for (used_scope, used_selector), values in uses.items())]
 
 
 def _scope_within(scope, active):
@@ -379,50 +373,34 @@ def _includes(path):
       yield number, line, match["path"], beside if os.path.isfile(beside) else match["path"]
 
 
-def _check_include_loops(files):
-  """Raises ConfigError naming the include that closes a loop (a.gin -> b.gin -> a.gin),
-  which gin would follow to Python's recursion limit."""
-  done = set()  # files whose includes lead to no loop
+def _include_tree(files):
+  """(`files` and every file they include; the directories to search for includes).
+  Raises ConfigError for an include loop, which gin would follow to Python's recursion
+  limit, or a relative include that would be found beside another file first."""
+  tree, directories, includes = {}, [], []  # tree: {absolute path: path}
 
   def visit(path, chain):
     key = os.path.abspath(path)
-    if key in done or not os.path.isfile(path):
+    if key in tree or not os.path.isfile(path):
       return
-    cycle = chain + [key]
-    for number, line, _, included in _includes(path):
-      if os.path.abspath(included) in cycle:
-        start = cycle.index(os.path.abspath(included))
-        loop = " -> ".join(os.path.basename(p) for p in cycle[start:] + [included])
+    tree[key] = path
+    if os.path.dirname(key) not in directories:
+      directories.append(os.path.dirname(key))
+    chain = chain + [key]
+    for number, line, included, resolved in _includes(path):
+      if os.path.abspath(resolved) in chain:
+        start = chain.index(os.path.abspath(resolved))
+        loop = " -> ".join(os.path.basename(p) for p in chain[start:] + [resolved])
         raise ConfigError(
             f"{path}, line {number}: `{line.strip()}` closes an include loop ({loop}): "
             "gin would include the files over and over. Remove this include, or the one "
             "that leads back here.")
-      visit(included, cycle)
-    done.add(key)
+      if not os.path.isabs(included):
+        includes.append((path, number, included, resolved))
+      visit(resolved, chain)
 
   for path in files:
     visit(path, [])
-
-
-def _include_tree(files):
-  """(`files` and every file they include; the directories to search for includes).
-  Raises ConfigError if a relative include would be found beside another file first."""
-  tree, directories, includes = [], [], []
-
-  def visit(path):
-    if not os.path.isfile(path) or os.path.abspath(path) in map(os.path.abspath, tree):
-      return
-    tree.append(path)
-    here = os.path.dirname(os.path.abspath(path))
-    if here not in directories:
-      directories.append(here)
-    for number, _, included, resolved in _includes(path):
-      if not os.path.isabs(included):
-        includes.append((path, number, included, resolved))
-        visit(resolved)
-
-  for path in files:
-    visit(path)
   for path, number, included, resolved in includes:
     found = next((os.path.join(d, included) for d in directories
                   if os.path.isfile(os.path.join(d, included))), resolved)
@@ -432,7 +410,7 @@ def _include_tree(files):
           f"{found} (beside another included file) has the same relative path and "
           "gin would read that one. Give the include as a path that only one of "
           "them matches (e.g. with its folder), or an absolute path.")
-  return tree, directories
+  return list(tree.values()), directories
 
 
 _BINDING_FORM = ("A binding reads `configurable.parameter = value`, the value a Python "
@@ -490,10 +468,8 @@ def _import(module_name, experiment=None):
 
 def _configurable_names():
   """Every registered configurable's full name and its last component."""
-  names = set()
-  for selector, _ in _tf_internal.gin_registry().items():
-    names.update((selector, selector.rpartition(".")[2]))
-  return sorted(names)
+  return sorted({name for selector, _ in _tf_internal.gin_registry().items()
+                 for name in (selector, selector.rpartition(".")[2])})
 
 
 # gin appends where a binding came from: `\n  In file "x.gin", line 3\n    text`

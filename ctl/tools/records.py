@@ -139,15 +139,14 @@ def read_records(directory_or_pattern: str, global_batch_size: int | None = None
       shapes vary.
   """
   files, spec = _files_and_spec(directory_or_pattern)
+  element_spec = _decode_structure(spec["element"])
   if global_batch_size is not None:
     arguments.integer("global_batch_size", global_batch_size, minimum=1,
                       fix="or None for single records")
-  element_spec = _decode_structure(spec["element"])
-  if global_batch_size is not None and not all(
-      s.shape.is_fully_defined() for s in tf.nest.flatten(element_spec)):
-    raise ValueError(f"the records in {directory_or_pattern!r} have shapes that vary "
-                     f"({element_spec}), so they cannot be batched; write them with "
-                     "a fixed size (e.g. `ctl records ... --image-size H W`).")
+    if not all(s.shape.is_fully_defined() for s in tf.nest.flatten(element_spec)):
+      raise ValueError(f"the records in {directory_or_pattern!r} have shapes that vary "
+                       f"({element_spec}), so they cannot be batched; write them with "
+                       "a fixed size (e.g. `ctl records ... --image-size H W`).")
   batch_size = global_batch_size
   # In shard order: the round-robin read below then restores the written order.
   data = tf.data.Dataset.list_files(files, shuffle=False)

@@ -153,12 +153,10 @@ def parse_grid(text: str) -> Axis:
 
 def check_axes(axes: Sequence[Axis]) -> None:
   """Raises ValueError, naming it, if a binding is swept by two grids."""
-  seen = set()
-  for axis in axes:
-    if axis.binding in seen:
+  for i, axis in enumerate(axes):
+    if axis.binding in (earlier.binding for earlier in axes[:i]):
       raise ValueError(f"--grid {axis.binding} is given twice; give one --grid per "
                        "binding, with all its values in one list.")
-    seen.add(axis.binding)
 
 
 def short_names(bindings: Sequence[str]) -> list[str]:
