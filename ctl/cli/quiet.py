@@ -98,11 +98,8 @@ def unless_verbose(verbose: bool = False) -> Iterator[None]:
 
 
 def _configure_tf_logger():
-  """Has TensorFlow set up its logger, then sets it to WARNING.
-
-  TensorFlow sets its logger up on first use, and in an interactive session
-  (a notebook) that sets it to INFO: done first, it does not undo ours.
-  """
+  """Has TensorFlow set up its logger, then sets it to WARNING: its set-up on first
+  use sets INFO in an interactive session (a notebook), which would undo ours."""
   sys.modules["tensorflow"].get_logger().setLevel(logging.WARNING)  # imported by now
 
 
@@ -120,11 +117,12 @@ def _is_chatter(line: str, min_level: int) -> bool:
   return line.startswith(_ABSL_NOTICE)
 
 
-class _FilteredImport(importlib.abc.MetaPathFinder):
-  """Finds `tensorflow` (once) with a loader that filters stderr while it runs."""
+class _FilteredImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Finds `tensorflow` (once) and loads it with its loader, filtering stderr meanwhile."""
 
   quieted_absl = False  # whether the import set the "absl" logger to ERROR
   quiet_tf_logger = False  # whether to set up the "tensorflow" logger at WARNING
+  _loader = None  # tensorflow's own
 
   def find_spec(self, name, path=None, target=None):
     if name != "tensorflow":
@@ -132,14 +130,8 @@ class _FilteredImport(importlib.abc.MetaPathFinder):
     sys.meta_path.remove(self)
     spec = importlib.util.find_spec(name)  # by the finders after this one
     if spec is not None and spec.loader is not None:
-      spec.loader = _FilteredLoader(spec.loader, self)
+      self._loader, spec.loader = spec.loader, self
     return spec
-
-
-class _FilteredLoader(importlib.abc.Loader):
-  def __init__(self, loader, finder):
-    self._loader = loader
-    self._finder = finder
 
   def create_module(self, spec):
     return self._loader.create_module(spec)
@@ -169,9 +161,9 @@ class _FilteredLoader(importlib.abc.Loader):
     self._after()
 
   def _after(self):
-    if self._finder.quiet_tf_logger:
+    if self.quiet_tf_logger:
       _configure_tf_logger()
     absl = logging.getLogger("absl")  # made by `import tensorflow`, which imports absl
     if absl.level == logging.NOTSET:
       absl.setLevel(logging.ERROR)
-      self._finder.quieted_absl = True
+      self.quieted_absl = True
