@@ -151,10 +151,10 @@ def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
   batches = _batches(feed, num_batches)
   saved = [(v, v.numpy()) for v in tf.nest.flatten(compiled_step.state.variables())]
   try:
-    step = _CompiledStep(compiled_step)
-    error = step.trace(tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
-    if error:
-      findings += [error] + [Finding(n, False, "not run: the step did not trace.")
+    step = _CompiledStep(compiled_step,
+                         tf.nest.map_structure(tf.TensorSpec.from_tensor, batches[0]))
+    if step.error:
+      findings += [step.error] + [Finding(n, False, "not run: the step did not trace.")
                              for n in (XLA, RETRACING, DATA_DEPENDENT, DRAWS)]
     else:
       graphs = [step.concrete.graph] + _tf_internal.function_graphs(step.concrete.graph)
@@ -171,12 +171,13 @@ def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
 
 
 class _CompiledStep:
-  """The replica step in `tf.function(jit_compile=True)`, batch as argument."""
+  """The replica step in `tf.function(jit_compile=True)`, batch as argument, traced on
+  `batch_spec` with its prints recorded; `error` is a Finding if tracing failed."""
 
-  def __init__(self, compiled_step):
+  def __init__(self, compiled_step, batch_spec):
     self.python_calls = 0  # the user's step runs as Python only while traced
     self.printed = []
-    self.concrete = None
+    self.concrete = self.error = None
 
     def replica_step(batch, step):
       self.python_calls += 1
@@ -187,16 +188,12 @@ class _CompiledStep:
 
     self.function = tf.function(compiled, jit_compile=True, autograph=False)
     self.step = compiled_step.state.global_step.read_value()
-
-  def trace(self, batch_spec):
-    """Traces on `batch_spec`, recording prints; a Finding if tracing failed."""
     try:
       with _recording_prints(self.printed):
         self.concrete = self.function.get_concrete_function(
             batch_spec, tf.TensorSpec([], self.step.dtype))
     except Exception as e:  # pylint: disable=broad-except
-      return _trace_failure(e)
-    return None
+      self.error = _trace_failure(e)
 
 
 def _static_inputs(feed):

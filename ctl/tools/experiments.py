@@ -104,10 +104,7 @@ def require_config_file(path: str) -> None:
 
 
 def find_config(config: str) -> str:
-  """The path of the .gin file `config` gives: a path, or a shipped config's name.
-
-  A file that exists is taken as it is; otherwise a name (`configs.is_name`) is
-  one of the .gin files that installed packages ship, e.g. `dcgan`.
+  """The path of the .gin file `config` gives: a path, or a shipped config's name (`dcgan`).
 
   Raises:
     ConfigError: no such file, or no shipped config of that name; the message

@@ -17,6 +17,7 @@ deviation (n - 1) over the combination's finished seeds.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import glob
@@ -183,16 +184,10 @@ def _rows(path):
   """The rows of a metrics.jsonl or history.jsonl, values as float64 (`ctl.read_history`
   keeps float32); a line cut short by a crash is left out, as there."""
   rows = []
-  try:
-    with open(path, encoding="utf-8") as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-          rows.append({k: math.nan if v is None else float(v) for k, v in row.items()})
-        except (ValueError, TypeError, AttributeError):
-          continue
-  except FileNotFoundError:
-    pass
+  with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
+    for line in f:
+      with contextlib.suppress(ValueError, TypeError, AttributeError):
+        rows.append({k: math.nan if v is None else float(v) for k, v in json.loads(line).items()})
   return [row for row in rows if "step" in row]
 
 
@@ -241,8 +236,7 @@ def write_hparams(directory: str, axes: Sequence[sweep.Axis], table: Table) -> l
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
 
   values = {axis.binding: _hparam_values(axis) for axis in axes}
-  hparams = {axis.binding: hp.HParam(axis.binding, hp.Discrete(list(values[axis.binding].values())))
-             for axis in axes}
+  hparams = {b: hp.HParam(b, hp.Discrete(list(known.values()))) for b, known in values.items()}
   metrics = []
   for metric in table.metrics:
     metrics.append(hp.Metric(f"final/{metric}", display_name=f"final {metric}"))
