@@ -166,7 +166,6 @@ class Checkpointer:
     self._state = state
     self._iterator = feed.iterator if feed.checkpointable else None
     self.directory = directory
-    self.restore_data = restore_data
     self._saved_step = None
     self.is_chief = placement.is_chief
     self._keep = keep
