@@ -8,13 +8,10 @@
     metrics = experiment.evaluate("runs/my", strategy="default")
 
 An experiment is an object with one method per job (`Experiment` below), which
-`ctl train|eval|export|check` make from a gin configuration (a .gin file's path,
-or the name of one a package ships: `find_config`). `--experiment NAME` names
-what makes it, by its gin name or `module.path:attribute`; by default, the one
-an installed package registers under the entry points `ctl.experiments`. A
-mistake in the configuration raises `ConfigError`, one paragraph naming the
-binding and the closest known names; `binding_of` finds the binding whose value
-a configured call refused.
+`ctl train|eval|export|check` make from a gin configuration (`find_config`) and
+`--experiment NAME` (`resolve_experiment`, `default_experiment`). A mistake in
+the configuration raises `ConfigError`, one paragraph naming the binding and the
+closest known names.
 """
 
 from __future__ import annotations
