@@ -185,14 +185,10 @@ def slurm_cluster_resolver(num_gpus: int | None = None, env: Mapping[str, str] |
                            ) -> tf.distribute.cluster_resolver.SlurmClusterResolver:
   """The cluster of this Slurm job step, as `multi_worker` builds it.
 
-  TF's `SlurmClusterResolver` reads `SLURM_PROCID` (this task's rank),
-  `SLURM_STEP_NUM_TASKS`, `SLURM_STEP_NODELIST` (expanded in Python, e.g.
-  `node[01-02]`; no `scontrol` call) and `SLURM_STEP_TASKS_PER_NODE` (e.g.
-  `1(x2)`) from `os.environ`. Every task is a `worker`; the task of rank 0 is
-  worker 0, the chief. Task `i` on a node listens on port
-  `SLURM_PORT_BASE + i` (`$CTL_SLURM_PORT_BASE` overrides it). The resolver
-  does not set `CUDA_VISIBLE_DEVICES`: give each task its GPUs with Slurm
-  (`--gpus-per-task`) or run one task per node.
+  Every task is a `worker`; rank 0 (`SLURM_PROCID`) is worker 0, the chief. Task
+  `i` on a node listens on port `SLURM_PORT_BASE + i`. `CUDA_VISIBLE_DEVICES` is
+  not set: give each task its GPUs with Slurm (`--gpus-per-task`) or run one
+  task per node.
 
   Args:
     num_gpus: GPUs this task uses (default: TensorFlow's physical GPUs).
@@ -265,11 +261,6 @@ def parse_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
 def _tensorflow_names(config, source):
   """`config` with TASK_TYPE_ALIASES renamed (the same object if none is used)."""
   cluster = config.get("cluster") or {}
-  task = config.get("task")
-  kind = task.get("type") if isinstance(task, dict) else None
-  if not (set(cluster) & set(TASK_TYPE_ALIASES) or kind in TASK_TYPE_ALIASES
-          or (source == "CLUSTER_SPEC" and "evaluator" in cluster)):
-    return config
   renamed = {}
   for job, addresses in cluster.items():
     name = TASK_TYPE_ALIASES.get(job, job)
@@ -280,9 +271,11 @@ def _tensorflow_names(config, source):
     renamed[name] = addresses
   if source == "CLUSTER_SPEC":
     renamed.pop("evaluator", None)
-  config = dict(config, cluster=renamed)
-  if kind in TASK_TYPE_ALIASES:
-    config["task"] = dict(task, type=TASK_TYPE_ALIASES[kind])
+  if renamed != cluster:
+    config = dict(config, cluster=renamed)
+  task = config.get("task")
+  if isinstance(task, dict) and task.get("type") in TASK_TYPE_ALIASES:
+    config = dict(config, task=dict(task, type=TASK_TYPE_ALIASES[task["type"]]))
   return config
 
 
@@ -305,5 +298,5 @@ def export_tf_config(env: MutableMapping[str, str] | None = None) -> None:
   logger.info("TF_CONFIG set to the cluster %s names with TensorFlow's task types: "
               "this task is %s %s of %s", "TF_CONFIG" if text.strip() else "CLUSTER_SPEC",
               task.get("type"), task.get("index", 0),
-              {job: len(a) for job, a in config["cluster"].items()})
+              {job: len(a) for job, a in config.get("cluster", {}).items()})
 

@@ -7,21 +7,16 @@
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
 
 Each task gets `TF_CONFIG` for a cluster on free ports of `host`, and
-`CTL_LAUNCH_READY_DIR`, where `ctl.make_strategy` leaves a file once the task's
-strategy exists. The launcher prefixes and streams every task's output, and stops
-every task (SIGTERM, then SIGKILL to its process group) when one fails, when one
-is not ready in time (a multi-worker peer that never starts would leave the others
-waiting forever), or at its own SIGTERM, SIGINT or SIGHUP. A task that uses ctl
-also stops when the launcher is gone, even killed with SIGKILL (`watch_launcher`).
-With `max_restarts` (as torchrun's), a cluster that ended any other way than
-success or the launcher's own signal is started again, whole: a ctl run resumes
-from its last checkpoint. The tasks share a private network, loopback only, by
-default (`ctl.distribute.private_network`). POSIX only; TensorFlow is not imported.
+`CTL_LAUNCH_READY_DIR`, where `ctl.make_strategy` marks it ready. The launcher
+streams every task's output, prefixed, and stops every task (SIGTERM, then SIGKILL
+to its process group) when one fails or is not ready in time, or at its own signal;
+with `max_restarts` it starts a failed cluster again, whole. The tasks share a
+private network (`ctl.distribute.private_network`). POSIX only; TensorFlow is not
+imported. docs/strategies.md tells the whole behaviour.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -261,15 +256,16 @@ class Launch:
     handlers = self._catch_signals()
     watch_launcher()  # started by `ctl parity` or `ctl eval --across`: stop when it is gone
     try:
-      with self._network() as refused:
-        return refused if refused is not None else self._run_clusters()
+      return self._run_clusters() if self._open_network() else _CANNOT_RUN_EXIT_CODE
     finally:
+      if self._private is not None:
+        self._private.close()
+        self._private = None
       for signum, handler in handlers.items():
         signal.signal(signum, handler)
 
-  @contextlib.contextmanager
-  def _network(self):
-    """The tasks' network for every cluster run; yields an exit code if refused."""
+  def _open_network(self):
+    """Makes the tasks' private network unless shared; False if refused outright."""
     try:
       if self.network != "shared":
         self._private = private_network.PrivateNetwork()
@@ -277,8 +273,7 @@ class Launch:
       if self.network == "private":
         self._say(f"error: this system refuses a private network ({e}); use "
                   "--network shared behind a firewall")
-        yield _CANNOT_RUN_EXIT_CODE
-        return
+        return False
       self.network = "shared"
       self._say(f"warning: this system refuses a private network ({e}), so the tasks "
                 "use this machine's network, where TensorFlow's servers listen on every "
@@ -291,12 +286,7 @@ class Launch:
                 "the tasks use this machine's network, where TensorFlow's servers "
                 "listen on every interface (not only --host): keep its ports behind a "
                 "firewall")
-    try:
-      yield None
-    finally:
-      if self._private is not None:
-        self._private.close()
-        self._private = None
+    return True
 
   def _run_clusters(self):
     """Runs the cluster, restarting it up to `max_restarts` times; the exit code."""
@@ -317,7 +307,9 @@ class Launch:
       self.causes.append(self._cause)
       self._say(f"restart {self.restarts} of {self.max_restarts} in "
                 f"{self.restart_wait:g} s: {self._cause}")
-      if not self._wait_to_restart():
+      self._wait(lambda: self._signal is not None, self.restart_wait)
+      if self._signal is not None:
+        self._say(f"got {signal.Signals(self._signal).name}; not restarting")
         return code
 
   def _run_cluster(self):
@@ -339,15 +331,6 @@ class Launch:
         thread.join(max(0.0, deadline - time.monotonic()))
       shutil.rmtree(self._ready_dir, ignore_errors=True)
 
-  def _wait_to_restart(self):
-    """Sleeps `restart_wait` seconds; False if a signal came meanwhile."""
-    deadline = time.monotonic() + self.restart_wait
-    while self._signal is None and time.monotonic() < deadline:
-      time.sleep(_POLL_SECONDS)
-    if self._signal is not None:
-      self._say(f"got {signal.Signals(self._signal).name}; not restarting")
-    return self._signal is None
-
   def _supervise(self):
     code = self._start()
     if code is not None:
@@ -361,8 +344,7 @@ class Launch:
         exited = None
       if self._signal is not None:
         return self._forward_signal()
-      code = self._on_exit(exited) if exited is not None else None
-      if code is not None:
+      if exited is not None and (code := self._on_exit(exited)) is not None:
         return code
       if not announced and self._check_ready():
         announced = True
@@ -426,11 +408,10 @@ class Launch:
 
   def _on_exit(self, task):
     """Handles a task's exit; returns the launcher's exit code once it is known."""
-    others = [t for t in self.tasks if t is not task]
     if self.parameter_server and task.type == "chief":
       if task.code in (0, PREEMPTED_EXIT_CODE):
         # The workers and parameter servers serve until they are stopped.
-        self._stop([t for t in others if t.running])
+        self._stop([t for t in self.tasks if t.running])
         self._say(f"chief exited with code {task.code}; stopped the workers and "
                   "parameter servers")
         self._cause = f"the chief exited with code {task.code} (preempted)"
@@ -445,7 +426,7 @@ class Launch:
   def _preempted(self, task):
     """A worker saved and exited with 42: the others should follow on their own."""
     # They all agree on the step to save at, but finish at slightly different times.
-    self._await(self.tasks, self.grace)
+    self._wait(lambda: not any(t.running for t in self.tasks), self.grace)
     stragglers = [t for t in self.tasks if t.running]
     if stragglers:
       self._stop(stragglers)
@@ -493,14 +474,12 @@ class Launch:
     self._say("exit codes: " + ", ".join(f"{t.name} {t.code}" for t in self.tasks))
     # In a parameter-server cluster the chief's code: the others were serving.
     codes = [t.code for t in (self.tasks[:1] if self.parameter_server else self.tasks)]
-    if all(c == 0 for c in codes):
-      return 0
-    if all(c in (0, PREEMPTED_EXIT_CODE) for c in codes):
-      return PREEMPTED_EXIT_CODE
-    code = next(c for c in codes if c not in (0, PREEMPTED_EXIT_CODE))
-    if code is None:  # not even SIGKILL ended it
+    failed = [c for c in codes if c not in (0, PREEMPTED_EXIT_CODE)]
+    if not failed:
+      return PREEMPTED_EXIT_CODE if PREEMPTED_EXIT_CODE in codes else 0
+    if failed[0] is None:  # not even SIGKILL ended it
       return 1
-    return 128 - code if code < 0 else min(code, 255)  # the shell's 128 + signal
+    return 128 - failed[0] if failed[0] < 0 else min(failed[0], 255)  # the shell's 128 + signal
 
   def _stop(self, stopping, quiet=False):
     """SIGTERM to each task's process group; SIGKILL after the grace period."""
@@ -508,7 +487,8 @@ class Launch:
       return
     for task in stopping:
       _signal_group(task, signal.SIGTERM)
-    self._await(stopping, self.grace, hurry=True)
+    # A second signal (Ctrl-C twice) ends the grace period.
+    self._wait(lambda: self._hurry or not any(t.running for t in stopping), self.grace)
     late = [t for t in stopping if t.running]
     if late and not quiet:
       self._say(f"{_names(late)} did not stop within --grace {self.grace:g} s of "
@@ -516,14 +496,12 @@ class Launch:
     # Also the leftovers of tasks that did exit: processes they started.
     for task in stopping:
       _signal_group(task, signal.SIGKILL)
-    self._await(stopping, _KILL_WAIT_SECONDS)
+    self._wait(lambda: not any(t.running for t in stopping), _KILL_WAIT_SECONDS)
 
-  def _await(self, awaited, seconds, hurry=False):
-    """Waits up to `seconds` for `awaited` to exit; with `hurry`, a second signal
-    (Ctrl-C twice) ends the wait."""
+  def _wait(self, done, seconds):
+    """Sleeps until `done()` is true or `seconds` have passed."""
     deadline = time.monotonic() + seconds
-    while (any(t.running for t in awaited) and time.monotonic() < deadline
-           and not (hurry and self._hurry)):
+    while not done() and time.monotonic() < deadline:
       time.sleep(_POLL_SECONDS)
 
   def _catch_signals(self):

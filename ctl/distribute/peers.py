@@ -12,17 +12,14 @@ until every peer listens on its port (listening on its own meanwhile), then
 builds the strategy under a watchdog process that kills this one, with a
 message, if the constructor still hangs (a peer that died after it was seen).
 
-The limits: `make_strategy(startup_timeout=...)`, else `CTL_STARTUP_TIMEOUT`
-(seconds; 0 waits forever), else 600 s; once training, a peer that misses its
-heartbeats for `make_strategy(heartbeat_timeout=...)`, else
-`CTL_HEARTBEAT_TIMEOUT`, else 60 s, is declared dead by TensorFlow's
-coordination service, and every task stops with an error naming it.
+The limits are `make_strategy`'s `startup_timeout` and `heartbeat_timeout`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import signal
 import socket
@@ -100,14 +97,12 @@ def wait_for_peers(peers: Sequence[tuple[str, str]], address: str | None, timeou
   """
   deadline = clock() + timeout if timeout else float("inf")
   waiting = list(peers)
-  announced = False
   with _signals_exit(waiting), _listening(address):
-    while True:
+    for attempt in itertools.count():
       waiting[:] = [(name, address) for name, address in waiting if not _listens(address)]
       if not waiting:
         return max(0.0, deadline - clock()) if timeout else 0.0
-      if not announced:
-        announced = True
+      if not attempt:
         limit = f"up to {timeout:g} s" if timeout else "with no time limit"
         _write(f"ctl: waiting {limit} for the cluster's other tasks: {_names(waiting)}")
       if clock() >= deadline:
@@ -175,23 +170,16 @@ def _signals_exit(waiting):
       signal.signal(signum, handler)
 
 
-@contextlib.contextmanager
 def _listening(address):
-  """A placeholder listener on `address` while the block runs (TF's server is not up).
-
-  If the port is taken the wait goes on without it: the peers then name this
-  task as missing, and TF's own bind names the port.
-  """
+  """A placeholder listener on `address` while TF's server is not up: on its host only,
+  not on every interface as TF's server will; on every one only if the host is no
+  address of this machine (a name not yet in DNS, a service's address). If the port is
+  taken, or there is none, nothing listens: the peers name this task as missing, and
+  TF names the port or address."""
   host, _, port = (address or "").rpartition(":")
-  server = _placeholder(host.strip("[]"), int(port)) if port.isdigit() else None
-  with server or contextlib.nullcontext():  # no port: TF will name the address
-    yield
-
-
-def _placeholder(host, port):
-  """A socket listening on `host`'s `port` only, not on every interface as TF's
-  server will; on every one only if `host` is no address of this machine (a name
-  not yet in DNS, a service's address). None if the port is taken."""
+  if not port.isdigit():
+    return contextlib.nullcontext()
+  host, port = host.strip("[]"), int(port)
   family = socket.AF_INET6 if ":" in host else socket.AF_INET
   try:
     return socket.create_server((host, port), family=family)
@@ -199,12 +187,12 @@ def _placeholder(host, port):
     pass  # a name this machine cannot resolve (yet)
   except OSError as e:
     if e.errno != errno.EADDRNOTAVAIL:
-      return None
+      return contextlib.nullcontext()
   try:
     return socket.create_server(("", port), family=family,
                                 dualstack_ipv6=family == socket.AF_INET6)
   except OSError:
-    return None
+    return contextlib.nullcontext()
 
 
 def _listens(address):

@@ -4,21 +4,16 @@
     with private_network.PrivateNetwork() as network:   # PrivateNetworkUnavailable if refused
       subprocess.Popen(network.command(["ctl", "train", ...]))   # runs inside it
 
-TensorFlow's gRPC server listens on every interface whatever address TF_CONFIG
-gives it (`GrpcServer::Init` in core/distributed_runtime/rpc/grpc_server_lib.cc
-binds `"0.0.0.0:" + port`, and nothing configures that), and anyone who reaches
-such a port can run any graph in the task. So `ctl launch` runs its tasks in a
-network namespace whose only interface is loopback: they reach one another on
-127.0.0.1 and nothing outside reaches them, not another machine nor another user
-of this one; nor do they reach any other host (`--network shared` keeps this
-machine's network).
+TensorFlow's gRPC servers listen on every interface whatever address TF_CONFIG
+gives them, and run any graph sent to them. In this namespace, whose only
+interface is loopback, the tasks reach one another on 127.0.0.1 and nothing else
+reaches them, nor they anything else (docs/strategies.md: "Who can reach a cluster").
 
-A holder process makes the namespace (root: a network namespace; any other user:
-a user namespace mapping only their own user and group, holding a network
-namespace, as `unshare --user --net` does), brings loopback up and keeps it until
-closed; each command enters it through a small Python process that then executes
-the command, so the process started is the command's own (its PID, its process
-group). Linux only.
+A holder process makes the namespace (a user other than root inside a user
+namespace of their own, as `unshare --user --net` does) and keeps it until
+closed; each command enters it through a small Python step that then executes
+the command, so the process started keeps the command's PID and process group.
+Linux only.
 """
 
 from __future__ import annotations

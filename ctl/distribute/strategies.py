@@ -216,14 +216,11 @@ def _jobs(strategy, kind):
 
 def _worker(strategy, kind):
   jobs = _jobs(strategy, kind)
-  count = max(1, len(jobs.get("chief", [])) + len(jobs.get("worker", [])))
-  is_chief = bool(strategy.extended.should_checkpoint)
-  if count == 1:
-    return Worker(0, 1, is_chief)
-  resolver = strategy.cluster_resolver
-  index = 0 if resolver.task_type == "chief" else len(jobs.get("chief", [])) + int(
-      resolver.task_id)
-  return Worker(index, count, is_chief)
+  chiefs = len(jobs.get("chief", []))
+  count = max(1, chiefs + len(jobs.get("worker", [])))
+  resolver = strategy.cluster_resolver if count > 1 else None
+  index = chiefs + int(resolver.task_id) if resolver and resolver.task_type != "chief" else 0
+  return Worker(index, count, bool(strategy.extended.should_checkpoint))
 
 
 def kind_of(strategy: tf.distribute.Strategy) -> Kind:
@@ -233,9 +230,9 @@ def kind_of(strategy: tf.distribute.Strategy) -> Kind:
                     f"{', '.join(STRATEGY_NAMES)}, got {strategy!r}.")
   cls = strategy.__class__  # (a stand-in's too: mock.Mock(spec=...))
   by_class = {kind.strategy_class: kind for kind in KINDS.values()}
-  for base in cls.__mro__:
-    if base in by_class:
-      return by_class[base]
+  kind = next((by_class[base] for base in cls.__mro__ if base in by_class), None)
+  if kind is not None:
+    return kind
   raise TypeError(
       f"strategy {cls.__name__} is of no kind ctl knows ({', '.join(KINDS)}). "
       "Describe it once, before making a runner: ctl.distribute.placement.register("
