@@ -31,12 +31,9 @@ def add_parser(subparsers: Any) -> None:
           "when the command cannot run or --network private is refused.\n\n"
           "network: TensorFlow's gRPC servers are unauthenticated (anyone who reaches\n"
           "their ports can run code in the tasks) and listen on every interface,\n"
-          "whatever --host says. So by default the tasks share a private network:\n"
-          "loopback only, out of reach of other machines and users, and they reach\n"
-          "no other host (no downloads, no remote trackers). Where the system refuses\n"
-          "one (user or network namespaces disabled) the launcher warns and uses this\n"
-          "machine's network; --network shared does so on purpose: keep the ports\n"
-          "behind a firewall then.\n\n"
+          "whatever --host says. So the tasks share a private network (see --network),\n"
+          "out of reach of other machines and users, and they reach no other host.\n"
+          "On this machine's network, keep the ports behind a firewall.\n\n"
           "example:\n  ctl launch --workers 2 -- ctl train cfg.gin --strategy "
           "multi_worker --workdir runs/x"))
   parser.add_argument("--workers", type=int, default=2, metavar="N",

@@ -34,9 +34,8 @@ def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None =
      `parameter_server` if it has a `ps` job; `multi_worker` if it has more
      than one `chief` + `worker` task. An `evaluator` task evaluates beside
      the training cluster, not in it, so it gets a local strategy.
-  3. Else a Slurm job step of more than one task (`srun` inside an allocation:
-     `SLURM_JOB_ID` and `SLURM_STEP_NUM_TASKS` > 1): `multi_worker` (see
-     `slurm_cluster_resolver`); parameter-server training needs `TF_CONFIG`.
+  3. Else a Slurm job step of more than one task (`slurm_step_tasks`):
+     `multi_worker`; parameter-server training needs `TF_CONFIG`.
   4. Otherwise by GPUs: `mirrored` for several, `one_device` for one,
      `default` for none.
 
@@ -66,9 +65,7 @@ def choose_strategy(env: Mapping[str, str] | None = None, num_gpus: int | None =
     # The chief trains too; TF counts it as a worker (multi_worker_util.worker_count).
     workers = len(cluster.get("chief", ())) + len(cluster.get("worker", ()))
     if task.get("type") == "evaluator":
-      # A side-car evaluator reads the checkpoints the workers write; joining
-      # their collectives (or coordinating their parameter servers) would
-      # make it a second trainer.
+      # Joining the workers' collectives would make it a second trainer.
       note = "TF_CONFIG task is an 'evaluator', which does not train: "
     elif cluster.get("ps"):
       return "parameter_server", "TF_CONFIG names a 'ps' job"
@@ -165,12 +162,8 @@ SLURM_PORT_BASE_VARIABLE = "CTL_SLURM_PORT_BASE"
 
 
 class _SlurmClusterResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
-  """TF's Slurm resolver, also for nodes without GPUs.
-
-  TF's lays tasks out on a node by stepping through its GPUs (none: no tasks)
-  and reports `gpus_per_task` GPUs to the strategy. This one lays tasks out as
-  if each had a GPU but reports those this process sees.
-  """
+  """TF's Slurm resolver, which lays tasks out by a node's GPUs (none: no tasks),
+  laying them out as if each had one but reporting the GPUs this process sees."""
 
   def __init__(self, num_gpus, **kwargs):
     super().__init__(**kwargs)

@@ -17,6 +17,7 @@ imported. docs/strategies.md tells the whole behaviour.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -530,10 +531,8 @@ class Launch:
 
 
 def launch(command: Sequence[str], **kwargs: Any) -> int:
-  """Runs `command` as every task of a local cluster; returns the exit code.
-
-  Keyword arguments are those of `Launch`.
-  """
+  """Runs `command` as every task of a local cluster (`Launch`'s keyword arguments);
+  returns the exit code."""
   return Launch(command, **kwargs).run()
 
 
@@ -576,8 +575,9 @@ def watch_launcher(env: Mapping[str, str] | None = None, *,
     # starts; output to a file (a sweep's train.log) still says how the run ended.
     devnull = os.open(os.devnull, os.O_WRONLY)
     for fd in (1, 2):
-      if _is_pipe(fd):
-        os.dup2(devnull, fd)
+      with contextlib.suppress(OSError):
+        if stat.S_IFMT(os.fstat(fd).st_mode) in (stat.S_IFIFO, stat.S_IFSOCK):
+          os.dup2(devnull, fd)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(grace)
     os._exit(1)  # pylint: disable=protected-access
@@ -585,14 +585,6 @@ def watch_launcher(env: Mapping[str, str] | None = None, *,
   thread = threading.Thread(target=watch, name="ctl-launcher-watch", daemon=True)
   _watching.append(thread)
   thread.start()
-
-
-def _is_pipe(fd):
-  try:
-    mode = os.fstat(fd).st_mode
-  except OSError:
-    return False
-  return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _alive(pid):

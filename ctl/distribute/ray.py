@@ -7,11 +7,10 @@
 
 Ray Train's `TensorflowTrainer` starts the workers and writes each one's
 `TF_CONFIG`, which `make_strategy` reads (`ctl train` on the workers:
-`ctl.cli.ray_train`). Ray's `TF_USE_LEGACY_KERAS=1`, which would send `tf.keras`
-to Keras 2, is removed first. After a failure Ray starts every worker again, up
-to `max_failures` times: a fit resumes from a work directory every worker sees
-(relative paths are the caller's). Needs `pip install 'ctl-loops[ray]'`; joins
-the cluster `RAY_ADDRESS` names, or starts one here (`ray.init()`).
+`ctl.cli.ray_train`). After a failure Ray starts every worker again: a fit
+resumes from a work directory every worker sees (relative paths are the
+caller's). Needs `pip install 'ctl-loops[ray]'`; joins the cluster `RAY_ADDRESS`
+names, or starts one here (`ray.init()`).
 """
 
 from __future__ import annotations

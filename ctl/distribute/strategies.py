@@ -110,12 +110,11 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
     if value != default and name not in users + ("auto",):
       raise ValueError(f"{knob} ({value!r}) only applies to strategy "
                        f"{' or '.join(map(repr, users))}, not {name!r}; drop it.")
-  if cross_device_ops is not None and cross_device_ops not in CROSS_DEVICE_OPS:
-    raise ValueError(f"cross_device_ops {cross_device_ops!r} is not known; use one "
-                     f"of {', '.join(CROSS_DEVICE_OPS)} (or None for TF's choice).")
-  if communication not in COMMUNICATION:
-    raise ValueError(f"communication {communication!r} is not known; use one of "
-                     f"{', '.join(COMMUNICATION)}.")
+  for knob, value, known in (("cross_device_ops", cross_device_ops, (None, *CROSS_DEVICE_OPS)),
+                             ("communication", communication, tuple(COMMUNICATION))):
+    if value not in known:
+      raise ValueError(f"{knob} {value!r} is not known; use one of "
+                       f"{', '.join(map(str, known))}.")
   if name in ("auto", "multi_worker", "parameter_server"):
     peers.startup_timeout(startup_timeout)  # a bad value fails before any wait
     peers.heartbeat_timeout(heartbeat_timeout)
