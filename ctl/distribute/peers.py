@@ -157,12 +157,10 @@ def _signals_exit(waiting):
     raise SystemExit(128 + signum)
 
   previous = {}
-  try:
+  with contextlib.suppress(ValueError):  # not the main thread: signals keep their handlers
     for signum in (signal.SIGTERM, signal.SIGINT):
       if signal.getsignal(signum) is not signal.SIG_IGN:
         previous[signum] = signal.signal(signum, leave)
-  except ValueError:  # not the main thread: signals keep their handlers
-    pass
   try:
     yield
   finally:
