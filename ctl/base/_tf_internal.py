@@ -10,6 +10,7 @@ first use logs, once, that the reads are unchecked there. Nothing else in the
 project reaches a private TF, Keras or gin attribute (a test scans for it).
 """
 
+import collections
 import contextlib
 import importlib.metadata
 import logging
@@ -97,10 +98,8 @@ def stop_preemption_handler_threads(handler):
   _note_version("tensorflow")
   for stop in ("_stop_poll_termination_signal_thread",
                "_stop_cluster_wise_termination_watcher_thread"):
-    try:
+    with contextlib.suppress(Exception):
       getattr(handler, stop)()
-    except Exception:  # pylint: disable=broad-except
-      pass
 
 
 def optimizer_variables(optimizer):
@@ -111,12 +110,12 @@ def optimizer_variables(optimizer):
 
 
 # id(optimizer) -> how many replicas are inside `gradients_summed_by_caller` for it.
-_summing_callers = {}
+_summing_callers = collections.Counter()
 
 
 def _all_reduce_unless_summed(optimizer, original):
   def all_reduce_sum_gradients(grads_and_vars):
-    if _summing_callers.get(id(optimizer)):
+    if _summing_callers[id(optimizer)]:
       return list(grads_and_vars)
     return original(grads_and_vars)
   return all_reduce_sum_gradients
@@ -139,10 +138,8 @@ def gradients_summed_by_caller(optimizer):
     still sums, and the caller must pass per-replica gradients.
   """
   _note_version("keras")
-  optimizers = [optimizer]
-  inner = getattr(optimizer, "inner_optimizer", None)
-  if inner is not None:
-    optimizers.append(inner)
+  optimizers = [o for o in (optimizer, getattr(optimizer, "inner_optimizer", None))
+                if o is not None]
   if not all(hasattr(type(o), "_all_reduce_sum_gradients") for o in optimizers):
     yield False
     return
@@ -150,14 +147,11 @@ def gradients_summed_by_caller(optimizer):
     if "_all_reduce_sum_gradients" not in vars(o):
       object.__setattr__(o, "_all_reduce_sum_gradients",
                          _all_reduce_unless_summed(o, o._all_reduce_sum_gradients))  # pylint: disable=protected-access
-    _summing_callers[id(o)] = _summing_callers.get(id(o), 0) + 1
+  _summing_callers.update(id(o) for o in optimizers)
   try:
     yield True
   finally:
-    for o in optimizers:
-      _summing_callers[id(o)] -= 1
-      if not _summing_callers[id(o)]:
-        del _summing_callers[id(o)]
+    _summing_callers.subtract(id(o) for o in optimizers)
 
 
 def cross_device_ops(strategy):
@@ -373,9 +367,7 @@ def learning_rate_schedule(optimizer):
   _note_version("keras")
   import keras  # pylint: disable=import-outside-toplevel
   schedule = getattr(optimizer, "_learning_rate", None)
-  if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-    return schedule
-  return None
+  return schedule if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule) else None
 
 
 def default_strategy_class():
@@ -398,9 +390,9 @@ def promoted_to_float64():
   or a Python float's constant (float32 by default) without an edit.
 
   Promotes a requested dtype where TF reads it, not the dtype of a tensor that
-  exists (a float32 tensor stays float32): an op's type attributes (eager:
-  `pywrap_tfe.TFE_Py_FastPathExecute` and `execute.make_type`; traced:
-  `op_def_library._apply_op_helper`) and its Python-float inputs; a constant's
+  exists (a float32 tensor stays float32): an op's type attributes
+  (`pywrap_tfe.TFE_Py_FastPathExecute` eagerly, `execute.make_type`, which the
+  generated ops call traced too) and its Python-float inputs; a constant's
   dtype (`constant_op._constant_impl`) and a conversion's
   (`tensor_conversion_registry.convert`); a layer's policy
   (`keras.src.dtype_policies.get`). Not thread-safe against float32 work
@@ -416,8 +408,6 @@ def promoted_to_float64():
   from tensorflow.python.eager import execute  # pylint: disable=import-outside-toplevel
   from tensorflow.python.framework import constant_op  # pylint: disable=import-outside-toplevel
   from tensorflow.python.framework import dtypes  # pylint: disable=import-outside-toplevel
-  from tensorflow.python.framework import op_def_library  # pylint: disable=import-outside-toplevel
-  from tensorflow.python.framework import op_def_registry  # pylint: disable=import-outside-toplevel
   from tensorflow.python.framework import tensor_conversion_registry  # pylint: disable=import-outside-toplevel
   from tensorflow.python.ops import array_ops  # pylint: disable=import-outside-toplevel
   from tensorflow.python.types import core  # pylint: disable=import-outside-toplevel
@@ -444,20 +434,14 @@ def promoted_to_float64():
   def make_type(value, arg_name):
     return originals[execute, "make_type"](wide(value), arg_name)
 
-  def apply_op_helper(op_type_name, name=None, **keywords):
-    op_def = op_def_registry.get(op_type_name)
-    types = {a.name for a in op_def.attr if a.type in ("type", "list(type)")} if op_def else ()
-    inputs = {a.name for a in op_def.input_arg} if op_def else ()
-    keywords = {k: wide_argument(v) if k in types or (k in inputs and type(v) is float)
-                else v for k, v in keywords.items()}
-    return originals[op_def_library, "_apply_op_helper"](op_type_name, name, **keywords)
-
   def constant_impl(value, dtype, *args, **kwargs):
     if not isinstance(value, core.Symbol):
       if dtype is not None:
         dtype = wide(dtype)
-      elif _float_values(value, np):
-        dtype = dtypes.float64
+      else:
+        with contextlib.suppress(ValueError, TypeError):  # ragged, or not numbers
+          if np.asarray(value).dtype.kind == "f":
+            dtype = dtypes.float64
     return originals[constant_op, "_constant_impl"](value, dtype, *args, **kwargs)
 
   def convert(value, dtype=None, *args, **kwargs):
@@ -484,7 +468,6 @@ def promoted_to_float64():
              for owner in (array_ops, tf) for name in ("zeros", "ones")]
   patched += [(pywrap_tfe, fast_path_execute, "TFE_Py_FastPathExecute"),
              (execute, make_type, "make_type"),
-             (op_def_library, apply_op_helper, "_apply_op_helper"),
              (constant_op, constant_impl, "_constant_impl"),
              (tensor_conversion_registry, convert, "convert"),
              (dtype_policies, policy, "get")]
@@ -496,11 +479,3 @@ def promoted_to_float64():
   finally:
     for (owner, name), original in originals.items():
       setattr(owner, name, original)
-
-
-def _float_values(value, np):
-  """Whether `value` (not a tensor) holds floats: Python's, or numpy's."""
-  try:
-    return np.asarray(value).dtype.kind == "f"
-  except (ValueError, TypeError):  # ragged, or not numbers
-    return False
