@@ -95,8 +95,6 @@ class Runner:
     batches_per_step: batches each step takes (e.g. one per critic update).
 
   Attributes:
-    models, optimizers: name -> `keras.Model` / optimizer, as `build` returned them.
-    global_step: int64 variable, the steps trained.
     history: every step's results so far (`ctl.History`); `train` and `fit` append.
     strategy, seed, eager, steps_per_loop: as given (a strategy name made into one).
     placement: where the step runs (`ctl.distribute.placement.Placement`).
@@ -339,15 +337,14 @@ class Runner:
     key's per-step values, numpy), also appended to `runner.history`."""
     arguments.integer("num_steps", num_steps, minimum=1)
     data_lib.check_data_lasts(self.feed, num_steps, f"train({num_steps})")
-    ran = history_lib.History()
+    ran, calls = history_lib.History(), []
     step = int(self.global_step.numpy())
-    calls, done = [], 0
+    per_call = self.compiled_step.steps_per_call
     try:
-      while done < num_steps:
-        n = min(self.compiled_step.steps_per_call, num_steps - done)
+      for done in range(0, num_steps, per_call):
+        n = min(per_call, num_steps - done)
         # Read once all calls are made: the device need not wait for the host.
         calls.append((step + done, self.compiled_step.run(n, fetch=False)))
-        done += n
     finally:  # what ran before an error is kept too
       for first, results in calls:
         results = steps.fetched(results)

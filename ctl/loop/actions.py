@@ -11,11 +11,9 @@ the `FitContext` an action is given, and the built-in actions.
                    ctl.Profile(start=100, steps=5),  # a profiler trace of steps 100-105
                ])
 
-Every action, built in or the user's, meets one contract (`Action`) and is
-given the run's `FitContext`. Actions run in the order given, so one reads the
-metrics an earlier one reported at the same step (`context.metrics`).
-Checkpoints and TensorBoard's train scalars are not actions but `fit`'s own
-arguments (`checkpoint=`, `summaries=`), which its `ctl.loop.session.Session` follows.
+Actions run in the order given, so one reads the metrics an earlier one
+reported at the same step (`context.metrics`). Checkpoints and TensorBoard's
+train scalars are `fit`'s own arguments (`checkpoint=`, `summaries=`), not actions.
 """
 
 from __future__ import annotations
@@ -71,11 +69,10 @@ class FitContext:
     workdir: the work directory (None: nothing is written).
     is_chief: whether this worker writes records, samples and kept files.
     examples_per_step: the examples one step reads over all replicas (None: unknown).
-    metrics: the metrics reported at this step (`report`), by name.
-    can_evaluate: whether `evaluate` and `over_samples` run in this fit.
 
-  Methods: `report`, `evaluate`, `over_samples`, `export`, `agree` and `keep`;
-  in `fit(dry_run=True)` `evaluate` and `over_samples` measure over a handful.
+  Properties `metrics` and `can_evaluate`; methods `report`, `evaluate`,
+  `over_samples`, `export`, `agree` and `keep` (in `fit(dry_run=True)`,
+  `evaluate` and `over_samples` measure over a handful).
   """
 
   def __init__(self, session: Session, *, evaluator: Evaluator | None = None,
@@ -220,12 +217,10 @@ class Action(Protocol):
   def check(self, context: FitContext) -> None:
     """Raises, before the first step, if the action cannot run in this fit
     (`context` is the fit's, before any checkpoint is restored)."""
-    del context
 
   def begin(self, context: FitContext) -> None:
     """Called once as a `fit` starts, after it restored its checkpoint and
     before its first step (where the action runs): reset what a fit measures."""
-    del context
 
   def __call__(self, context: FitContext) -> None:
     """Does the work at `context.step`."""
@@ -233,7 +228,6 @@ class Action(Protocol):
   def end(self, context: FitContext) -> None:
     """Called once as the `fit` ends, however it ends (finished, stopped by a
     signal, failed), after its last call: end what the action started."""
-    del context
 
 
 def _needs_workdir(action, workdir):
@@ -294,12 +288,10 @@ class Samples(Action):
     self._shown = None  # each fit (each cell) shows its own
 
   def __call__(self, context: FitContext) -> None:
-    images = np.asarray(self.fn(context.models))
-    grid = image_grid(images, self.value_range)
+    grid = image_grid(self.fn(context.models), self.value_range)
     path = os.path.join(context.workdir, "samples", f"{self.name}_{context.step:08d}.png")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     png = tf.io.encode_png(grid)
-    tf.io.write_file(path, png)
+    tf.io.write_file(path, png)  # (makes the folder)
     if self.show or (self.show is None and notebook.in_notebook()):
       width = max(grid.shape[1], 256)  # small grids (28x28 digits) drawn larger
       self._shown = notebook.show_png(png.numpy(), self._shown, width=width)
@@ -596,25 +588,17 @@ class _Window(Every):
 
   def __init__(self, first: int, last: int):  # pylint: disable=super-init-not-called
     self.first, self.last = first, last
-    self.seconds = None
     self.passed = False  # this fit started at or past `first`: no trace in it
     self.due_at = None  # the step `due` last said yes at
-    self._reached = 0  # the latest step the loop asked about
-
-  @property
-  def steps(self) -> int | None:
-    """The window's length while the loop has a step of it to land a call on."""
-    return None if self.passed or self._reached >= self.last else self.last - self.first
 
   def start(self, step: int) -> None:
-    self.passed, self._reached = step >= self.first, step
+    self.passed = step >= self.first
     if self.passed:
       _log.info("ctl.Profile: this fit starts at step %d, not before step %d where its "
                 "trace starts; not profiling. Pass a later start to profile this run.",
                 step, self.first)
 
   def due(self, step: int) -> bool:
-    self._reached = step
     if not self.passed and step in (self.first, self.last):
       self.due_at = step
       return True
@@ -624,8 +608,8 @@ class _Window(Every):
     del step
 
   def steps_to_next(self, step: int) -> int | None:
-    ahead = [s - step for s in (self.first, self.last) if s > step]
-    return min(ahead) if ahead else None
+    ahead = [s - step for s in (self.first, self.last) if s > step and not self.passed]
+    return min(ahead, default=None)
 
   def __repr__(self) -> str:
     return f"ctl.Profile's window (steps {self.first} to {self.last})"

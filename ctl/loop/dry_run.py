@@ -67,9 +67,9 @@ class DryRun:
       self.timings.append((part, time.perf_counter() - start))
 
 
-def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_steps: int,
+def run(fit_in: Callable[..., History], workdir: str | None, total_steps: int,
         compiled_step: TrainStep, history: History, skipped_loggers: list[Logger]) -> History:
-  """Runs `fit_in(scratch_workdir, dry_run)` and puts the runner back; returns
+  """Runs `fit_in(scratch_workdir, dry=dry_run)` and puts the runner back; returns
   the history of the step it trained."""
   dry = DryRun(workdir, total_steps)
   started = time.perf_counter()
@@ -80,7 +80,7 @@ def run(fit_in: Callable[[str, DryRun], History], workdir: str | None, total_ste
   position = _save_position(feed, scratch)
   first_step = int(state.global_step.numpy())
   try:
-    trained = fit_in(os.path.join(scratch, "run"), dry)
+    trained = fit_in(os.path.join(scratch, "run"), dry=dry)
   finally:
     for v, value in zip(variables, values):
       v.assign(value)

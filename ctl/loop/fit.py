@@ -13,6 +13,7 @@ stopped; SIGTERM and Ctrl-C save and stop (`ctl.loop.stopping`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
   from ctl.parts.steps import TrainStep
 
 _log = logging.getLogger("ctl")
+# The note of the scheduled actions a stop abandoned, and the step: the run that
+# resumes from that step's checkpoint runs them first (a point of the FID curve).
+_ABANDONED = os.path.join("checkpoints", "abandoned_actions.json")
 
 
 def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int,
@@ -78,16 +82,14 @@ def fit(compiled_step: TrainStep, history: history_lib.History, total_steps: int
         "trains from the runner's state. Pass checkpoint=True to resume that run, or "
         "another workdir.", stacklevel=3)
   loggers = _check_loggers(loggers)
+  fit_in = functools.partial(_fit, compiled_step, history, total_steps, evaluator=evaluator,
+                             checkpoint=checkpoint, summaries=summaries, actions=actions,
+                             seed=seed)
   if dry_run:
     return dry_run_lib.run(
-        lambda scratch, dry: _fit(compiled_step, history, total_steps, scratch,
-                                  evaluator=evaluator, checkpoint=checkpoint,
-                                  summaries=summaries, actions=actions, loggers=[],
-                                  progress=False, seed=seed, earlier_run=False, dry=dry),
+        functools.partial(fit_in, loggers=[], progress=False, earlier_run=False),
         workdir, total_steps, compiled_step, history, skipped_loggers=loggers)
-  return _fit(compiled_step, history, total_steps, workdir, evaluator=evaluator,
-              checkpoint=checkpoint, summaries=summaries, actions=actions, loggers=loggers,
-              progress=progress, seed=seed, earlier_run=earlier_run)
+  return fit_in(workdir, loggers=loggers, progress=progress, earlier_run=earlier_run)
 
 
 def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint, summaries,
@@ -113,7 +115,7 @@ def _fit(compiled_step, history, total_steps, workdir, *, evaluator, checkpoint,
     try:
       session.begin(run, loggers)
       for action in actions:
-        if _runs_here(action, context):
+        if context.is_chief or action.collective:  # where it runs
           if hasattr(action, "begin"):  # optional for duck-typed actions
             action.begin(context)
           begun.append(action)
@@ -249,18 +251,16 @@ def _train(compiled_step, session, context, total_steps, checkpoint, summaries, 
     every.start(context.step)
   # Calls land on these steps: the saves', the actions' and the summaries'.
   landings = timers + ([summaries.every] if summaries else [])
-  abandoned = _abandoned_before(session, context, scheduled)
   bar = Progress(total_steps, context.step, enabled=progress and context.is_chief)
   stopper = stopping.Stopper(session.placement, session if session.saves else None,
                              steps_per_loop=compiled_step.steps_per_loop)
   # A signal's thread may end the process: what is written goes out, the lock goes.
   stopper.before_exit = lambda: (session.flush(), session.release_lock())
   try:
-    if abandoned:  # a stop abandoned them at the step this run resumes from
-      _run_again(session, context, abandoned, scheduled, stopper)
+    _run_abandoned(session, context, scheduled, stopper)
     while context.step < total_steps:
-      n = min([compiled_step.steps_per_call, total_steps - context.step]
-              + [every.steps_to_next(context.step) for every in landings if every.steps])
+      n = min(compiled_step.steps_per_call, total_steps - context.step,
+              *filter(None, (every.steps_to_next(context.step) for every in landings)))
       # A step marker per compiled call for the profiler (`ctl.Profile`; else a no-op).
       with stopper.in_call(n), tf.profiler.experimental.Trace(
           "train", step_num=context.step, _r=1), session.timed(
@@ -277,14 +277,13 @@ def _train(compiled_step, session, context, total_steps, checkpoint, summaries, 
       _check_finite(results, context.step, session, bad)
       context.step, context.results = context.step + n, results
       bar.update(context.step, results)
-      if context.step < total_steps:  # the last step's work is the end's
-        due = lambda: _run_due(session, context, checkpoint, scheduled, stopper)  # noqa: E731
-      else:
-        due = lambda: _finish(session, context, actions, stopper)  # noqa: E731
       # A signal during the call: save first (a preempted job has little time
       # left), then this step's work, then stop.
-      stopper.check(context.step, then=due)
-      if context.step < total_steps:
+      if context.step >= total_steps:  # the last step's work is the end's
+        stopper.check(context.step, then=lambda: _finish(session, context, actions, stopper))
+      else:
+        due = lambda: _run_due(session, context, checkpoint, scheduled, stopper)  # noqa: E731
+        stopper.check(context.step, then=due)
         due()
     _finish(session, context, actions, stopper)
     stopper.check_after_end(context.step)
@@ -326,26 +325,20 @@ def _run_due(session, context, checkpoint, scheduled, stopper):
     stopper.check(context.step)  # a signal that came during the work
 
 
-def _abandoned_path(context):
-  """The note of the scheduled actions a stop abandoned, and the step: the run
-  that resumes from that step's checkpoint runs them first (a point of the FID curve)."""
-  return os.path.join(context.workdir, "checkpoints", "abandoned_actions.json")
-
-
 def _note_abandoned(context, scheduled, remaining):
   if context.workdir is None or not context.is_chief:
     return
-  write_text_atomically(_abandoned_path(context), json.dumps({
+  write_text_atomically(os.path.join(context.workdir, _ABANDONED), json.dumps({
       "step": context.step,
       "actions": [[scheduled.index(a), type(a).__name__] for a in remaining]}) + "\n")
 
 
-def _abandoned_before(session, context, scheduled):
-  """The scheduled actions a stop abandoned at the step this run starts from
-  (every worker agrees, from the chief's note); the note is used up."""
+def _run_abandoned(session, context, scheduled, stopper):
+  """Runs first the scheduled actions a stop abandoned at the step this run
+  starts from (every worker agrees, from the chief's note); the note is used up."""
   wanted = set()
   if context.workdir is not None and context.is_chief:
-    path = _abandoned_path(context)
+    path = os.path.join(context.workdir, _ABANDONED)
     try:
       with open(path) as f:
         note = json.load(f)
@@ -358,10 +351,9 @@ def _abandoned_before(session, context, scheduled):
     except (OSError, ValueError, KeyError, TypeError) as e:
       _log.warning("%s could not be read (%s); no action is run again.", path, e)
   flags = stopping.agree(session.placement, [i in wanted for i in range(len(scheduled))])
-  return [a for a, again in zip(scheduled, flags) if again]
-
-
-def _run_again(session, context, abandoned, scheduled, stopper):
+  abandoned = [a for a, again in zip(scheduled, flags) if again]
+  if not abandoned:
+    return
   if context.is_chief:
     _log.warning("running again at step %d what a stop abandoned there: %s", context.step,
                  ", ".join(type(a).__name__ for a in abandoned))
@@ -373,11 +365,6 @@ def _run_again(session, context, abandoned, scheduled, stopper):
 def _timers(checkpoint, scheduled):
   """The schedules `fit` follows: the checkpoint's first, then the actions'."""
   return ([checkpoint.every] if checkpoint else []) + [a.every for a in scheduled]
-
-
-def _runs_here(action, context):
-  """Whether `action` runs in this process: on the chief, or collective."""
-  return context.is_chief or action.collective
 
 
 def _end(begun, context):
@@ -399,7 +386,7 @@ def _run(action, session, context, stopper, after=(), scheduled=None):
   """Runs `action` where it runs; a signal abandons it at once, and with it
   the actions `after` it at this step (of `scheduled`, if given: noted, for
   the run that resumes from this step to run them)."""
-  if not _runs_here(action, context):
+  if not (context.is_chief or action.collective):
     return
   if stopper is None:
     action(context)
@@ -408,6 +395,7 @@ def _run(action, session, context, stopper, after=(), scheduled=None):
   try:
     with stopper.abandonable(name):
       action(context)
+    return
   except stopping.Abandoned as e:
     abandoned = e
   except Exception as e:  # a full disk, a bug in a sample function, ...
@@ -415,8 +403,6 @@ def _run(action, session, context, stopper, after=(), scheduled=None):
       _note_abandoned(context, scheduled, [action, *after])
     _save_after_failure(session, context, action, e)
     raise
-  else:
-    return
   # Outside the `except`: what stops the run does not chain to the Abandoned.
   skipped = sorted({type(a).__name__ for a in after})
   again = scheduled is not None and context.workdir is not None

@@ -276,7 +276,6 @@ class Tracker(Logger, abc.ABC):
     if run.start_step == 0 and previous.get("run_id"):  # a run killed before its first save
       self.abandon(previous["run_id"])
       previous = {}
-    self._state = dict(previous)  # what `logged_through` may read
     try:
       run_id = self.start(run, previous.get("run_id"))
     except Exception as e:  # pylint: disable=broad-except
@@ -284,9 +283,7 @@ class Tracker(Logger, abc.ABC):
                          f"{str(e).splitlines()[0] if str(e) else ''}); fix the tracker's "
                          f"address or drop the logger. Nothing was trained.") from e
     resumed = run_id == previous.get("run_id")
-    if not resumed:
-      self._state = {}
-    self._state["run_id"] = run_id
+    self._state = {**(previous if resumed else {}), "run_id": run_id}
     for kind in ("steps", "metrics"):
       self._state[kind] = max(self._state.get(kind, -1), self.logged_through(kind))
     self._state.setdefault("images", {})
@@ -322,7 +319,6 @@ class Tracker(Logger, abc.ABC):
   def logged_through(self, kind: str) -> int:
     """The last step of `kind` ("steps" or "metrics") the tracker's run holds,
     if it can tell (-1: it cannot, or none)."""
-    del kind
     return -1
 
   @abc.abstractmethod
@@ -332,13 +328,11 @@ class Tracker(Logger, abc.ABC):
   def abandon(self, run_id: str) -> None:
     """Marks `run_id`, of a fit that ended before its first checkpoint, as
     ended (a new fit from step 0 starts a run of its own)."""
-    del run_id
 
   def find_run(self, run: Run) -> dict[str, Any] | None:
     """The note of this work directory's run, rebuilt from the tracker when
     the note in `<workdir>/trackers/` cannot be read: at least its "run_id";
     None if the tracker cannot tell."""
-    del run
     return None
 
   def where_found(self) -> str:
@@ -593,10 +587,11 @@ class WandB(Tracker):
     """The newest W&B run whose files are in this work directory's W&B folder
     (`<dir>/wandb/[offline-]run-<time>-<id>`); its steps logged are not known."""
     folder = os.path.join(self.dir or run.workdir or ".", "wandb")
-    runs = sorted((name.rsplit("-", 1)[0].rsplit("-", 1)[-1], name.rsplit("-", 1)[1])
-                  for name in (os.listdir(folder) if os.path.isdir(folder) else [])
-                  if name.startswith(("run-", "offline-run-")) and name.count("-") >= 2)
-    return {"run_id": runs[-1][1]} if runs else None
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    newest = max((name.rsplit("-", 2)[1:] for name in names  # [time, id]
+                  if name.startswith(("run-", "offline-run-")) and name.count("-") >= 2),
+                 default=None)
+    return {"run_id": newest[1]} if newest else None
 
   def send_steps(self, rows: list[tuple[int, dict[str, float]]]) -> None:
     for step, values in rows:
@@ -623,20 +618,16 @@ def _new_id():
   return "".join(secrets.choice(alphabet) for _ in range(8))
 
 
-# `ctl train --logger NAME`: the trackers by name (each reads its own
-# environment variables: MLFLOW_TRACKING_URI, WANDB_PROJECT, WANDB_MODE, ...).
-NAMES = dict(zip(constants.LOGGER_NAMES, (MLflow, WandB)))
-
-
 def by_name(name: str) -> Logger:
-  """The tracker `name` (`NAMES`) with its defaults; raises ValueError naming
-  the choices, ImportError naming the extra to install."""
-  if name not in NAMES:
-    raise ValueError(f"--logger {name!r}: choose from {', '.join(sorted(NAMES))} "
-                     "(TensorBoard and history.jsonl are always written).")
+  """`ctl train --logger NAME`'s tracker, which reads its own environment
+  variables (MLFLOW_TRACKING_URI, WANDB_PROJECT, WANDB_MODE, ...); raises
+  ValueError naming the choices, ImportError naming the extra to install."""
+  if name == "mlflow":
+    return MLflow()
   if name == "wandb":
     return WandB(mode=os.environ.get("WANDB_MODE", "offline"))
-  return NAMES[name]()
+  raise ValueError(f"--logger {name!r}: choose from {', '.join(constants.LOGGER_NAMES)} "
+                   "(TensorBoard and history.jsonl are always written).")
 
 
 def _require(owner, module):
