@@ -101,11 +101,7 @@ def cast_floats(data: Data, dtype: tf.DType) -> Data:
 
   if isinstance(data, tf.data.Dataset):
     return data.map(cast)
-
-  def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-    return data(input_context).map(cast)
-
-  return dataset_fn
+  return lambda input_context: data(input_context).map(cast)
 
 
 def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int) -> None:
@@ -224,7 +220,7 @@ def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
                      f"{num_replicas} replicas in sync: every replica needs at least "
                      f"one example; use a multiple of {num_replicas}.")
   if global_batch_size % num_replicas:
-    multiple = global_batch_size // num_replicas * num_replicas or num_replicas
+    multiple = global_batch_size // num_replicas * num_replicas
     raise ValueError(f"global batch size ({global_batch_size}) is not divisible by "
                      f"the {num_replicas} replicas in sync; use a multiple of "
                      f"{num_replicas}, e.g. {multiple}.")
@@ -279,11 +275,9 @@ class GlobalBatches:
     return _step_input(lambda: self._split(_next(iterator)), self.batches_per_step)
 
   def _split_across_replicas(self, batch):
-    n = self._replicas
-    if n == 1:
-      return self.strategy.experimental_distribute_values_from_function(
-          lambda _: batch)
-    size = self.global_batch_size // n
+    if self._replicas == 1:  # the whole batch, whose size may be unknown
+      return self.strategy.experimental_distribute_values_from_function(lambda _: batch)
+    size = self.global_batch_size // self._replicas
 
     def rows_of_replica(context):
       start = context.replica_id_in_sync_group * size

@@ -123,9 +123,8 @@ class Evaluator:
           "schedules training steps. Evaluate a checkpoint in another process "
           "under 'default' (e.g. `ctl eval`), or call the models directly in an "
           "action (a ctl.Action run on the coordinator).")
-    bound = num_batches
-    if bound is None and _length_unknown(data):
-      bound = UNKNOWN_LENGTH_BATCHES
+    bound = (UNKNOWN_LENGTH_BATCHES if num_batches is None and _length_unknown(data)
+             else num_batches)
     key = (step_fn, data, global_batch_size, bound)
     if key not in self._compiled:
       source = data
@@ -196,14 +195,13 @@ class Evaluator:
       while len(self._compiled) > _EVALUATIONS_KEPT:
         del self._compiled[next(iter(self._compiled))]
     one_batch = self._compiled[key]
-    summed, pieces = {}, {}
+    summed, pieces = {name: Moments(0, 0.0, 0.0) for name in moments}, {}
     limit = tf.constant(num_samples, tf.int64)
     for first in range(0, num_samples, rows * replicas):  # no data to wait for
       sums, rows_out = one_batch(tf.constant(first, tf.int64), limit)
       for name in moments:
         count, total, outer = (np.asarray(v) for v in sums[name])
-        part = Moments(int(count), total, outer)
-        summed[name] = summed[name] + part if name in summed else part
+        summed[name] += Moments(int(count), total, outer)
       for name, value in rows_out.items():
         pieces.setdefault(name, []).append(np.asarray(value))
     out = {name: np.concatenate(values)[:num_samples] for name, values in pieces.items()}

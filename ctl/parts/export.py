@@ -1,7 +1,6 @@
 """Export: a model as a `.keras` file and a SavedModel, replaced only when complete.
 
-    keras_path, saved_path = export_model(models["generator"], "generator",
-                                          "runs/x/export", is_chief=True)
+    keras_path, saved_path = export(models, "generator", "runs/x/export", is_chief=True)
 
 What `Runner.export` and the `ctl.Export` action call. Neither file needs ctl
 to load: `keras.saving.load_model(keras_path)`, `tf.saved_model.load(saved_path)`.
@@ -22,16 +21,7 @@ if TYPE_CHECKING:
 
 def export(models: dict[str, keras.Model], name: str, directory: str, *,
            is_chief: bool) -> tuple[str, str]:
-  """Exports `models[name]` (see `export_model`); a ValueError names the
-  models if there is none of that name."""
-  if name not in models:
-    raise ValueError(f"export: no model named {name!r}; the models are {sorted(models)}.")
-  return export_model(models[name], name, directory, is_chief=is_chief)
-
-
-def export_model(model: keras.Model, name: str, directory: str, *,
-                 is_chief: bool) -> tuple[str, str]:
-  """Writes `model` to `<directory>/<name>.keras` and `<directory>/<name>/`.
+  """Writes `models[name]` to `<directory>/<name>.keras` and `<directory>/<name>/`.
 
   Each replaces any earlier export only once it is complete: both are written
   into a scratch directory beside them and renamed. Every worker takes part
@@ -39,7 +29,13 @@ def export_model(model: keras.Model, name: str, directory: str, *,
 
   Returns:
     The two paths.
+
+  Raises:
+    ValueError: no model is named `name` (the message lists the models).
   """
+  if name not in models:
+    raise ValueError(f"export: no model named {name!r}; the models are {sorted(models)}.")
+  model = models[name]
   if not is_chief:
     directory = tempfile.mkdtemp(prefix="ctl-export-")
   keras_path = os.path.join(directory, f"{name}.keras")

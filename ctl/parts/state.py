@@ -111,12 +111,11 @@ def _warn_of_variables_two_optimizers_update(optimizers):
   for name, optimizer in optimizers.items():
     for variable in _tf_internal.optimizer_variables(optimizer):
       owners.setdefault(id(variable), (variable, []))[1].append(name)
-  shared = {}  # (optimizer names) -> {layer: [variables]}
+  shared = {}  # (optimizer names) -> their layers, as dict keys (in order)
   for variable, names in owners.values():
     if len(names) > 1:
-      path = getattr(variable, "path", variable.name)
-      layer = path.rsplit("/", 1)[0] if "/" in path else path
-      shared.setdefault(tuple(names), {}).setdefault(layer, []).append(variable)
+      layer = getattr(variable, "path", variable.name).rsplit("/", 1)[0]
+      shared.setdefault(tuple(names), {})[layer] = None
   for names, layers in shared.items():
     listed = ", ".join(f"{layer!r}" for layer in list(layers)[:4]) + (
         f" and {len(layers) - 4} more" if len(layers) > 4 else "")
@@ -236,11 +235,9 @@ def _schedule_in_float64(optimizer):
 
 
 def _check_in_scope(placement, models, optimizers):
-  owners = [("model", n, m.variables) for n, m in models.items()]
-  owners += [("optimizer", n, o.variables) for n, o in optimizers.items()]
-  for kind, name, variables in owners:
-    for v in variables:
-      if not placement.created_in_scope(getattr(v, "value", v)):
+  for kind, named in (("model", models), ("optimizer", optimizers)):
+    for name, owner in named.items():
+      if not all(placement.created_in_scope(getattr(v, "value", v)) for v in owner.variables):
         raise ValueError(f"{kind} {name!r} was created outside the strategy's "
                          "scope, so its variables are not replicated; create it "
                          "inside build(), which the runner calls in the scope.")

@@ -170,7 +170,7 @@ class TrainStep:
     # result key -> ReduceOp, filled in when the step is traced
     self.reductions: dict[str, tf.distribute.ReduceOp] = {}
     self.result_keys: list[str] | None = None
-    self._ran = False  # whether a call has succeeded
+    self.ran = False  # whether a call of `run` has completed (traced and run)
     self._compile_update = None
     self._on_replica = self.replica_step
     if jit_compile and placement.kind.merge_call_gradients:
@@ -254,11 +254,6 @@ class TrainStep:
                                  (tf.constant(1), steps, arrays))
     return {k: a.stack() for k, a in arrays.items()}
 
-  @property
-  def ran(self) -> bool:
-    """Whether a call of `run` has completed (the step was traced and run)."""
-    return self._ran
-
   def run(self, num_steps: int, fetch: bool = True) -> Results:
     """Runs `num_steps` steps in one call; returns each result's values (numpy).
 
@@ -275,12 +270,13 @@ class TrainStep:
                        "the dataset holds fewer batches than the steps asked for; "
                        "call .repeat() on it or ask for fewer steps.") from None
     except Exception as e:  # pylint: disable=broad-except
-      note = _collective_note(e) or (None if self._ran else
+      note = _collective_note(e) or (None if self.ran else
                                      _data_note(e, self.feed.element_spec))
       if note:
         e.add_note(note)
       raise
-    self._ran = True
+    self.ran = True
+    self.result_keys = self.result_keys or list(results)
     return results
 
   def _run(self, num_steps, fetch):
@@ -290,14 +286,13 @@ class TrainStep:
       results = []
       for _ in range(num_steps):
         results.append(self.step_across_replicas())
-        self.result_keys = self.result_keys or list(results[0])
+        self.result_keys = self.result_keys or list(results[0])  # checked from the next step
       return {k: np.array([r[k].numpy() for r in results]) for k in results[0]}
     # (iterator=None given too: see OneTrace)
     if num_steps == 1:
       out = self._call_step(self.state.global_step.read_value(), None)
     else:
       out = self._call_loop(self._count(num_steps), None)
-    self.result_keys = self.result_keys or list(out)
     return fetched(out) if fetch else out
 
   def _count(self, num_steps):
@@ -320,7 +315,6 @@ class TrainStep:
       num_steps -= n
     self._coordinator.join()
     results = [call.fetch() for call in calls]
-    self.result_keys = self.result_keys or list(results[0])
     return {k: np.concatenate([r[k] for r in results]) for k in results[0]}
 
 

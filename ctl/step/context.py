@@ -162,8 +162,6 @@ class StepContext:
                compile_update: Callable[[Callable], Callable] | None = None,
                float_dtype: tf.DType = tf.float32, key: Any = None,
                shares: reduction.Shares | None = None):
-    # The draws' key: from `seed` (int64 [2]), or read from `key` (a variable
-    # holding `draw_key(seed)`, which a runner reseeds without a new trace).
     if (seed is None) == (key is None):
       raise ValueError("StepContext: give exactly one of seed (an int64 [2] tensor) "
                        "and key (a variable holding draw_key(seed)).")
@@ -213,12 +211,11 @@ class StepContext:
   def _check_slice(self, per_example_loss):
     """Inside a loss function given micro_batches, the values must be the slice's:
     a loss of the whole batch (taken from outside the function) would count k times."""
-    rows = tf.convert_to_tensor(per_example_loss).shape[:1]
-    if self._rows is None or not rows or rows[0] is None or (
-        rows[0] == self.per_replica_batch_size):
+    rows = per_example_loss.shape[0] if per_example_loss.shape.rank else None
+    if self._rows is None or rows in (None, self.per_replica_batch_size):
       return
     raise ValueError(
-        f"ctx.average got {rows[0]} per-example values inside a loss function run on "
+        f"ctx.average got {rows} per-example values inside a loss function run on "
         f"slices of {self.per_replica_batch_size} rows (micro_batches): the loss must "
         "come from the function's argument, the slice, and so must everything per example, such as "
         "generated images: make them inside the function (ctx.normal there gives the "
@@ -438,12 +435,8 @@ class StepContext:
     self._tape_updates.append((tape, name))
 
   def _apply(self, optimizer, grads, variables):
-    """`optimizer.apply_gradients` on the gradient of the global batch.
-
-    Keras would sum the replicas' gradients only after clipping them (and a
-    LossScaleOptimizer would test replica 0's for inf): summed here first, every
-    option of the optimizer acts on what it acts on with one device.
-    """
+    """`optimizer.apply_gradients` on the gradient of the global batch, summed here
+    first (`_tf_internal.gradients_summed_by_caller` says why)."""
     if self.num_replicas == 1:
       optimizer.apply_gradients(zip(grads, variables))
       return

@@ -106,11 +106,9 @@ class Shares:
   def mark(self, value: Any) -> tf.Tensor:
     """Records `value` as a share of a global-batch mean; returns it as a tensor."""
     value = tf.convert_to_tensor(value)
-    if value.ref() in self._global_values:  # e.g. minimize's loss, from ctx.average
-      return value  # listed twice, it would count twice in the eager check
     if self._tape is not None and self._shares and _is_eager(value) and (
         self.kind(value)[0] == GLOBAL):
-      return value  # made of shares (minimize's loss, 2 * ctx.average): counted there
+      return value  # a share, or made of shares (2 * ctx.average): counted there already
     self._global_values.add(value.ref())
     self._shares.append(value)
     if self._tape is not None:
@@ -231,11 +229,9 @@ def _is_eager(value):
 
 def _graph_kind(value, shares):
   """Walks the graph up from `value` (each tensor once) to classify it."""
-  kinds, where, stack = {}, None, [value]
+  kinds, where, stack = dict.fromkeys(shares, GLOBAL), None, [value]
   while stack:
     tensor = stack[-1]
-    if tensor.ref() in shares:
-      kinds[tensor.ref()] = GLOBAL
     if tensor.ref() in kinds:
       stack.pop()
       continue
