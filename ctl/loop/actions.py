@@ -261,7 +261,6 @@ class Samples(Action):
     show: show the newest grid under the running cell, replaced in place as
       training goes; None (the default): when running in a Jupyter notebook.
   """
-  collective = False
 
   def __init__(self, fn: Callable[[dict], object], every: Every | None = None, *,
                name: str = "samples", value_range: tuple[float, float] = (-1.0, 1.0),
@@ -517,7 +516,6 @@ class Profile(Action):
       also traces and compiles the step, which would swamp the trace.
     steps: how many steps to trace, at least 1.
   """
-  collective = False
 
   def __init__(self, start: int, steps: int):
     start = arguments.integer(
