@@ -42,24 +42,11 @@ _PHILOX = 1  # its number in TF's raw random ops
 _DRAW_SHIFT = 40
 
 
-_KEYS = {}  # seed -> its Philox key
-
-
 def _philox_key(seed):
-  """The Philox key of the run's seed ([2] integers): TF's stateless draw of
-  two uint32 from it, joined; made once, eagerly, if the seed is known then."""
-  def halves():
-    return tf.random.stateless_uniform([2], seed=seed, minval=None, maxval=None,
-                                       dtype=tf.uint32, alg=_ALGORITHM)
-
-  if not tf.is_symbolic_tensor(seed):
-    known = tuple(int(x) for x in tf.get_static_value(seed).reshape(-1))
-    if known not in _KEYS:
-      with tf.init_scope():  # eagerly, also while a step is traced
-        low, high = (int(h) for h in halves().numpy())
-      _KEYS[known] = low | high << 32
-    return tf.constant([_KEYS[known]], tf.uint64)
-  halves = tf.cast(halves(), tf.uint64)
+  """The Philox key of the run's seed ([2] integers), uint64 [1]: TF's stateless
+  draw of two uint32 from it, joined."""
+  halves = tf.cast(tf.random.stateless_uniform([2], seed=seed, minval=None, maxval=None,
+                                               dtype=tf.uint32, alg=_ALGORITHM), tf.uint64)
   return tf.reshape(tf.bitwise.bitwise_or(halves[0], tf.bitwise.left_shift(
       halves[1], tf.constant(32, tf.uint64))), [1])
 
