@@ -12,6 +12,7 @@ project reaches a private TF, Keras or gin attribute (a test scans for it).
 
 import collections
 import contextlib
+import functools
 import importlib.metadata
 import logging
 
@@ -20,14 +21,10 @@ _log = logging.getLogger("ctl")
 # Distribution name -> the release series these reads were checked against.
 CHECKED = {"tensorflow": ("2.21",), "keras": ("3.15",), "gin-config": ("0.5",)}
 
-_checked_once = set()
 
-
+@functools.cache  # once per package
 def _note_version(distribution):
-  """Logs once per package when its installed version was not checked here."""
-  if distribution in _checked_once:
-    return
-  _checked_once.add(distribution)
+  """Logs when the installed version of `distribution` was not checked here."""
   try:
     version = importlib.metadata.version(distribution)
   except importlib.metadata.PackageNotFoundError:

@@ -47,7 +47,8 @@ def user_line(frames: Iterable[Any]) -> str | None:
     filename = getattr(frame, "filename", None)
     if filename and not is_library(filename):
       code = (getattr(frame, "line", "") or linecache.getline(filename, frame.lineno)).strip()
-      where = f"{_short(filename)}:{frame.lineno}"
+      relative = os.path.relpath(filename)  # shown when under the working directory
+      where = f"{filename if relative.startswith('..') else relative}:{frame.lineno}"
       return f"{where}: {code}" if code else where
   return None
 
@@ -63,12 +64,6 @@ def user_call(frames: Iterable[Any], through_keras: bool = False) -> str | None:
       continue
     return None if is_library(filename) else user_line([frame])
   return None
-
-
-def _short(filename):
-  """`filename` relative to the working directory when it is under it."""
-  relative = os.path.relpath(filename)
-  return filename if relative.startswith("..") else relative
 
 
 # Draws whose numbers come from the op's own state: other numbers on each

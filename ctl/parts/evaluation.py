@@ -328,8 +328,7 @@ def _said_if_quiet():
             "next(iter(data)).", QUIET_SECONDS, last[1])
         return
 
-  thread = threading.Thread(target=watch, daemon=True, name="ctl-evaluate-watch")
-  thread.start()
+  threading.Thread(target=watch, daemon=True, name="ctl-evaluate-watch").start()
 
   def beat(batches):
     last[:] = [time.monotonic(), batches]

@@ -466,7 +466,6 @@ class StepContext:
           f"batch size ({size}) must be a known multiple of micro_batches; batch "
           "the data with drop_remainder=True and a global batch size divisible by "
           f"num_replicas x micro_batches ({self.num_replicas} x {micro_batches}).")
-    slice_size = size // micro_batches
     values, total, after = [], None, []
     first_draw = self._draws
     for i in range(micro_batches):
@@ -476,7 +475,7 @@ class StepContext:
         piece = tf.nest.map_structure(lambda t, i=i: t[i::micro_batches], batch)
       self._draws = first_draw  # every slice draws from the same seeds ...
       self._rows = slice(i, None, micro_batches)  # ... and keeps its own rows
-      self.per_replica_batch_size = slice_size
+      self.per_replica_batch_size = size // micro_batches
       try:
         value, grads = one_pass((piece,))
       finally:
