@@ -89,10 +89,11 @@ def normal_by_index(seed: int, indices: tf.Tensor, shape: int | Sequence[int]) -
     indices = tf.identity(indices)
   counter = tf.stack([tf.cast(indices[0] * blocks, tf.uint64),
                       tf.constant(_SAMPLE_TAG, tf.uint64)])
+  with tf.init_scope():  # the key once, eagerly: a constant of the traced graph
+    key = _philox_key(tf.constant([int(seed), 0], tf.int64))
   draws = tf.raw_ops.StatelessRandomNormalV2(
-      shape=tf.stack([tf.size(indices), 4 * blocks]),
-      key=_philox_key(tf.constant([seed, 0], tf.int64)), counter=counter, alg=_PHILOX,
-      dtype=tf.float32)
+      shape=tf.stack([tf.size(indices), 4 * blocks]), key=key, counter=counter,
+      alg=_PHILOX, dtype=tf.float32)
   return tf.reshape(draws[:, :numbers], [-1] + shape)
 
 
