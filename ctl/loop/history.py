@@ -249,7 +249,8 @@ class HistoryFile:
     lost = _missing(reading, start_step) if self.every_step else []
     if reading.later or reading.bad or lost or reading.repeated:
       # Rewritten: the kept lines as written, one of each step repeated.
-      lines = [(step, line) for step, line in reading.lines if step not in reading.repeated]
+      lines = [(step, line) for step, line in _read(self.path, start_step, keep=True).lines
+               if step not in reading.repeated]
       lines += [(step, _row_line(step, values)) for step, values in reading.repeated.items()]
       lines += [(first, f'{{"step": {first}, "lost_through": {last}}}\n')
                 for first, last in lost]
@@ -278,7 +279,7 @@ class HistoryFile:
     rows = {step: values for step, values in rows.items() if values}
     if not rows:
       return []
-    _write_lines(self.path, [*_read(self.path, before=None).lines,
+    _write_lines(self.path, [*_read(self.path, before=None, keep=True).lines,
                              *((step, _row_line(step, values)) for step, values in rows.items())])
     self.steps = self.steps | set(rows)
     self.reopen()
@@ -379,8 +380,9 @@ class _Reading:
 _STEP = re.compile(r'"step"\s*:\s*(\d+)')
 
 
-def _read(path, before):
-  """A `_Reading` of the lines of `path` whose step is below `before` (None: all)."""
+def _read(path, before, keep=False):
+  """A `_Reading` of the lines of `path` whose step is below `before` (None: all);
+  with `keep`, also those lines as written (only a rewrite needs them)."""
   reading = _Reading(History(), set(), [])
   rows = {}
   for number, line in enumerate(_readlines(path), 1):
@@ -396,7 +398,8 @@ def _read(path, before):
     if before is not None and step >= before:
       reading.later += 1
       continue
-    reading.lines.append((step, line if line.endswith("\n") else line + "\n"))
+    if keep:
+      reading.lines.append((step, line if line.endswith("\n") else line + "\n"))
     if lost_through is not None:
       reading.lost.append((step, int(lost_through)))
       reading.steps.update(range(step, int(lost_through) + 1))
