@@ -7,13 +7,9 @@
       action(context)
     stopper.close()
 
-At SIGTERM (what schedulers and preemptible VMs send) the compiled call in
-flight ends, a checkpoint is saved, the actions due at that step run, and
-`Preempted` exits with 42; Ctrl-C does the same, then raises `Interrupted`;
-SIGHUP (a closed terminal) is taken as SIGTERM. A second signal abandons an
-action in progress; a second Ctrl-C quits within a bound (`Stopper._quit`).
-Workers agree on a signal that reached any of them. docs/outer-loop.md
-("Stopping") tells the whole behaviour.
+SIGTERM saves and exits with 42 (`Preempted`), Ctrl-C saves and raises
+`Interrupted`, SIGHUP is taken as SIGTERM; docs/outer-loop.md ("Stopping")
+tells the whole behaviour, second signals included.
 """
 
 from __future__ import annotations
@@ -107,8 +103,7 @@ class Stopper:
     self._call_ended = threading.Event()
     self._quitting = False  # a second Ctrl-C: save after the call, then stop
     self._exiting = False  # Preempted was raised: the process exits with 42
-    # called before a signal thread ends the process
-    self.before_exit: Callable[[], None] | None = None
+    self.before_exit: Callable[[], None] | None = None  # before a thread ends the process
     self._previous = {}
     self._tf_handler = None
     self._wakeup = None
@@ -183,12 +178,9 @@ class Stopper:
 
   @contextlib.contextmanager
   def abandonable(self, what: str = "action") -> Iterator[None]:
-    """Inside: a signal abandons the work at once (`Abandoned`), in one process;
-    `what` names the work in the line a signal prints.
-
-    A signal that lands in a callback (a weakref's, a `__del__`), where Python
-    drops the exception, lets the work finish; the run stops right after it.
-    """
+    """Inside: a signal abandons the work `what` at once (`Abandoned`), in one
+    process. One that lands in a callback (a weakref's, a `__del__`), where
+    Python drops the exception, lets the work finish; the run stops after it."""
     # Only where no other worker waits on the action.
     self._abandonable = bool(self._previous) and self._placement.workers == 1
     previous_hook = sys.unraisablehook
@@ -214,9 +206,8 @@ class Stopper:
       sys.unraisablehook = previous_hook
 
   def close(self) -> None:
-    """Puts back the handlers that were there before; after a SIGTERM's stop
-    (`Preempted`: the process is exiting with 42), a further SIGTERM or SIGHUP
-    (a closed terminal often sends two) is ignored instead, so that the code stays."""
+    """Puts back the previous handlers; after `Preempted`, a further SIGTERM or
+    SIGHUP (a closed terminal often sends two) is ignored, so that 42 stays."""
     for signum, handler in self._previous.items():
       if self._exiting and signum in (signal.SIGTERM, signal.SIGHUP):
         handler = already_stopping
@@ -269,16 +260,14 @@ class Stopper:
                          name="ctl-stuck").start()
 
   def _hang_up(self):
-    """SIGHUP: detaches the lost terminal, then SIGTERM to this process. The flag
-    first: the call in flight then ends with the save, however late SIGTERM comes."""
+    # The flag first: the call in flight ends with the save, however late SIGTERM comes.
     self._sigterm = True
     self._detach()
     _write("ctl: SIGHUP (the terminal closed): stopping as at SIGTERM.")
     os.kill(os.getpid(), signal.SIGTERM)
 
   def _detach(self):
-    """stdout and stderr, where they were the lost terminal (a write would fail),
-    to /dev/null."""
+    """stdout and stderr, where they were the lost terminal, to /dev/null."""
     null = os.open(os.devnull, os.O_WRONLY)
     try:
       for fd in self._terminals:
@@ -287,7 +276,6 @@ class Stopper:
       os.close(null)
 
   def _save_from_thread(self):
-    """Saves from a signal's thread; returns what to say of it."""
     try:
       with self._saving:
         path = self.session.save("signal, from a thread")
@@ -296,9 +284,8 @@ class Stopper:
       return f"the save failed ({e}); the steps since {self.session.latest} are lost"
 
   def _stop_if_stuck(self, doing, signum):
-    """After SIGTERM or Ctrl-C in an action: if it has not returned within
-    `STUCK_SECONDS`, saves from this thread and ends the process (a notebook's
-    kernel is kept)."""
+    """After a signal in an action that does not return within `STUCK_SECONDS`:
+    saves from this thread and ends the process (a notebook's kernel is kept)."""
     if self._left.wait(STUCK_SECONDS):
       return  # the action ended: the main thread saves and stops
     said = self._save_from_thread()
@@ -315,11 +302,9 @@ class Stopper:
     self._exit(code)
 
   def _quit(self):
-    """A second Ctrl-C (from the signal's thread): quits within a bound.
-
-    At rest (in an action), saves first. Inside a compiled call, whose state is
-    whole only at its end, waits for that end if the calls so far say it comes
-    within `SECOND_CTRL_C_WAIT_SECONDS`. A notebook's kernel is never ended."""
+    """A second Ctrl-C (from the signal's thread): quits within a bound. In an
+    action, saves first; in a compiled call (whole only at its end), waits for
+    its end if it comes within `SECOND_CTRL_C_WAIT_SECONDS`. Keeps a notebook's kernel."""
     call, quitting = self._call, self._quitting
     if call is not None:
       self._quitting = True  # the main thread skips the actions due after the call
@@ -354,8 +339,7 @@ class Stopper:
       self._quit_now(said)
 
   def _keep_kernel(self, what):
-    """In a notebook: says `what` happens instead of ending the kernel (which
-    would lose it and all it holds); True there."""
+    """True in a notebook, whose kernel is kept, saying `what` happens instead."""
     if not notebook.in_notebook():
       return False
     _write(f"ctl: second Ctrl-C: a notebook's kernel is kept: {what}.")
@@ -366,17 +350,15 @@ class Stopper:
     self._exit(INTERRUPTED_EXIT_CODE)
 
   def _exit(self, code):
-    if self.before_exit is not None:  # e.g. flush TensorBoard's summaries
-      # In a thread of its own, waited for at most a second: ending is bounded.
+    if self.before_exit is not None:  # waited for at most a second: ending is bounded
       done = threading.Thread(target=_quietly, args=(self.before_exit,), daemon=True)
       done.start()
       done.join(1.0)
     os._exit(code)  # pylint: disable=protected-access
 
   def _see(self, signum):
-    """Notes the work in progress as `signum` came, once (from whichever of the
-    handler and the thread runs first: the handler writes nothing, as it may
-    interrupt a write to stderr)."""
+    """Notes the work in progress as `signum` came, once, from the handler or the
+    thread; only the thread writes (the handler may interrupt a stderr write)."""
     with self._seeing:
       return self._seen.setdefault(signum, (self._doing, self._abandonable))
 
@@ -407,9 +389,8 @@ class Stopper:
 
 
 def already_stopping(signum: int, frame: object) -> None:
-  """SIGTERM or SIGHUP after `Preempted`: the run is saved and the process is
-  exiting with 42; the signal is let go (a function, not SIG_IGN, which would
-  read as `nohup` to whatever handles signals next in this process)."""
+  """SIGTERM or SIGHUP after `Preempted` is let go (a function, not SIG_IGN,
+  which would read as `nohup` to whatever handles signals next in this process)."""
   del signum, frame
 
 
@@ -419,11 +400,8 @@ def _ignore_further_signals():
 
 
 def agree(placement: Placement, flags: Sequence[bool]) -> list[bool]:
-  """Under multi-worker strategies, each flag is True if it is on any worker.
-
-  Time-based schedules and signals differ between workers, but collective
-  work (a checkpoint, an evaluation, stopping) must run on all of them or none.
-  """
+  """Each flag True on every worker if it is on any: collective work (a save, an
+  evaluation, stopping) runs on all of them or none, whatever their clocks say."""
   if not flags or placement.workers <= 1:
     return list(flags)  # one process decides (with parameter servers, the coordinator)
   strategy = placement.strategy
@@ -447,11 +425,9 @@ def _write(line):
 
 
 class _Wakeup:
-  """Calls `on_signal(signum, count)` from a thread as each caught signal arrives
-  (`count`: how many of that signal so far), even during a compiled call, where
-  Python runs no handler: its C-level handler writes each signal's number to
-  the wakeup file descriptor at once, and TensorFlow releases the interpreter
-  lock during a call."""
+  """Calls `on_signal(signum, count so far)` from a thread as each caught signal
+  arrives, even during a compiled call (no Python handler runs then): Python's
+  C-level handler writes it to the wakeup fd, and TF releases the GIL in a call."""
 
   def __init__(self, on_signal):
     self._read, self._write = os.pipe()
@@ -481,11 +457,9 @@ _cluster_handler_made = False  # TF's handler works once per cluster and process
 
 
 def _tf_handler_applies(placement):
-  """Whether TF's PreemptionCheckpointHandler serves this strategy here: in a
-  multi-worker cluster, whose workers it tells of a SIGTERM to any of them. On
-  GCE it watches the metadata server instead of SIGTERM, and a second handler
-  in a process finds its coordination keys set by the first: there, and in one
-  process, ctl catches SIGTERM itself."""
+  """Whether TF's PreemptionCheckpointHandler serves here: a multi-worker cluster,
+  not GCE (it watches the metadata server instead of SIGTERM), first handler of
+  the process (a second finds its coordination keys set); else ctl catches SIGTERM."""
   return bool(placement.kind.multi_process and placement.in_cluster
               and _tf_internal.on_internal_platform() and not _cluster_handler_made)
 
@@ -503,8 +477,7 @@ class _TFHandler:
 
     config = tf.distribute.experimental.TerminationConfig(
         exit_fn=exit_fn, save_fn=lambda: session.save("preemption"))
-    # The handler restores from the manager it is given: on every worker that
-    # is the chief's directory, so all workers restore the same run count.
+    # It restores from this manager: the chief's directory, on every worker.
     self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
         placement.resolver, session.restore_manager,
         termination_config=config)
