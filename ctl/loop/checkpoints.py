@@ -9,11 +9,7 @@
     ...
     checkpointer.save()                # ckpt-<global step>
 
-A checkpoint holds every model variable (trainable or not: batch-norm
-statistics, dropout seed states, EMA copies kept as models), every optimizer
-variable (slots, iteration count, loss scale), the step counter, and the
-position in the data. The per-example noise of `ctx.normal`/`ctx.uniform` is
-a function of (seed, step), so the step counter is its whole state.
+What a checkpoint holds, and how a damaged folder is restored: docs/outer-loop.md.
 """
 
 from __future__ import annotations
@@ -137,8 +133,7 @@ class Checkpoint:
 
   def open(self, placement: Placement, state: State, feed: Feed,
            workdir: str) -> Checkpointer:
-    """The checkpointer of `state` and `feed`'s position in
-    `<workdir>/checkpoints`, checked before training."""
+    """The checkpointer of `<workdir>/checkpoints`, checked before training."""
     checkpointer = Checkpointer(placement, state, feed, os.path.join(workdir, "checkpoints"),
                                 keep=self.keep, restore_data=self.restore_data)
     checkpointer.check_data_can_be_saved()
@@ -146,19 +141,10 @@ class Checkpoint:
 
 
 class Checkpointer:
-  """Saves and restores a training state, and the position in its data, under
-  `directory`. Every worker takes part in a save (TF's collective save needs
-  them all); only the chief's files are kept.
-
-  Args:
-    placement: the `ctl.distribute.placement.Placement` (who is the chief).
-    state: the `ctl.parts.state.State` saved: models, optimizers, the step counter.
-    feed: the training data's feed (`ctl.parts.data.make_feed`), whose position is
-      saved when it can be.
-    directory: where checkpoints go.
-    keep: how many of the newest checkpoints to keep.
-    restore_data: restore the position in the data (False: start the data
-      again); the position is saved either way.
+  """Saves and restores `state` and `feed`'s position in the data under
+  `directory`, keeping the `keep` newest. Every worker takes part in a save
+  (TF's collective save needs them all); only the chief's files are kept.
+  `restore_data=False` starts the data again (its position is saved either way).
   """
 
   def __init__(self, placement: Placement, state: State, feed: Feed, directory: str,
@@ -174,7 +160,6 @@ class Checkpointer:
     state = state.variables()
     if self._iterator is not None:
       state["data"] = self._iterator
-      # The saved position is one of batches of this size (see `_check_data`).
       self._batch_size = feed.global_batch_size or 0
       state[_BATCH_SIZE] = tf.Variable(self._batch_size, dtype=tf.int64, trainable=False)
     else:
@@ -208,9 +193,8 @@ class Checkpointer:
     return self.manager.latest_checkpoint
 
   def check_data_can_be_saved(self) -> None:
-    """Refuses, before any step, a data position no save could write (a stateful
-    op in the pipeline fails every save, losing every step trained): a trial
-    write of the position, while the pipeline is still empty, finds out."""
+    """Refuses, by a trial write before any step, a data position no save could
+    write (a stateful op in the pipeline would fail every save)."""
     if self._iterator is None:
       return
     probe = tempfile.mkdtemp(prefix="ctl-data-position-")
@@ -232,21 +216,15 @@ class Checkpointer:
       shutil.rmtree(probe, ignore_errors=True)
 
   def restore(self, *, repair: bool = False, path: str | None = None) -> int:
-    """Restores the newest checkpoint that can be read; returns the global step.
-
-    The newest is the one of the highest step whose files are there, whatever
-    the `checkpoint` file names (a warning says so). One that cannot be read
-    whole (truncated, damaged, files missing) is skipped with a warning for
-    the next older one; none readable is an error naming them all. Nothing is
-    ever deleted.
+    """Restores the newest checkpoint that reads whole (docs/outer-loop.md, "A
+    damaged checkpoint folder"); returns the global step. Nothing is deleted.
 
     Args:
-      repair: (the chief of a `fit`, which holds the work directory's lock)
-        move the skipped checkpoints' files into `damaged/` and name the
-        restored one in the `checkpoint` file, so that the next saves neither
-        keep the damaged ones nor delete good ones for them.
-      path: the checkpoint to restore instead of the newest (`of_step`): an
-        error if it cannot be read whole, nothing else tried or repaired.
+      repair: (the chief of a `fit`, holding the lock) move the skipped ones into
+        `damaged/` and name the restored one in the `checkpoint` file, so that
+        the next saves neither keep the damaged ones nor delete good ones for them.
+      path: the checkpoint to restore instead (`of_step`): an error if it does
+        not read whole, nothing else tried or repaired.
     """
     step = int(self._state.global_step.numpy())
     listing = _Listing(self.directory)
@@ -316,8 +294,8 @@ class Checkpointer:
     return step
 
   def _readable(self, listing):
-    """The path of the newest checkpoint of `listing` whose files read whole,
-    or None when there is none; warns of each one passed over."""
+    """The newest checkpoint of `listing` that reads whole (None: none is
+    there); warns of each one passed over."""
     where = f"{self.directory}/checkpoint"
     candidates = [listing.on_disk[s] for s in sorted(listing.on_disk, reverse=True)]
     if listing.named is None:
@@ -330,9 +308,8 @@ class Checkpointer:
                    "is missing (a partial copy, a sync that skipped it, a clean-up?)",
                    ", ".join(os.path.basename(p) for p in reversed(candidates)))
     else:
-      # Newest first, whatever the pointer says: a stale pointer (a copy that took
-      # it before the newest files) must not cost the newer checkpoints, which the
-      # next saves would write over.
+      # Newest first, whatever the pointer says: the next saves would write
+      # over the checkpoints newer than a stale one.
       named_step = _step_of(listing.named)
       newer = sorted(s for s in listing.on_disk if named_step is not None and s > named_step)
       if newer:
@@ -376,9 +353,8 @@ class Checkpointer:
     return path
 
   def _repair(self, listing, path):
-    """Moves the skipped checkpoints' files into `damaged/` and names `path`
-    the newest in the `checkpoint` file (the older ones TF knew, or found,
-    kept for `keep`)."""
+    """Moves the skipped checkpoints into `damaged/`; the `checkpoint` file names
+    `path` the newest, after the older ones (for `keep`)."""
     damaged = os.path.join(self.directory, "damaged")
     for skipped, _ in listing.skipped:
       files = tf.io.gfile.glob(skipped + ".*")
@@ -396,7 +372,6 @@ class Checkpointer:
     self._open_managers()
 
   def _check_data(self, path, reader):
-    """Refuses a data position saved for batches of another size."""
     if self._restored is not self.checkpoint or not reader.has_tensor(_BATCH_SIZE_KEY):
       return
     saved = int(reader.get_tensor(_BATCH_SIZE_KEY))
@@ -435,21 +410,20 @@ class Checkpointer:
     if not self.is_chief:
       shutil.rmtree(self._scratch, ignore_errors=True)
       return None
-    # Without gin (a run set up in Python) the file says so rather than being empty.
     write_text_atomically(os.path.join(self.directory, "operative_config.gin"),
                           gin.operative_config_str() or "# No gin bindings were used: this "
                           "run was configured in Python (its code and command line).\n")
     return path
 
   def copy_newest(self, into: str) -> str:
-    """Copies the newest checkpoint into `<directory>/<into>/` (on the chief),
-    outside what `keep` rotates (`ctl.BestCheckpoints`); returns the copy's path prefix."""
+    """Copies the newest checkpoint into `<directory>/<into>/`, outside what
+    `keep` rotates; returns the copy's path prefix."""
     source = self.latest
     target = os.path.join(self.directory, into)
     os.makedirs(target, exist_ok=True)
-    # The index last: a checkpoint whose index is there is taken as whole.
+    # The index last, each through a temporary name: a checkpoint whose index
+    # is there is taken as whole.
     for path in sorted(tf.io.gfile.glob(source + ".*"), key=lambda p: p.endswith(".index")):
-      # Through a temporary name: a copy cut short is never taken for a checkpoint.
       partial = os.path.join(target, ".partial-" + os.path.basename(path))
       shutil.copyfile(path, partial)
       os.replace(partial, os.path.join(target, os.path.basename(path)))
@@ -513,13 +487,12 @@ def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
 
 
 def _newer(directory, step):
-  """The steps of the checkpoints of `directory` newer than `step`, oldest first."""
   return sorted(s for s in _Listing(directory).on_disk if s > step)
 
 
 def _move_newer(directory, into, step):
-  """Moves the checkpoints of `directory` newer than `step` into `into`; the
-  `checkpoint` files of both then name what each holds."""
+  """Moves the checkpoints of `directory` newer than `step` into `into`,
+  rewriting both `checkpoint` files."""
   on_disk = _Listing(directory).on_disk
   newer = sorted(s for s in on_disk if s > step)
   for s in newer:
@@ -573,9 +546,8 @@ def write_pointer(directory: str, paths: list[str]) -> None:
 
 def _clean_failed_save(prefix):
   """After a failed save of `prefix`: whether its files read whole (only the
-  `checkpoint` file's update failed); else removes them (none is saved over the
-  one restored), e.g. the data file a failed merge of `<prefix>_temp` leaves,
-  which would fill the disk again."""
+  `checkpoint` file's update failed); else removes them, e.g. the data file a
+  failed merge of `<prefix>_temp` leaves, which would fill the disk again."""
   shutil.rmtree(prefix + "_temp", ignore_errors=True)
   for partial in tf.io.gfile.glob(os.path.join(os.path.dirname(prefix), "checkpoint.tmp*")):
     tf.io.gfile.remove(partial)  # TF's own temporary `checkpoint` file
@@ -586,8 +558,7 @@ def _clean_failed_save(prefix):
   return False
 
 
-def _step_of(path):
-  """N of a path `.../ckpt-N`, or None."""
+def _step_of(path):  # N of `.../ckpt-N`, or None
   match = re.fullmatch(r"ckpt-(\d+)", os.path.basename(path))
   return int(match.group(1)) if match else None
 
@@ -608,8 +579,7 @@ def _unreadable(path):
     return f"{type(e).__name__}: {_op_message(e).strip()}"
   named = _step_of(path)
   if named is not None and held is not None and held != named:
-    # Renamed or copied over by hand: restoring it would train over the newer
-    # checkpoints' names with older weights.
+    # Restoring it would train over the newer checkpoints' names with older weights.
     return f"it holds step {held}, not {named} (renamed, or copied over by hand?)"
   return None
 
@@ -746,7 +716,7 @@ def _loss_scaling_switched(saved, optimizers):
 
 
 def _tf_message(error):
-  """A TF error's message without its internal `{{function_node ...}}` prefix."""
+  """A TF error's message without its `{{function_node ...}}` prefix."""
   return re.sub(r"\{\{function_node [^}]*\}\}\s*", "", getattr(error, "message", None)
                 or str(error))
 
