@@ -70,9 +70,7 @@ class FitContext:
     is_chief: whether this worker writes records, samples and kept files.
     examples_per_step: the examples one step reads over all replicas (None: unknown).
 
-  Properties `metrics` and `can_evaluate`; methods `report`, `evaluate`,
-  `over_samples`, `export`, `agree` and `keep` (in `fit(dry_run=True)`,
-  `evaluate` and `over_samples` measure over a handful).
+  In `fit(dry_run=True)`, `evaluate` and `over_samples` measure over a handful.
   """
 
   def __init__(self, session: Session, *, evaluator: Evaluator | None = None,
@@ -89,8 +87,7 @@ class FitContext:
     self.examples_per_step = session.examples_per_step
     self.step = int(session.state.global_step.numpy())
     self.results: dict[str, np.ndarray] = {}
-    self._metrics = {}
-    self._metrics_step = self.step  # the step `_metrics` were reported at
+    self._metrics, self._metrics_step = {}, self.step  # reported at that step
 
   def __getattr__(self, name: str) -> Any:
     fix = _GONE.get(name)
@@ -238,10 +235,8 @@ def _needs_workdir(action, workdir):
 
 class Summaries:
   """When `fit` writes TensorBoard's train scalars to `<workdir>/events/train`,
-  on the chief: `fit(summaries=ctl.Summaries(ctl.Every(steps=100)))`.
-
-  At each step of `every` (`fit` lands a compiled call there) and at the fit's
-  last step; what is written is `ctl.loop.loggers.TensorBoard`'s to say.
+  on the chief: at each step of `every` (`fit` lands a compiled call there) and
+  at the fit's last step. `fit(summaries=ctl.Summaries(ctl.Every(steps=100)))`.
   """
 
   def __init__(self, every: Every | None = None):
@@ -290,7 +285,7 @@ class Samples(Action):
     grid = image_grid(self.fn(context.models), self.value_range)
     path = os.path.join(context.workdir, "samples", f"{self.name}_{context.step:08d}.png")
     png = tf.io.encode_png(grid)
-    tf.io.write_file(path, png)  # (makes the folder)
+    tf.io.write_file(path, png)  # makes the folder
     if self.show or (self.show is None and notebook.in_notebook()):
       width = max(grid.shape[1], 256)  # small grids (28x28 digits) drawn larger
       self._shown = notebook.show_png(png.numpy(), self._shown, width=width)
@@ -422,7 +417,7 @@ class BestCheckpoints(Action):
         _log.warning("ctl.BestCheckpoints: %s could not be read (%s); starting a new "
                      "record (the checkpoints in it stay).", self._record, e)
       # Steps after the one resumed from were undone: they leave the record (their
-      # copies stay). An earlier one whose files are gone leaves it with a word.
+      # copies stay), as do earlier ones whose files are gone.
       undone = [k for k in self.kept if k["step"] > context.step]
       left = [k["checkpoint"] for k in undone if self._whole(k)]
       if left:
@@ -456,7 +451,7 @@ class BestCheckpoints(Action):
     self.kept.append({"step": context.step, "value": float(value),
                       "checkpoint": os.path.basename(path)})
     self.kept.sort(key=lambda k: self._sign * k["value"])
-    self._drop(self.kept[self.keep:])  # (writes the record)
+    self._drop(self.kept[self.keep:])  # writes the record
     _log.info("ctl.BestCheckpoints: kept %s (%s %.6g)", path, self.metric, value)
 
   def end(self, context: FitContext) -> None:
@@ -482,7 +477,7 @@ class BestCheckpoints(Action):
     return len(others) < self.keep or self._sign * value < max(others)
 
   def _drop(self, dropped, forget=()):
-    """Deletes the copies of `dropped` and takes them and `forget` out of the record."""
+    """Deletes the copies of `dropped`; rewrites the record without them and `forget`."""
     for record in dropped:
       for path in tf.io.gfile.glob(os.path.join(self._folder, record["checkpoint"]) + ".*"):
         tf.io.gfile.remove(path)
@@ -581,8 +576,8 @@ class Profile(Action):
 
 
 class _Window(Every):
-  """`ctl.Profile`'s schedule: due at exactly two steps, where the trace starts
-  and where it stops, unless the fit starts at or past the first."""
+  """`ctl.Profile`'s schedule: due where the trace starts and where it stops,
+  unless the fit starts at or past the first."""
 
   def __init__(self, first: int, last: int):  # pylint: disable=super-init-not-called
     self.first, self.last = first, last

@@ -6,9 +6,7 @@ It takes the parts it uses (the compiled step, the history it appends to, the
 evaluator its actions call), as Orbit's controller takes a trainer. Each pass
 runs one compiled call of up to `steps_per_loop` steps (shortened to land on the
 next step-based save or action), checks the results are finite, then saves and
-runs the actions that are due. Training resumes from the newest checkpoint, so
-rerunning the same command after a crash or a preemption continues where it
-stopped; SIGTERM and Ctrl-C save and stop (`ctl.loop.stopping`).
+runs the actions that are due. Resuming and stopping: docs/outer-loop.md.
 """
 
 from __future__ import annotations
@@ -155,9 +153,8 @@ def _check_loggers(loggers):
 
 
 def _describe(session, compiled_step, start_step, total_steps, seed, previous_from):
-  """This fit's `ctl.loop.loggers.Run`, with its manifest record; what it changes
-  from the newest record in `previous_from` (the work directory; a dry run's
-  real one), when it resumes, is logged on the chief."""
+  """This fit's `ctl.loop.loggers.Run`; a resume logs, on the chief, what it changes
+  from the newest record in `previous_from` (a dry run's: the real workdir)."""
   feed = compiled_step.feed
   record = manifest_lib.describe(
       session.placement, seed=seed, start_step=start_step, total_steps=total_steps,
@@ -219,8 +216,7 @@ def _check_actions(actions):
 
 
 def _check_takes_the_context(action, method):
-  """Raises TypeError, naming the contract, if `action.<method>` (when it has
-  one) cannot be called with the context alone."""
+  """Raises TypeError if `action.<method>` (if any) cannot take the context alone."""
   try:
     signature = inspect.signature(getattr(action, method, None))
   except (TypeError, ValueError):  # none, or a builtin or C callable: it cannot tell
@@ -305,11 +301,8 @@ def _finish(session, context, actions, stopper):
 
 
 def _run_due(session, context, checkpoint, scheduled, stopper):
-  """Saves if the checkpoint is due, then runs the due actions in order.
-
-  Every worker must agree on what is due: a save or an evaluation is
-  collective, and a time-based schedule reads each worker's own clock.
-  """
+  """Saves if due, then runs the due actions in order. The workers agree on what
+  is due: a save or an evaluation is collective, and each worker has its clock."""
   timers = _timers(checkpoint, scheduled)
   flags = stopping.agree(session.placement, [e.due(context.step) for e in timers])
   if checkpoint and flags[0]:
@@ -437,8 +430,7 @@ def _first_non_finite(results):
 
 
 def _check_finite(results, first_step, session, i):
-  """Raises FloatingPointError if step `i` of `results` (the first with a NaN
-  or Inf result, or None) exists."""
+  """Raises FloatingPointError at step `i` of `results`, unless `i` is None."""
   if i is None:
     return
   values = ", ".join(f"{k} {v[i]:.6g}" for k, v in results.items())
