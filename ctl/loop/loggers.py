@@ -5,17 +5,9 @@
     # ctl train dcgan --logger mlflow --logger wandb
 
 Every logger meets one contract (`Logger`) and is called by the fit's session
-(`ctl.loop.session.Session`) on the chief only; `FitContext.report` is the one
-call an action needs to reach every logger. Trackers are loggers rather than
-actions because they are not work on a schedule: they receive everything the
-run records, when it is recorded. `fit` always keeps the work directory's own
-loggers when it has one: `TensorBoard` and `JsonLines`.
-
-A tracker keeps, in `<workdir>/trackers/<name>.json`, the id of its run and
-the last step it logged: a resumed fit logs to the same run and skips the
-steps and metrics that run already holds (a tracker cannot take back what it
-stored). A tracker that fails after its `begin` is dropped with a warning: the
-training goes on, its records stay in the work directory.
+(`ctl.loop.session.Session`) on the chief only. `fit` always keeps the work
+directory's own loggers when it has one: `TensorBoard` and `JsonLines`. How a
+tracker resumes its run and what happens when it fails: docs/workflow.md.
 """
 
 from __future__ import annotations
@@ -47,8 +39,7 @@ if TYPE_CHECKING:
   from ctl.loop.schedule import Every
 
 _log = logging.getLogger("ctl")
-# `<workdir>/trackers/`: each tracker's note of its run (see the module docstring).
-NOTES_FOLDER = "trackers"
+NOTES_FOLDER = "trackers"  # `<workdir>/trackers/<name>.json`: a tracker's run and last step
 
 
 @dataclasses.dataclass
@@ -111,18 +102,10 @@ class Logger:
 
 
 class TensorBoard(Logger):
-  """TensorBoard event files in `<workdir>/events/<name>`: the manifest as text,
-  the sample grids and, in `events/train` on the schedule `every` (and at the
-  fit's last step), each step result's mean over the last compiled call, each
-  optimizer's learning rate (`learning_rate/<name>`), `steps_per_second` and
-  `examples_per_second` (since the previous write); the metrics actions
-  report, in `events/eval`.
-
-  Args:
-    workdir: the work directory.
-    every: when to write the train scalars (a `ctl.Every`), or None: never.
-    optimizers: name -> optimizer, whose learning rates are written.
-    examples_per_step: the examples a step reads over all replicas (None: unknown).
+  """TensorBoard event files in `<workdir>/events/<name>` (docs/outer-loop.md,
+  "Summaries"): the train scalars on the schedule `every` (None: never) and at
+  the fit's last step, with the learning rates of `optimizers` and the speed
+  (of `examples_per_step` examples a step; None: unknown).
   """
 
   def __init__(self, workdir: str, every: Every | None = None, *,
@@ -133,7 +116,7 @@ class TensorBoard(Logger):
     self._optimizers = optimizers or {}
     self._examples_per_step = examples_per_step
     self._writers: dict[str, tf.summary.SummaryWriter] = {}
-    self._last_step = None  # the fit's
+    self._last_step = None  # the fit's total_steps
     self._since = None  # (step, time) of the previous write, or of the fit's start
 
   def writer(self, name: str) -> tf.summary.SummaryWriter:
@@ -220,8 +203,7 @@ class TensorBoard(Logger):
 
 
 class JsonLines(Logger):
-  """`<workdir>/history.jsonl` (every step) and `<workdir>/metrics.jsonl` (a
-  line per step with metrics reported), as the fit's session opened them."""
+  """`history.jsonl` and `metrics.jsonl`, as the fit's session opened them."""
 
   def __init__(self, history_file: HistoryFile | None, metrics_file: HistoryFile | None):
     self.files = [f for f in (history_file, metrics_file) if f is not None]
@@ -250,12 +232,8 @@ class TrackerError(RuntimeError):
 
 
 class Tracker(Logger, abc.ABC):
-  """A logger that keeps its records in an experiment tracker, one tracker
-  run per work directory, resumed with it (see the module docstring).
-
-  Subclasses define the abstract `start`, `send_steps`, `send_metrics`,
-  `send_image` and `finish`, and may refine the other public methods.
-  """
+  """A logger that keeps its records in an experiment tracker, one tracker run
+  per work directory, resumed with it. Subclasses define the abstract methods."""
   name = "tracker"
 
   def __init__(self) -> None:
@@ -317,8 +295,7 @@ class Tracker(Logger, abc.ABC):
     self.finish(status)
 
   def logged_through(self, kind: str) -> int:
-    """The last step of `kind` ("steps" or "metrics") the tracker's run holds,
-    if it can tell (-1: it cannot, or none)."""
+    """The last step of `kind` ("steps" or "metrics") the run holds (-1: none, or unknown)."""
     return -1
 
   @abc.abstractmethod
@@ -326,21 +303,17 @@ class Tracker(Logger, abc.ABC):
     """Starts the tracker's run, or resumes `run_id`; returns the run's id."""
 
   def abandon(self, run_id: str) -> None:
-    """Marks `run_id`, of a fit that ended before its first checkpoint, as
-    ended (a new fit from step 0 starts a run of its own)."""
+    """Ends `run_id`, of a fit killed before its first checkpoint."""
 
   def find_run(self, run: Run) -> dict[str, Any] | None:
-    """The note of this work directory's run, rebuilt from the tracker when
-    the note in `<workdir>/trackers/` cannot be read: at least its "run_id";
-    None if the tracker cannot tell."""
+    """The unreadable note of this work directory's run, rebuilt from the
+    tracker: at least its "run_id"; None if the tracker cannot tell."""
     return None
 
-  def where_found(self) -> str:
-    """Where `find_run` looks, for the log."""
+  def where_found(self) -> str:  # where `find_run` looks, for the log
     return "the tracker"
 
-  def where(self) -> str:
-    """Where the tracker keeps its runs, for the log."""
+  def where(self) -> str:  # where the tracker keeps its runs, for the log
     return "?"
 
   @abc.abstractmethod
@@ -364,7 +337,7 @@ class Tracker(Logger, abc.ABC):
     self._write_state()
 
   def _read_state(self):
-    """(the note, None), or ({}, why) if there is a note that cannot be read."""
+    """(the note, None), or ({}, why) if it cannot be read."""
     if self._state_path is None or not os.path.exists(self._state_path):
       return {}, None
     try:
@@ -387,9 +360,8 @@ _MLFLOW_BATCH = 1000
 
 
 class MLflow(Tracker):
-  """Logs to MLflow: parameters (the manifest, the gin bindings), every step's
-  results and the reported metrics as metrics, sample grids as images, and
-  each fit's manifest as an artifact `manifest/<start step>.json`.
+  """Logs to MLflow the parameters, every step's results, the reported metrics,
+  the sample grids and each fit's manifest (docs/workflow.md, "Experiment trackers").
 
   Args:
     tracking_uri: the tracking store, e.g. "sqlite:///runs/mlflow.db" (a local
@@ -539,8 +511,8 @@ def _mlflow_key(key):
 
 
 class WandB(Tracker):
-  """Logs to Weights & Biases: the manifest and gin bindings as the run's config,
-  every step's results and the reported metrics by step, sample grids as images.
+  """Logs to Weights & Biases the config (the parameters), every step's results,
+  the reported metrics and the sample grids (docs/workflow.md, "Experiment trackers").
 
   Args:
     project: the W&B project; None: the environment variable WANDB_PROJECT, else "ctl".
@@ -612,8 +584,7 @@ class WandB(Tracker):
       self._run = None
 
 
-def _new_id():
-  """A new W&B run id: 8 lowercase letters and digits, as W&B makes them."""
+def _new_id():  # as W&B makes them
   alphabet = string.ascii_lowercase + string.digits
   return "".join(secrets.choice(alphabet) for _ in range(8))
 
