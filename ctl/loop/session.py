@@ -7,10 +7,8 @@
       session.save("schedule")             # the one save: the loop, a signal, BestCheckpoints
       session.close("finished")
 
-A session holds the work directory's lock, the run's one `Checkpointer`, the
-records (`history.jsonl`, `metrics.jsonl`, the manifest) and the loggers: the
-work directory's own, whose errors stop the run, then the user's trackers, each
-dropped with a warning if it fails. Nothing else in ctl saves or restores during a fit.
+Nothing else in ctl saves or restores during a fit. A logger of the work
+directory's own stops the run by an error; a user's tracker is dropped with a warning.
 """
 
 from __future__ import annotations
@@ -46,18 +44,10 @@ _log = logging.getLogger("ctl")
 
 
 class Session:
-  """One fit's lock, checkpointer, records and loggers; see the module docstring.
-
-  Args:
-    compiled_step: the fit's `ctl.parts.steps.TrainStep` (its placement, state and feed).
-    history: the runner's `ctl.History`, which the fit appends to.
-    workdir: the work directory, or None (nothing is written or restored).
-    checkpoint: the fit's `ctl.Checkpoint`, or None (no checkpoints).
-    summaries: when the TensorBoard logger writes the train scalars (the `every`
-      of the fit's `ctl.Summaries`), or None: never.
-    dry: the dry run this fit is (`ctl.loop.dry_run.DryRun`), or None.
-    records: whether to write history.jsonl and metrics.jsonl (False: a fit
-      with checkpoint=False over an earlier run's, which it leaves as they are).
+  """One fit's lock, checkpointer, records and loggers. `summaries`: the `every`
+  of the fit's `ctl.Summaries`; `dry`: the `ctl.loop.dry_run.DryRun` this fit is;
+  `records=False` leaves history.jsonl and metrics.jsonl as they are (a fit with
+  checkpoint=False over an earlier run's).
   """
 
   def __init__(self, compiled_step: TrainStep, history: history_lib.History,
@@ -118,11 +108,8 @@ class Session:
     return self._checkpointer.restore_manager
 
   def restore(self) -> int:
-    """Restores the newest checkpoint that reads whole (repairing the directory
-    on the chief, see `Checkpointer.restore`); returns the global step.
-
-    A dry run first restores what the real run would resume from (read only).
-    """
+    """Restores the newest checkpoint that reads whole, repairing the directory
+    (a dry run: what the real run would resume from, read only); returns the step."""
     dry = self._dry
     newest = checkpoints.newest(dry.workdir) if dry is not None and dry.workdir else None
     if newest:
@@ -140,9 +127,8 @@ class Session:
         self._checkpointer.restore()
 
   def save(self, why: str) -> str | None:
-    """Saves the checkpoint of the current step, on every worker (a save is
-    collective); an already saved step is not saved again. Returns its path
-    on the chief. `why` goes in the log line."""
+    """Saves the current step if not saved, on every worker (a save is collective);
+    returns its path on the chief. `why` goes in the log line."""
     if self._checkpointer is None:
       return None
     with self.timed("checkpoint save"):
@@ -178,7 +164,6 @@ class Session:
                  self.workdir, step, saved)
 
   def release_lock(self) -> None:
-    """Releases the lock before the process may end from a signal's thread."""
     if self._lock is not None:
       self._lock.release()
 
@@ -219,8 +204,7 @@ class Session:
     self._each(None, lambda logger: logger.flush())
 
   def _each(self, step: int | None, call: Callable[[loggers_lib.Logger], None]) -> None:
-    """`call(logger)` for every logger. A tracker that fails is dropped, with
-    a warning: the run goes on, and the work directory keeps its records."""
+    """`call(logger)` for every logger; a tracker that fails is dropped."""
     for logger in list(self._loggers):
       try:
         call(logger)
@@ -242,9 +226,8 @@ class Session:
     self._loggers, self._own = [], []
 
   def _open_records(self):
-    """The chief's `history.jsonl` and `metrics.jsonl` (else None, None), without
-    the lines after the step this run starts from. The runner's history takes the
-    file's earlier steps; a new file starts with those it trained before this `fit`."""
+    """The chief's `history.jsonl` and `metrics.jsonl` (else None, None), without the
+    lines from this run's start on, the runner's history taking the earlier ones."""
     step = int(self.state.global_step.numpy())
     self.history.drop_from(step)  # restored from a checkpoint: later steps are undone
     if self.workdir is None or not self.is_chief or not self._records:
@@ -287,9 +270,8 @@ class Session:
 
 
 def _lock(placement, workdir, resume_from):
-  """Locks the work directory on the chief; every worker fails if it cannot, or
-  if it cannot be written. Goes back to the checkpoint of step `resume_from`
-  (if not None) and removes what an export killed mid-way left."""
+  """Locks the work directory on the chief (every worker fails if it cannot, or
+  cannot write it), goes back to `resume_from` and removes a stopped export's scratch."""
   if workdir is None:
     return None
   lock, error = None, None
