@@ -4,14 +4,9 @@ that stays, so a config's mistake shows in seconds rather than an hour in.
     runner.fit(10_000, "runs/x", actions=[...], dry_run=True)   # then the real run
     # ctl train dcgan --dry-run
 
-The dry run restores the newest checkpoint of the work directory, if it has
-one (what a resume would do; read only), then runs the fit in a scratch
-directory: one compiled call of one step, a checkpoint save, every action once
-(evaluations over a handful of batches or samples: `FitContext.evaluate`), and
-a restore of the checkpoint it saved. Then it puts the runner back as it was
-(weights, optimizer slots, step, position in the data, `runner.history`) and
-removes the scratch directory. It logs what each part took. Trackers
-(`loggers=`) are not started: a dry run would leave a run in them.
+It runs the fit in a scratch directory, then puts the runner back as it was and
+logs what each part took; docs/workflow.md ("The dry run") tells what it runs.
+Trackers (`loggers=`) are not started: a dry run would leave a run in them.
 """
 
 from __future__ import annotations
@@ -38,11 +33,7 @@ _log = logging.getLogger("ctl")
 
 class DryRun:
   """What a dry run measured: `timings`, a (part, seconds) pair per part run.
-
-  Args:
-    workdir: the real run's work directory, which the dry run leaves untouched
-      (its newest checkpoint is restored first: `Session.restore`).
-    total_steps: the real run's.
+  `workdir` and `total_steps` are the real run's (its workdir is left untouched).
   """
 
   def __init__(self, workdir: str | None = None, total_steps: int = 0) -> None:
@@ -99,8 +90,8 @@ def run(fit_in: Callable[..., History], workdir: str | None, total_steps: int,
 
 
 def _save_position(feed, scratch):
-  """The data's position, written to `scratch` (a `tf.train.Checkpoint` to read
-  it back), or None when TF cannot save it (the dry run then moves it)."""
+  """The data's position written to `scratch`, a `tf.train.Checkpoint` to read it
+  back; None when TF cannot save it (the dry run then moves it)."""
   if not feed.checkpointable:
     _log.warning("dry run: the data's position cannot be saved here (see "
                  "ctl.loop.checkpoints), so it moves on by the step the dry run trains")

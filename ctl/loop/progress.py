@@ -4,11 +4,9 @@
     progress.update(100, {"generator_loss": array([...])})   # after each call
     progress.close()
 
-A bar needs a terminal to redraw in place; elsewhere (a log file, CI) a line is
-logged after the first compiled call (its time includes compiling the step),
-then every 30 seconds and at the end, with speed and time left measured from
-the first call's end. In a notebook the bar is tqdm's widget (with ipywidgets:
-`pip install 'ctl-loops[notebook]'`), else its text bar.
+Elsewhere (a log file, CI) a line is logged after the first compiled call, then
+every 30 seconds and at the end (docs/outer-loop.md, "Progress"). In a notebook the
+bar is tqdm's widget (with ipywidgets: `pip install 'ctl-loops[notebook]'`).
 """
 
 import logging
@@ -32,13 +30,9 @@ class Progress:
   `ctl.Summaries` writes it: the last step's value alone would show a lazy
   penalty (due every few steps) as 0 whenever the call ends between two.
 
-  Args:
-    total: the step training goes up to.
-    initial: the step it starts from (after a resume).
-    enabled: False shows nothing.
-    stream: where the bar goes; a bar only if it is a terminal.
-    log_seconds: seconds between log lines when `stream` is not a terminal.
-    clock: a function returning seconds.
+  `total`: the step training goes up to; `initial`: the step it starts from;
+  `stream`: where the bar goes, if it is a terminal (else log lines every
+  `log_seconds` of `clock`).
   """
 
   def __init__(self, total: int, initial: int, *, enabled: bool = True,
@@ -63,8 +57,7 @@ class Progress:
                        dynamic_ncols=True, smoothing=0.1)
 
   def update(self, step: int, results: Mapping[str, np.ndarray]) -> None:
-    """Records that training reached `step`; `results` are the last call's, each
-    an array of per-step values."""
+    """Training reached `step`; `results`: the last call's per-step values."""
     latest = {k: float(np.mean(v)) for k, v in results.items()}
     advanced, self._step = step - self._step, step
     if not self._enabled:
@@ -87,7 +80,6 @@ class Progress:
       _log.info("%s", self.line(step, latest, now))
 
   def line(self, step: int, latest: Mapping[str, float], now: float) -> str:
-    """One log line: step, results, steps per second and time left."""
     elapsed = now - self._start
     rate = (step - self._initial) / elapsed if elapsed > 0 else 0.0
     left = (self.total - step) / rate if rate > 0 else float("nan")

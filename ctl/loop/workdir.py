@@ -7,12 +7,10 @@
       lock = Lock("runs/x")
     lock.release()
 
-Two runs training into one work directory (a job requeued while the old one
-still runs) would overwrite each other's checkpoints. `fit` takes an advisory
-`flock` on `<workdir>/.ctl-lock` before restoring, which the kernel drops when
-its process ends, however it ends; the file names the holder (host, PID, start
-time, command) for the message the next writer gets. On a filesystem without
-`flock` the lock is only the file's contents, checked against this host's processes.
+Two runs in one work directory would overwrite each other's checkpoints: `fit`
+takes an advisory `flock` on `<workdir>/.ctl-lock`, which the kernel drops when
+the process ends; the file names the holder for the next writer's message. On a
+filesystem without `flock` the lock is only the file's contents.
 """
 
 import errno
@@ -29,13 +27,11 @@ _log = logging.getLogger("ctl")
 
 
 def path(workdir: str | os.PathLike | None, name: str = "workdir") -> str | None:
-  """The directory `workdir` names, as `fit`, `Runner.restore` and `ctl train
-  --workdir` take it: a leading `~` is the user's home, as in a shell (Python
-  and TensorFlow would make a folder named `~`); None stays None.
+  """The directory `workdir` names: a leading `~` is the user's home, as in a
+  shell (Python and TensorFlow would make a folder named `~`); None stays None.
 
   Raises:
-    ValueError: an empty path (which `os.makedirs` reports only as
-      `FileNotFoundError: ''`); the message names `name` and the fix.
+    ValueError: an empty path (`os.makedirs` says only `FileNotFoundError: ''`).
   """
   if workdir is None:
     return None
@@ -98,8 +94,7 @@ class Lock:
     os.fsync(fd)
 
   def held(self) -> bool:
-    """Whether the lock file is still the one this lock holds (the work
-    directory was not deleted or moved)."""
+    """Whether the lock file is still this lock's (the directory was not deleted or moved)."""
     return self._fd is not None and _same_file(self._fd, self.path)
 
   def release(self) -> None:
