@@ -214,18 +214,12 @@ def _smooth(values, weight):
 
 
 class HistoryFile:
-  """`<workdir>/history.jsonl`: one JSON line per step, appended as training goes.
+  """`<workdir>/<file_name>`, one JSON line per step (`every_step=False`: per step
+  that had any), appended as training goes; each call's lines reach the OS at once.
 
-  `open(start_step)` keeps the lines of the steps before `start_step` (where a
-  run starts or resumes), drops later ones and unreadable ones (with a warning),
-  marks lost the steps before it that no line of a file of every step holds,
-  and returns what it kept as a `History`. Lines reach the OS after every
-  compiled call, so a killed process loses none.
-
-  Args:
-    workdir: the work directory.
-    file_name: `FILE_NAME`, or `METRICS_FILE_NAME` (a line per step that had any).
-    every_step: whether the file holds a line for every step.
+  `open(start_step)` keeps the lines of the steps before `start_step`, drops
+  later and unreadable ones, marks lost the earlier steps no line holds (in a
+  file of every step), and returns what it kept as a `History`.
   """
 
   def __init__(self, workdir: str, file_name: str = FILE_NAME, *, every_step: bool = True):
@@ -297,8 +291,7 @@ class HistoryFile:
     self._write("".join(_row_line(row.pop("step"), row) for row in history.rows()))
 
   def reopen(self) -> None:
-    """Appends to the file at `path` from now on (also after the work directory
-    was made again: a new file)."""
+    """Appends to the file at `path` from now on (a new one if it went)."""
     if self._file is not None:
       self._file.close()
     os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -350,7 +343,6 @@ def _line(step, items):
 
 
 def _row_line(step, values):
-  """The line of `step` with `values`, {key: value}."""
   return _line(step, ((json.dumps(k), v) for k, v in values.items()))
 
 
@@ -437,8 +429,8 @@ def _steps(ranges):
 
 
 def _warn_unread(path, reading, dropped, kept):
-  """Warns of the unreadable lines of `reading` (`dropped` them) and of its steps
-  on more than one line (`kept` says which value)."""
+  """Warns of the unreadable lines of `reading` and of its steps on more than one
+  line; `dropped` and `kept` say what was done."""
   bad = reading.bad
   if bad:
     said = [f"line {number} ({'step ' + str(step) if step is not None else 'no step'}), "
@@ -496,9 +488,6 @@ class EachStep:
   After each compiled call (and at the end) it calls `fn(step, values)` once per
   step that call ran, `step` being `ctx.step` as it ran and `values` a dict of
   floats, on the chief. A call of `steps_per_loop` steps stays one call.
-
-  Args:
-    fn: function `(step: int, values: dict[str, float]) -> None`.
   """
   collective = False
 

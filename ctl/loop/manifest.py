@@ -6,10 +6,9 @@ in `<workdir>/manifest.jsonl`, so a run can be reproduced weeks later.
     manifest.append(workdir, record)             # on the chief, as each fit starts
     for change in manifest.differences(previous, record): _log.warning(change)
 
-A record holds the versions of Python, ctl and its dependencies, the seed, the
-strategy, the CPU and any GPU, the determinism settings, the command line, the
-gin configuration and the git commit of the code. `fit` writes it, shows it in
-TensorBoard and hands it to the loggers; `params` flattens it for trackers.
+A record's fields, with an example: docs/workflow.md ("The run manifest"). `fit`
+writes it, shows it in TensorBoard and hands it to the loggers; `params` flattens
+it for trackers.
 """
 
 from __future__ import annotations
@@ -44,10 +43,8 @@ _log = logging.getLogger("ctl")
 
 def describe(placement: Placement, *, seed: int | None, start_step: int,
              total_steps: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-  """The record of a `fit` under `placement` from `start_step` to `total_steps`.
-
-  `extra` (e.g. `steps_per_loop`, the global batch size) goes in `run`.
-  """
+  """The record of a `fit` under `placement` from `start_step` to `total_steps`;
+  `extra` (e.g. `steps_per_loop`, the global batch size) goes in `run`."""
   import keras  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   record = {
@@ -121,9 +118,8 @@ def last(workdir: str | None) -> dict[str, Any] | None:
 
 
 def differences(previous: dict[str, Any] | None, record: dict[str, Any]) -> list[str]:
-  """What `record` changes from `previous` that bears on the numbers: the seed,
-  a version, the strategy's replicas or workers, a determinism setting; one
-  sentence each."""
+  """A sentence for each change from `previous` that bears on the numbers: the
+  seed, a version, the strategy's replicas or workers, a determinism setting."""
   if not previous:
     return []
   changes = []
@@ -189,10 +185,8 @@ def cpu() -> dict[str, Any]:
 
 
 def _git():
-  """The commit of the code that runs, where it is in a git work tree: the
-  directory of the Python script that was run (else the current one: a
-  command such as `ctl train` runs the configs found from there), and ctl's
-  own source when that is a checkout elsewhere. A tree with changes is `dirty`."""
+  """The commits of the code that runs (the script's directory, else the current
+  one) and of ctl's own checkout (docs/workflow.md, "The run manifest")."""
   script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else ""
   found = {}
   for name, directory in (("code", os.path.dirname(os.path.abspath(script)) if script
