@@ -73,11 +73,8 @@ def step_named(checkpoint: object) -> int | None:
 
 
 def of_step(workdir: str, step: int) -> str:
-  """The path prefix of `<workdir>/checkpoints/ckpt-<step>`.
-
-  Raises:
-    FileNotFoundError: its files are not there (the message names the steps that are).
-  """
+  """The path prefix of `<workdir>/checkpoints/ckpt-<step>`; FileNotFoundError,
+  naming the steps there, if its files are not."""
   directory = os.path.join(workdir, "checkpoints")
   saved = _Listing(directory).on_disk
   if step in saved:
@@ -433,16 +430,12 @@ class Checkpointer:
 def go_back(directory: str, step: int, *, copied: Sequence[str] = (),
             moved: Sequence[str] = ()) -> str | None:
   """Sets aside the checkpoints of `directory` newer than `step`, so that the
-  next restore takes ckpt-`step` (`Checkpoint(resume_from=step)`).
-
-  They go into `<directory>/after-ckpt-<step>/` with `finished_step`, copies of
-  the files `copied` (the run's records) and the files or folders `moved` (the
-  trackers' notes, which a resumed run must not take up). Returns that folder,
-  or None if it was there already (gone back before) or nothing is newer.
-
-  Raises:
-    CheckpointError: no whole checkpoint of `step` in `directory`.
-  """
+  next restore takes ckpt-`step` (`Checkpoint(resume_from=step)`), into
+  `<directory>/after-ckpt-<step>/` with `finished_step`, copies of the files
+  `copied` (the run's records) and the files or folders `moved` (the trackers'
+  notes, which a resumed run must not take up). Returns that folder, or None if
+  it was there already or nothing is newer; CheckpointError if ckpt-`step` is
+  not whole."""
   folder = os.path.join(directory, f"after-ckpt-{step}")
   if os.path.exists(folder):
     _log.warning("resume_from=%d: this run went back to ckpt-%d before (%s holds what "

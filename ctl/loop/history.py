@@ -8,9 +8,7 @@ given to an action as they come (`EachStep`).
     pandas.read_json("runs/x/history.jsonl", lines=True)   # the same, as a DataFrame
 
 `fit` appends one JSON line per step to `<workdir>/history.jsonl` on the chief,
-`{"step": 0, "discriminator_loss": 1.386, ...}` ("step" is `ctx.step` as it ran),
-each step once, in order, across any number of resumes; steps lost in a damaged
-file are marked by a line `{"step": 6, "lost_through": 11}` (`HistoryFile`).
+each step once, in order, across resumes (docs/outer-loop.md, "Every step's numbers").
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What `fit` shows when it runs in a Jupyter notebook.
 
-A notebook is no terminal (a text bar would print a line per refresh), so there
-`fit` draws tqdm's widget bar (`ctl.loop.progress`) and `ctl.Samples` shows its
-newest grid under the cell, replaced in place. Outside a notebook nothing here
-is used, and IPython is imported only if already loaded.
+There `fit` draws tqdm's widget bar (a text bar would print a line per refresh)
+and `ctl.Samples` shows its newest grid under the cell, replaced in place.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ from ctl.base import arguments
 
 
 class Every:
-  """Says when periodic work is due: every `steps` steps and/or `seconds` seconds.
-
-  With both, whichever comes first.
+  """Says when periodic work is due: every `steps` steps and/or `seconds` seconds,
+  whichever comes first.
 
   Args:
     steps: fire when the global step reaches a multiple of this (`fit` shortens

@@ -119,8 +119,7 @@ class Stopper:
       self._catch(signal.SIGTERM, lambda signum, frame: self._on_signal(signum))
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # e.g. a background job
       self._catch(signal.SIGINT, lambda signum, frame: self._on_signal(signum))
-    # A closed terminal or a dropped SSH session (SIGHUP): as SIGTERM, which the
-    # signal's thread sends (`_hang_up`). `nohup` ignores it: left so.
+    # SIGHUP (a closed terminal): as SIGTERM, sent by `_hang_up`; `nohup`'s ignore stays.
     self._terminals = []  # stdout and stderr where they are the terminal
     if session is not None and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
       self._terminals = [fd for fd in (1, 2) if _is_terminal(fd)]

@@ -28,11 +28,8 @@ _log = logging.getLogger("ctl")
 
 def path(workdir: str | os.PathLike | None, name: str = "workdir") -> str | None:
   """The directory `workdir` names: a leading `~` is the user's home, as in a
-  shell (Python and TensorFlow would make a folder named `~`); None stays None.
-
-  Raises:
-    ValueError: an empty path (`os.makedirs` says only `FileNotFoundError: ''`).
-  """
+  shell (Python and TensorFlow would make a folder named `~`); None stays None. An
+  empty path is a ValueError (`os.makedirs` says only `FileNotFoundError: ''`)."""
   if workdir is None:
     return None
   text = os.fspath(workdir)
@@ -47,14 +44,8 @@ class WorkdirInUse(RuntimeError):
 
 
 class Lock:
-  """Holds `<workdir>/.ctl-lock` until `release()`.
-
-  Args:
-    workdir: the work directory (made if missing).
-
-  Raises:
-    WorkdirInUse: another live process holds it; the message names the holder.
-  """
+  """Holds `<workdir>/.ctl-lock` (the directory made if missing) until `release()`;
+  raises `WorkdirInUse`, naming the holder, if another live process holds it."""
 
   def __init__(self, workdir: str):
     self.workdir = workdir
