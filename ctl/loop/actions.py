@@ -500,11 +500,9 @@ class Profile(Action):
       runner.fit(1000, "runs/x", actions=[ctl.Profile(start=100, steps=5)])
       # tensorboard --logdir runs/x/events: the Profile tab (pip install 'ctl-loops[profile]')
 
-  The loop lands a compiled call on steps `start` and `start + steps`; the trace
-  holds what runs between them, the outer loop's work included. It is written to
-  `<workdir>/events/train/plugins/profile/<date_time>/<host>.xplane.pb` (TensorBoard's
-  run `train`). A fit that ends mid-trace stops it there; one resumed at or past
-  `start` is not profiled (a log line says so).
+  The trace holds what runs between steps `start` and `start + steps`, the outer
+  loop's work included; where it goes, how a fit that ends mid-trace or resumes past
+  `start` is handled: docs/outer-loop.md ("Profiling a few steps").
 
   Args:
     start: the step after which tracing starts, at least 1: the first call

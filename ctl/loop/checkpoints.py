@@ -501,15 +501,9 @@ def _move_newer(directory, into, step):
 
 
 class _Listing:
-  """What a checkpoint directory holds, from its `checkpoint` file and its files.
-
-  Attributes:
-    pointer_exists: whether there is a `checkpoint` file (readable or not).
-    pointer_names_none: whether that file reads but names no checkpoint (empty).
-    named: the path of the checkpoint it names newest, or None.
-    on_disk: {step: path} of the `ckpt-<step>` whose index file is there.
-    skipped: [(path, why)] of the checkpoints passed over (by `Checkpointer`).
-  """
+  """What a checkpoint directory holds: `named`, the checkpoint its `checkpoint`
+  file names newest (or None); `on_disk`, {step: path} of each `ckpt-<step>` whose
+  index is there; `skipped`, [(path, why)] of those `Checkpointer` passed over."""
 
   def __init__(self, directory):
     self.pointer_exists = tf.io.gfile.exists(os.path.join(directory, "checkpoint"))

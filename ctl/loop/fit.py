@@ -44,8 +44,7 @@ if TYPE_CHECKING:
   from ctl.parts.steps import TrainStep
 
 _log = logging.getLogger("ctl")
-# The note of the scheduled actions a stop abandoned, and the step: the run that
-# resumes from that step's checkpoint runs them first (a point of the FID curve).
+# What a stop abandoned at a step, for the run resuming there to run first.
 _ABANDONED = os.path.join("checkpoints", "abandoned_actions.json")
 
 

@@ -26,9 +26,8 @@ _log = logging.getLogger("ctl")
 class Progress:
   """Shows steps done of `total`, the latest results, speed and time left.
 
-  Each result is shown as its mean over the last compiled call's steps, as
-  `ctl.Summaries` writes it: the last step's value alone would show a lazy
-  penalty (due every few steps) as 0 whenever the call ends between two.
+  Each result is its mean over the last call's steps, as `ctl.Summaries` writes it:
+  the last value alone would show a lazy penalty as 0 between two of its steps.
 
   `total`: the step training goes up to; `initial`: the step it starts from;
   `stream`: where the bar goes, if it is a terminal (else log lines every

@@ -77,12 +77,8 @@ class Abandoned(Exception):
 
 
 class Stopper:
-  """Watches SIGTERM, SIGINT and SIGHUP during `fit`; see the module docstring.
-
-  Args:
-    placement: the `ctl.distribute.placement.Placement` of the run (its workers).
-    session: the fit's `ctl.loop.session.Session`, which saves, or None (nothing
-      saved; SIGTERM then keeps its default action, ending the process at once).
+  """Watches SIGTERM, SIGINT and SIGHUP during `fit`. `session` saves; None saves
+  nothing, and SIGTERM then keeps its default action (ending the process at once).
   """
 
   def __init__(self, placement: Placement, session: Session | None, *,
