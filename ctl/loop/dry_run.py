@@ -50,7 +50,6 @@ class DryRun:
 
   @contextlib.contextmanager
   def timed(self, part: str) -> Iterator[None]:
-    """Appends (part, seconds the block took) to `timings`."""
     start = time.perf_counter()
     try:
       yield

@@ -94,12 +94,10 @@ class Session:
 
   @property
   def saves(self) -> bool:
-    """Whether this fit saves checkpoints."""
     return self._checkpointer is not None
 
   @property
   def latest(self) -> str | None:
-    """The newest checkpoint's path prefix, or None."""
     return self._checkpointer.latest if self._checkpointer else None
 
   @property
@@ -168,7 +166,6 @@ class Session:
       self._lock.release()
 
   def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
-    """Times the block as `part` in a dry run; else nothing."""
     return self._dry.timed(part) if self._dry is not None else contextlib.nullcontext()
 
   # The records and the loggers.
