@@ -135,13 +135,11 @@ class Runner:
     self.steps_per_loop = steps_per_loop
     self.eager = eager
     self.seed = int(seed)
-    # What made it, for `with_options`.
-    self._arguments = dict(
+    self._arguments = dict(  # for `with_options`
         step_fn=step_fn, build=build, data=data, strategy=strategy, seed=seed,
         steps_per_loop=steps_per_loop, jit_compile=jit_compile, eager=eager,
         mixed_precision=mixed_precision, global_batch_size=global_batch_size,
         batches_per_step=batches_per_step)
-    # Parameter-server training: this process schedules the steps on the workers.
     self._coordinator = (
         tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         if self.placement.kind.asynchronous else None)
@@ -164,7 +162,6 @@ class Runner:
         steps_per_loop=steps_per_loop, float_dtype=float_dtype)
     self._evaluator = evaluation.Evaluator(self.state, self.placement, eager=eager,
                                            float_dtype=float_dtype)
-    # `train` and `fit` append; `fit` with a workdir starts it from the run's file.
     self.history = history_lib.History()
 
   @property
@@ -307,9 +304,8 @@ class Runner:
 
   @staticmethod
   def _kept_or_newest(workdir, checkpoint):
-    """The checkpoints' directory and the path to restore: None, the newest that
-    reads whole; or in kept folder `checkpoint`, its best (which its
-    `checkpoint` file names first)."""
+    """The checkpoints' directory and the path to restore: None (the newest that reads
+    whole), or in kept folder `checkpoint` its best (its `checkpoint` file's first)."""
     negative = str(checkpoint).strip().startswith("-")  # -1: no step is
     if checkpoint != "newest" and (negative or not checkpoints.is_kept_name(checkpoint)):
       raise ValueError(f"restore(checkpoint={checkpoint!r}): give 'newest', 'best' (the "
@@ -364,8 +360,7 @@ def _required_positional(fn):
 
 
 def _check_order(step_fn, build):
-  """Refuses `Runner(build, step_fn, ...)`: the two in each other's place."""
-  # Only when both disagree: gin can supply a build's arguments.
+  """Refuses `Runner(build, step_fn, ...)` if both disagree (gin can give build's arguments)."""
   if _required_positional(step_fn) == 0 and _required_positional(build):
     raise TypeError(
         f"step_fn and build look swapped: step_fn {getattr(step_fn, '__name__', step_fn)!r} "

@@ -91,9 +91,7 @@ def make_feed(data: Data, placement: Placement, *,
 
 
 def cast_floats(data: Data, dtype: tf.DType) -> Data:
-  """`data` with every floating-point tensor cast to `dtype` (integers, such as
-  labels, stay as they are): what a float64 run (`Runner(mixed_precision=
-  "float64")`) reads."""
+  """`data` with every float tensor cast to `dtype` (integers stay): a float64 run's data."""
   def cast(*element):
     element = element[0] if len(element) == 1 else element
     return tf.nest.map_structure(
@@ -155,9 +153,8 @@ def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int)
 
 
 def _output_like(shape, outputs):
-  """The shape among `outputs` that `shape` (one example's) matches, or None:
-  the same, or for images the same but for axes of size 1 ([28, 28] images
-  beside a [28, 28, 1] output). A [1] output matches only [1]: not labels."""
+  """The shape among `outputs` that `shape` (one example's) matches, or None: the same,
+  or for images equal but for axes of size 1 ([28, 28] beside [28, 28, 1]; not labels)."""
   shape = tuple(shape)
   if shape in outputs:
     return shape
@@ -169,12 +166,8 @@ def _output_like(shape, outputs):
 
 
 def check_evaluation_data(data: Data, num_batches: int | None) -> None:
-  """Refuses, before any work, an evaluation that could never end.
-
-  Every `gan` dataset repeats forever, so a forgotten `.take(n)` is the easy
-  mistake; a dataset of unknown length (after a `filter`, say) is read to its
-  end unless `num_batches` bounds it.
-  """
+  """Refuses, before any work, an evaluation that could never end (every `gan`
+  dataset repeats forever, so a forgotten `.take(n)` is the easy mistake)."""
   if num_batches is not None:
     arguments.integer("num_batches", num_batches, minimum=1, meaning="batches to evaluate")
     return
@@ -187,12 +180,9 @@ def check_evaluation_data(data: Data, num_batches: int | None) -> None:
 
 
 def check_data_lasts(feed: Feed, num_steps: int, call: str) -> None:
-  """Refuses, before any step, training that needs more batches than a finite
-  dataset of global batches holds: it would stop with an error where the data
-  ends, after training it could not keep (nothing is saved there).
-
-  Only what can never fit is refused: the iterator may already be part-read.
-  """
+  """Refuses, before any step, training that needs more batches than a finite dataset
+  holds: it would stop with an error where the data ends, after training it could not
+  keep. Only what can never fit is refused: the iterator may already be part-read."""
   batches = getattr(feed, "batches", -1)
   needed = num_steps * feed.batches_per_step
   if batches <= 0 or needed <= batches:
@@ -362,8 +352,7 @@ class PerWorkerBatches:
                      "'default' to look at them.")
 
   def next(self, iterator: Iterator[Any]) -> Any:
-    """The next step's input, inside a function scheduled on a worker (whose
-    per-worker iterator the scheduled function is given)."""
+    """The next step's input, from the worker's iterator the scheduled function is given."""
     return _step_input(lambda: next(iterator), self.batches_per_step)
 
 

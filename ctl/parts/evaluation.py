@@ -112,10 +112,7 @@ class Evaluator:
   def evaluate(self, step_fn: StepFn, data: data_lib.Data, *,
                global_batch_size: int | None = None,
                num_batches: int | None = None) -> dict[str, float]:
-    """Runs `step_fn(ctx, batch)` over all of `data`; returns each result's mean.
-
-    See `Runner.evaluate`.
-    """
+    """Runs `step_fn(ctx, batch)` over all of `data`; see `Runner.evaluate`."""
     data_lib.check_evaluation_data(data, num_batches)
     if self._placement.kind.asynchronous:
       raise ValueError(
@@ -208,8 +205,7 @@ class Evaluator:
     return {**out, **summed}
 
   def _samples_fn(self, fn, rows, moments, *, here=False):
-    """One batch of `over_samples` on every replica (`here`: in this process
-    only): (moments, gathered rows)."""
+    """One batch of `over_samples` on every replica (`here`: in this process only)."""
 
     def on_replica(first, limit):
       replica = (0 if here else tf.distribute.get_replica_context().replica_id_in_sync_group)
@@ -284,8 +280,6 @@ def _read(iterator, one_batch, bound):
 
 
 def _check_sample_outputs(outputs, rows, moments):
-  """Raises, naming the output, unless `outputs` is a dict of `[rows, ...]`
-  tensors with each of `moments` `[rows, d]`."""
   if not isinstance(outputs, dict) or not outputs:
     raise TypeError("over_samples: fn must return a dict of per-sample tensors "
                     f"[rows, ...], got {type(outputs).__name__}; e.g. "

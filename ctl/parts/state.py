@@ -66,22 +66,8 @@ def build_state(build: BuildFn, placement: Placement, *, seed: int = 0,
                 mixed_precision: str | None = None) -> State:
   """Calls `build()` in the scope of `placement`'s strategy and checks what it returns.
 
-  Args:
-    build: function of no arguments returning `(models, optimizers)`, two
-      dicts of Keras models and optimizers. An optimizer is built on the
-      model of the same name; one that updates something else must be built
-      in `build` (`optimizer.build(variables)`).
-    placement: the `ctl.distribute.placement.Placement` of the strategy whose scope the
-      variables belong to.
-    seed: `keras.utils.set_random_seed(seed)` runs just before `build`, which
-      fixes the initial weights; and the draws' key.
-    mixed_precision: None, "mixed_float16", "mixed_bfloat16" or "float64":
-      Keras' global policy while `build` runs (float64 also Keras' floatx, so
-      that `keras.Input` is float64 too); float16 wraps every optimizer in a
-      `LossScaleOptimizer`.
-
-  Returns:
-    A `State`.
+  `build`, `seed` and `mixed_precision` are `ctl.Runner`'s; "float64" is also Keras'
+  floatx while `build` runs, so that `keras.Input` is float64 too.
   """
   with placement.strategy.scope():
     models, optimizers = _call_build(build, seed, mixed_precision)
@@ -211,12 +197,8 @@ def _prepare_optimizer(name, optimizer, models, mixed_precision):
 
 
 def _schedule_in_float64(optimizer):
-  """Gives `optimizer` a copy of its learning-rate schedule that computes in float64.
-
-  Keras' schedules compute in the dtype of their initial rate (float32 for a
-  Python float), rounded differently eagerly and compiled, which a float64 run
-  must not carry. The copy is made from the config, its floats as float64.
-  """
+  """Gives `optimizer` a copy of its learning-rate schedule (from its config, floats as
+  float64) that computes in float64: Keras' in its initial rate's dtype, float32."""
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
   schedule = _tf_internal.learning_rate_schedule(inner)
   if schedule is None:
@@ -260,10 +242,8 @@ def _refuse_shared_optimizers(optimizers):
 
 
 def _refuse_options_the_strategy_cannot_run(name, optimizer, kind):
-  """Refuses, before anything is traced, the Keras optimizer options that fail in
-  the compiled step under a strategy of `kind` (a `ctl.distribute.placement.Kind`):
-  updates under a tf.cond (gradient_accumulation_steps, ema_overwrite_frequency),
-  which merge-call strategies cannot run, and Keras' own per-replica updates."""
+  """Refuses, before anything is traced, the Keras optimizer options that fail in the
+  compiled step under a strategy of `kind` (a `ctl.distribute.placement.Kind`)."""
   if not kind.merge_call_updates:
     return
   inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's

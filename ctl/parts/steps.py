@@ -54,20 +54,10 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
                    float_dtype: tf.DType = tf.float32) -> dict[str, tf.Tensor]:
   """Runs `step_fn(ctx, batch)` on this replica; returns its results as `float_dtype`.
 
-  Args:
-    step_fn: the user's `(ctx, batch) -> dict of scalars`.
-    batch: this replica's rows.
-    step: int64 scalar, the global step the context reports.
-    state: the `ctl.parts.state.State` whose models and optimizers the step uses.
-    replicas: the replicas in sync.
-    global_batch_size: examples over all replicas; None takes this replica's
-      batch size (one replica, dynamic batch).
-    reductions: dict to fill in: how each result is reduced over replicas
-      (`ctl.step.reduction`).
-    compile_update: passed to the `StepContext` (jit_compile per update).
-    expected_keys: the result keys of an earlier trace, which must not change.
-    float_dtype: the run's float type (float64 in a float64 run, else
-      float32): of the results, and of `ctx.normal`'s draws by default.
+  `step` is what `ctx.step` reports; `global_batch_size` None takes this replica's
+  batch size (one replica, dynamic batch). Fills in `reductions`: how each result is
+  reduced over replicas. `expected_keys`: an earlier trace's result keys, which must
+  not change. `float_dtype`, the run's float type, is also `ctx.normal`'s default.
   """
   if global_batch_size is None:
     global_batch_size = tf.shape(tf.nest.flatten(batch)[0])[0]
@@ -91,10 +81,8 @@ def run_on_replica(step_fn: StepFn, batch: Any, step: tf.Tensor, *, state: State
 
 @contextlib.contextmanager
 def _keras_floatx(float_dtype):
-  """Keras' floatx while the step runs (or is traced): float64 in a float64 run,
-  so that what Keras computes from Python numbers, such as a learning-rate
-  schedule's value, is float64 too (a schedule in float32 rounds the rate
-  differently eagerly and compiled, by an ulp that a float64 replay must not carry)."""
+  """Keras' floatx while the step runs: float64 in a float64 run, so that a learning-rate
+  schedule's value is float64 too (float32 rounds it differently eagerly and compiled)."""
   previous = keras.config.floatx()
   # Already set: under mirrored the replicas run in threads, and the one that set
   # it must be the one to put it back, or a later thread leaves float64 global.
@@ -143,16 +131,8 @@ def _keras_variable_made():
 class TrainStep:
   """The user's training step, compiled and distributed; `run(n)` runs n steps.
 
-  Args:
-    step_fn: the user's `(ctx, batch) -> dict of scalars`.
-    state: the `ctl.parts.state.State` it trains.
-    feed: the training data's feed (`ctl.parts.data.make_feed`).
-    placement: the `ctl.distribute.placement.Placement` the state was built under.
-    eager: run as plain Python.
-    jit_compile: compile with XLA (per update under merge-call strategies).
-    coordinator: a `ClusterCoordinator` under parameter servers, else None.
-    steps_per_loop: under parameter servers, the steps of one scheduled call.
-    float_dtype: float32, or float64 for a float64 run (`run_on_replica`).
+  Made by `ctl.Runner` from its arguments and the parts it made (state, feed,
+  placement; a `ClusterCoordinator` under parameter servers, else None).
   """
 
   def __init__(self, step_fn: StepFn, state: State, feed: Feed,
@@ -213,10 +193,7 @@ class TrainStep:
 
   def step_across_replicas(self, step: tf.Tensor | None = None,
                            iterator: Iterator[Any] | None = None) -> dict[str, tf.Tensor]:
-    """Layer 2: one step on every replica; returns the reduced results.
-
-    `step`: the global step's value, if the caller knows it (None reads it).
-    """
+    """Layer 2: one step on every replica; the reduced results. `step` None reads it."""
     batch = self.feed.next(iterator)
     if step is None:
       step = self.state.global_step.read_value()
@@ -301,12 +278,8 @@ class TrainStep:
     return self._counts[num_steps]
 
   def _schedule(self, num_steps):
-    """Parameter servers: `num_steps` steps in calls of up to `steps_per_loop`
-    steps (the in-graph loop), each scheduled on whichever worker is free.
-
-    The workers train in parallel on the shared variables (asynchronous
-    updates); the results come back in the order the calls were scheduled.
-    """
+    """Parameter servers: `num_steps` steps in calls of up to `steps_per_loop` steps,
+    each on whichever worker is free; the results in the order of the calls."""
     calls = []
     while num_steps > 0:
       n = min(num_steps, self.steps_per_loop)

@@ -43,8 +43,7 @@ _DRAW_SHIFT = 40
 
 
 def _philox_key(seed):
-  """The Philox key of the run's seed ([2] integers), uint64 [1]: TF's stateless
-  draw of two uint32 from it, joined."""
+  """The uint64 [1] Philox key of `seed` ([2] ints): TF's stateless draw of two uint32."""
   halves = tf.cast(tf.random.stateless_uniform([2], seed=seed, minval=None, maxval=None,
                                                dtype=tf.uint32, alg=_ALGORITHM), tf.uint64)
   return tf.reshape(tf.bitwise.bitwise_or(halves[0], tf.bitwise.left_shift(
@@ -63,9 +62,8 @@ def draw_key(seed: int) -> tf.Tensor:
 _SAMPLE_TAG = 1 << 63
 
 
-# How the ValueError of a `ctx` draw inside a tf.cond or tf.while_loop of the
-# compiled step begins (a subclass would reach the user as autograph's
-# StagingError), for code that adds its own advice to it.
+# How the ValueError of a `ctx` draw inside a tf.cond or tf.while_loop begins, for
+# code that adds advice to it (a subclass would reach the user as a StagingError).
 DRAW_IN_CONTROL_FLOW = "ctx.normal, ctx.uniform or ctx.seed was called inside"
 
 
@@ -109,8 +107,7 @@ def _as_unit_float(bits):
 
 
 def _as_unit_double(high, low):
-  """TF's kernels' two uint32 -> double in [0, 1): 52 random bits (20 of `high`, all
-  of `low`) as the mantissa of [1, 2), minus 1."""
+  """TF's kernels' two uint32 -> double in [0, 1): 20 bits of `high`, all of `low`."""
   mantissa = tf.bitwise.bitwise_or(
       tf.bitwise.left_shift(tf.cast(tf.bitwise.bitwise_and(high, 0xFFFFF), tf.uint64),
                             tf.constant(32, tf.uint64)), tf.cast(low, tf.uint64))
@@ -119,9 +116,8 @@ def _as_unit_double(high, low):
 
 
 def _box_muller(u1, u2):
-  """TF's normal kernel (Box-Muller on pairs of uniforms) written out in ops, for
-  XLA, whose own stateless normal turns the same bits into other numbers: 2 x pairs
-  normals in the kernel's order (float32 within a few ulps: sine, cosine and log differ)."""
+  """TF's normal kernel (Box-Muller) in ops, for XLA, whose own normal turns the same
+  bits into other numbers (float32 within a few ulps: sine, cosine and log differ)."""
   radius = tf.sqrt(-2.0 * tf.math.log(tf.maximum(u1, 1e-7)))
   # 2 pi times the uniform in double, then in its own type, as the C++ does.
   angle = tf.cast(tf.cast(u2, tf.float64) * (2 * math.pi), u2.dtype)
@@ -220,16 +216,14 @@ class StepContext:
                batch: Any = None, micro_batches: int = 1) -> tf.Tensor:
     """Applies one update of `optimizer` that lowers `loss`.
 
-    `loss` is a tensor computed under `tape` (one forward pass can feed several
-    updates: pass the same persistent tape), or a function returning the loss, of
-    no arguments or of the batch when `batch=` is given. Only the function form
-    compiles with `jit_compile=True` under `mirrored` and `multi_worker`, where XLA
-    cannot hold the cross-replica gradient sum: the loss and its gradient are
-    then compiled and applied outside XLA.
+    One forward pass can feed several updates: pass the same persistent tape.
+    Only the function form compiles with `jit_compile=True` under `mirrored` and
+    `multi_worker`, where XLA cannot hold the cross-replica gradient sum: the
+    loss and its gradient are then compiled and applied outside XLA.
 
-    With `batch=` and `micro_batches=k` the loss function runs on `k` slices of
-    this replica's batch in turn, and the update applies the sum of their
-    gradients: the whole batch's update at a k-th of the activation memory.
+    With `micro_batches=k` the loss function runs on `k` slices of `batch` in
+    turn, and the update applies the sum of their gradients: the whole batch's
+    update at a k-th of the activation memory.
     `ctx.normal` and `ctx.uniform` inside give each slice its rows of the whole
     batch's draws, so the result equals one pass up to rounding (BatchNormalization
     sees each slice alone).
@@ -239,7 +233,8 @@ class StepContext:
     a `LossScaleOptimizer` (mixed_float16) skips a step for an inf on any replica.
 
     Args:
-      loss: scalar tensor from `ctx.average` (with `tape`), or a function returning one.
+      loss: scalar tensor from `ctx.average` (with `tape`), or a function returning
+        one, of no arguments or of `batch` when it is given.
       optimizer: name of the optimizer in `ctx.optimizers`.
       tape: the `tf.GradientTape` that recorded `loss` (tensor form only).
       variables: variables to update; default: the trainable variables of the
@@ -316,16 +311,13 @@ class StepContext:
     return self._as_dtype(u, maxval - minval, dtype, offset=minval)
 
   def _as_dtype(self, draws, scale, dtype, offset=0.0):
-    """`offset + scale * draws` in `dtype`, the run's float type by default:
-    computed in float64 for float64, so that nothing is rounded to float32."""
+    """`offset + scale * draws` in `dtype` (the run's float type by default)."""
     dtype = tf.as_dtype(dtype or self._float_dtype)
     if self._float_dtype == tf.float64 and dtype.is_floating:
       dtype = tf.float64  # a float64 replay runs a step that names float32 as it is
-    if dtype == tf.float64:
+    if dtype == tf.float64:  # computed in float64: nothing rounded to float32
       draws = tf.cast(draws, dtype)
-    if offset:
-      return tf.cast(offset + scale * draws, dtype)
-    return tf.cast(draws * scale, dtype)
+    return tf.cast(offset + scale * draws if offset else draws * scale, dtype)
 
   def seed(self) -> tf.Tensor:
     """A fresh stateless seed (int32, shape [2]) for this step, equal on every replica,
@@ -347,15 +339,13 @@ class StepContext:
                      tf.cast(self.step, tf.uint64)])
 
   def _bits(self, shape, dtype=tf.uint32, counter=None):
-    """The next draw's random bits: Philox keyed by the run's seed, counting from
-    (this draw, this step), the same on every device, eagerly and under XLA."""
+    """The next draw's Philox bits: the same on every device, eagerly and under XLA."""
     return tf.raw_ops.StatelessRandomUniformFullIntV2(
         shape=shape, key=self._key, counter=self._counter() if counter is None else counter,
         alg=_PHILOX, dtype=dtype)
 
   def _normal(self, shape):
-    """The next draw's standard normals: TF's normal kernel on Philox bits, one
-    op; under XLA the same computation in ops (`_box_muller`)."""
+    """The next draw's normals: TF's kernel, one op; under XLA `_box_muller`."""
     counter = self._counter()
     # float64 in a float64 run: float32 draws differ by rounding under XLA.
     dtype = tf.float64 if self._float_dtype == tf.float64 else tf.float32
@@ -410,8 +400,6 @@ class StepContext:
           "replicas, num_replicas times too large.")
 
   def _check_fresh_tape(self, tape, name):
-    """One tape records one forward pass: a second update of the same optimizer
-    from it would apply gradients of weights the first update has changed."""
     if any(t is tape and n == name for t, n in self._tape_updates):
       raise ValueError(
           f"minimize({name!r}) was called twice with the same tape: the tape "
@@ -423,8 +411,7 @@ class StepContext:
     self._tape_updates.append((tape, name))
 
   def _apply(self, optimizer, grads, variables):
-    """`optimizer.apply_gradients` on the gradient of the global batch, summed here
-    first (`_tf_internal.gradients_summed_by_caller` says why)."""
+    """Applies the global batch's gradient, summed here (`gradients_summed_by_caller`)."""
     if self.num_replicas == 1:
       optimizer.apply_gradients(zip(grads, variables))
       return
@@ -456,9 +443,8 @@ class StepContext:
   def _accumulate(self, one_pass, batch, micro_batches, name):
     """`one_pass` on each slice of `batch` in turn; the summed loss and gradients.
 
-    Slice i of k holds the replica's rows i, i + k, ...: the global rows whose
-    index is i modulo k under any strategy (contiguous slices would differ), so a
-    synchronized BatchNormalization sees the same examples in slice i everywhere.
+    Slice i of k holds rows i, i + k, ...: the global rows whose index is i modulo k
+    under any strategy, so a synchronized BatchNormalization sees the same examples.
     """
     size = self.per_replica_batch_size
     if not isinstance(size, int) or size % micro_batches:
@@ -515,10 +501,9 @@ _warned_shapes = set()  # (name, shape) already warned of, once per process
 
 def _warn_of_a_batch_dimension(shape, name, global_batch):
   """Warns (once) when a draw's shape starts with the global batch size, as for
-  `tf.random.normal`: the draw gains a dimension that Dense layers may take
-  silently. Not warned of: batch 1 (WGAN-GP's `[1, 1, 1]`), a square map (noise
-  `[32, 32, 1]` at batch 32), or the per-replica batch size (`[8, 512]` vectors
-  at batch 16 on 2 replicas would be false alarms)."""
+  `tf.random.normal`: a dimension that Dense layers may take silently. Not for batch 1
+  (WGAN-GP's `[1, 1, 1]`), a square map (`[32, 32, 1]` at batch 32), or the
+  per-replica batch size (`[8, 512]` at batch 16 on 2 replicas): false alarms."""
   square_map = len(shape) >= 3 and shape[0] == shape[1]
   if (len(shape) < 2 or not isinstance(global_batch, int) or shape[0] != global_batch
       or global_batch == 1 or square_map
@@ -564,8 +549,7 @@ class _Named(dict):
 
 
 def _sum_over_replicas(grads):
-  """Each gradient summed over the replicas (a None, for a variable the loss does
-  not reach, stays None for the optimizer to report)."""
+  """Each gradient summed over the replicas; a None stays for the optimizer to report."""
   present = [g for g in grads if g is not None]
   if not present:
     return grads
@@ -575,9 +559,8 @@ def _sum_over_replicas(grads):
 
 
 def _check_some_gradient(grads, name, updates, *, tape=None, variables=()):
-  """Refuses an update whose every gradient is None (Keras would say only "No
-  gradients provided for any variable"); some None, for variables the loss
-  does not reach (an unused layer), are left to the optimizer, which skips them."""
+  """Refuses an update whose every gradient is None (Keras would say only "No gradients
+  provided for any variable"); some None (an unused layer) the optimizer skips."""
   if not grads or any(g is not None for g in grads):
     return
   if tape is not None:

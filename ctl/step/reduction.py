@@ -80,13 +80,11 @@ class Shares:
 
   @contextlib.contextmanager
   def recording(self, batch: Any = None) -> Iterator[None]:
-    """Around the eager step and its reductions: records what follows from the
-    shares and from the per-replica sources (see `op`)."""
+    """Around the eager step and its reductions: an outer tape watches what differs
+    between replicas (the batch, the variables read, the noise), an inner one the shares."""
     if not tf.executing_eagerly():
       yield
       return
-    # The outer tape watches what differs between replicas (the batch, the variables
-    # read, the noise), the inner one the shares (see `op`).
     with tf.GradientTape(persistent=True) as sources:
       self._sources = sources
       for tensor in tf.nest.flatten(batch):
@@ -198,14 +196,13 @@ def step_results(shares: Shares, results: Any, ops: dict[str, tf.distribute.Redu
 
 def across_replicas(strategy: tf.distribute.Strategy, ops: Mapping[str, Any],
                     values: Mapping[str, Any]) -> dict[str, tf.Tensor]:
-  """Each of `values` (per-replica, from `strategy.run`) reduced over replicas
-  by its op in `ops` ("SUM", "MEAN" or a `tf.distribute.ReduceOp`)."""
+  """Each of `values` (from `strategy.run`) reduced by its op in `ops` ("SUM", "MEAN", ...)."""
   return {k: strategy.reduce(ops[k], v, axis=None) for k, v in values.items()}
 
 
 def gathered(strategy: tf.distribute.Strategy, values: Mapping[str, Any]) -> dict[str, tf.Tensor]:
-  """Each of `values` (per-replica tensors `[rows, ...]`) joined along the rows,
-  replica 0's first, over all workers: every worker gets the whole."""
+  """Each of `values` (per-replica `[rows, ...]`) joined along the rows, replica 0's
+  first, over all workers: every worker gets the whole."""
   return {k: strategy.gather(v, axis=0) for k, v in values.items()}
 
 
