@@ -123,12 +123,9 @@ def gradients_summed_by_caller(optimizer):
   """Inside, `optimizer.apply_gradients` takes gradients already summed over replicas.
 
   Keras' TF optimizer sums them itself, in `_all_reduce_sum_gradients`, but only
-  after clipping them (and a LossScaleOptimizer checks them for inf first), so
-  each replica would act on its own share. Here that method passes them through:
-  the optimizer (and a LossScaleOptimizer's inner one) gets an instance attribute
-  that defers to the class's method outside this context. A count of callers, not
-  a flag: MirroredStrategy's replicas and a LossScaleOptimizer's inner apply run
-  in threads of their own.
+  after clipping them (and a LossScaleOptimizer checks them for inf first), so each
+  replica would act on its own share. Here that method passes them through while a
+  caller is inside (a count, not a flag: replicas run in threads of their own).
 
   Yields:
     Whether the method was found; if not (another Keras), the optimizer
@@ -386,14 +383,9 @@ def promoted_to_float64():
   layer given dtype="float32" or a mixed policy, `keras.ops.cast(x, "float32")`)
   or a Python float's constant (float32 by default) without an edit.
 
-  Promotes a requested dtype where TF reads it, not the dtype of a tensor that
-  exists (a float32 tensor stays float32): an op's type attributes
-  (`pywrap_tfe.TFE_Py_FastPathExecute` eagerly, `execute.make_type`, which the
-  generated ops call traced too) and its Python-float inputs; a constant's
-  dtype (`constant_op._constant_impl`) and a conversion's
-  (`tensor_conversion_registry.convert`); a layer's policy
-  (`keras.src.dtype_policies.get`). Not thread-safe against float32 work
-  elsewhere in the process: for a process that runs one thing at a time.
+  Promotes a requested dtype where TF reads it (the functions patched below), not the
+  dtype of a tensor that exists (a float32 tensor stays float32). Not thread-safe
+  against float32 work elsewhere: for a process that runs one thing at a time.
   """
   _note_version("tensorflow")
   _note_version("keras")
@@ -464,7 +456,7 @@ def promoted_to_float64():
   patched = [(owner, filled(getattr(owner, name)), name)
              for owner in (array_ops, tf) for name in ("zeros", "ones")]
   patched += [(pywrap_tfe, fast_path_execute, "TFE_Py_FastPathExecute"),
-             (execute, make_type, "make_type"),
+             (execute, make_type, "make_type"),  # what generated ops call, traced too
              (constant_op, constant_impl, "_constant_impl"),
              (tensor_conversion_registry, convert, "convert"),
              (dtype_policies, policy, "get")]

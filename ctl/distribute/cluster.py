@@ -144,12 +144,8 @@ def _int(text):
 
 
 def slurm_step_tasks(env: Mapping[str, str] | None = None) -> int:
-  """The number of tasks of this Slurm job step (0 outside `srun`).
-
-  `srun` sets `SLURM_STEP_NUM_TASKS` for each task it starts; a batch script
-  run by `sbatch` has only `SLURM_NTASKS`, and a process started from it
-  without `srun` is one process, whatever the allocation.
-  """
+  """The number of tasks of this Slurm job step (0 outside `srun`): a process that a batch
+  script starts without `srun` has only `SLURM_NTASKS`, and is one process."""
   env = os.environ if env is None else env
   return _int(env.get("SLURM_STEP_NUM_TASKS")) if env.get("SLURM_JOB_ID") else 0
 
@@ -273,12 +269,8 @@ def _tensorflow_names(config, source):
 
 
 def export_tf_config(env: MutableMapping[str, str] | None = None) -> None:
-  """Sets `TF_CONFIG` to `parse_tf_config`'s cluster where TensorFlow would read another.
-
-  TensorFlow reads `TF_CONFIG` itself (its resolvers and strategies) and knows
-  neither `CLUSTER_SPEC` nor the `master` task type; `make_strategy` calls
-  this first, so that TensorFlow and ctl read the same cluster.
-  """
+  """Sets `TF_CONFIG` to `parse_tf_config`'s cluster where TensorFlow would read another:
+  TF knows neither `CLUSTER_SPEC` nor the `master` task type (`make_strategy` calls this)."""
   env = os.environ if env is None else env
   config = parse_tf_config(env)
   if not config:

@@ -163,8 +163,7 @@ class Task:
     return self.process is not None and self.code is None
 
   def __str__(self) -> str:
-    pid = f" (pid {self.process.pid})" if self.process else ""
-    return self.name + pid
+    return self.name + (f" (pid {self.process.pid})" if self.process else "")
 
 
 class Launch:
@@ -252,8 +251,7 @@ class Launch:
     self._private = None  # the PrivateNetwork the tasks run in, while they do
 
   def run(self) -> int:
-    """Starts every task and supervises them, restarting the cluster up to
-    `max_restarts` times; returns the launcher's exit code."""
+    """Starts every task and supervises them; returns the launcher's exit code."""
     handlers = self._catch_signals()
     watch_launcher()  # started by `ctl parity` or `ctl eval --across`: stop when it is gone
     try:
@@ -500,14 +498,12 @@ class Launch:
     self._wait(lambda: not any(t.running for t in stopping), _KILL_WAIT_SECONDS)
 
   def _wait(self, done, seconds):
-    """Sleeps until `done()` is true or `seconds` have passed."""
     deadline = time.monotonic() + seconds
     while not done() and time.monotonic() < deadline:
       time.sleep(_POLL_SECONDS)
 
   def _catch_signals(self):
-    """Turns SIGTERM, SIGINT and SIGHUP (a closed terminal) into a stop of
-    every task; the old handlers."""
+    """Turns SIGTERM, SIGINT and SIGHUP (a closed terminal) into a stop of every task."""
     if threading.current_thread() is not threading.main_thread():
       return {}  # Python delivers signals to the main thread only
 
@@ -531,8 +527,7 @@ class Launch:
 
 
 def launch(command: Sequence[str], **kwargs: Any) -> int:
-  """Runs `command` as every task of a local cluster (`Launch`'s keyword arguments);
-  returns the exit code."""
+  """Runs `command` as every task of a local cluster (`Launch`'s arguments); the exit code."""
   return Launch(command, **kwargs).run()
 
 
@@ -602,14 +597,11 @@ def _alive(pid):
 
 
 def _signal_group(task, signum):
-  try:
+  with contextlib.suppress(ProcessLookupError, PermissionError):  # the group has exited
     os.killpg(task.process.pid, signum)
-  except (ProcessLookupError, PermissionError):
-    pass  # the whole group has exited already
 
 
 def _pump(pipe, prefix, stream, lock):
-  """Copies `pipe` to `stream` line by line, each line prefixed."""
   with pipe:
     for line in iter(pipe.readline, b""):
       text = line.decode("utf-8", "replace")
@@ -617,14 +609,11 @@ def _pump(pipe, prefix, stream, lock):
 
 
 def _write(stream, lock, text):
-  with lock:
-    try:
-      stream.write(text)
-      stream.flush()
-    except (OSError, ValueError):
-      # Our output is gone (a closed pipe): keep reading the task's output
-      # anyway, or the task would block on a full pipe.
-      pass
+  # Our output may be gone (a closed pipe): keep reading the task's output anyway,
+  # or the task would block on a full pipe.
+  with lock, contextlib.suppress(OSError, ValueError):
+    stream.write(text)
+    stream.flush()
 
 
 def _names(tasks_):

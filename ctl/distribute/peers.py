@@ -170,10 +170,8 @@ def _signals_exit(waiting):
 
 def _listening(address):
   """A placeholder listener on `address` while TF's server is not up: on its host only,
-  not on every interface as TF's server will; on every one only if the host is no
-  address of this machine (a name not yet in DNS, a service's address). If the port is
-  taken, or there is none, nothing listens: the peers name this task as missing, and
-  TF names the port or address."""
+  or on every interface if the host is no address here (a name not yet in DNS). A port
+  taken or missing: nothing listens (the peers name this task, TF the port)."""
   host, _, port = (address or "").rpartition(":")
   if not port.isdigit():
     return contextlib.nullcontext()

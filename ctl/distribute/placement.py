@@ -51,10 +51,9 @@ class Kind:
       servers); there is no evaluation in it and no eager mode.
     distributed_datasets: its input must come through TF's distributed
       datasets (a TPU program cannot call a host-side iterator).
-    merge_call_updates: variables are updated through merge calls from the
-      replicas, which TF cannot run inside a `tf.cond` in replica context (so
-      Keras' `gradient_accumulation_steps` and `ema_overwrite_frequency`,
-      which update under one, fail).
+    merge_call_updates: variables are updated through merge calls from the replicas,
+      which TF cannot run inside a `tf.cond` (where Keras' `gradient_accumulation_steps`
+      and `ema_overwrite_frequency` update).
     merge_call_gradients: the gradient's sum over replicas is a merge call,
       which XLA cannot compile: `jit_compile` compiles each update instead.
     xla_always: the whole step is compiled with XLA anyway (a TPU).

@@ -144,14 +144,8 @@ class PrivateNetwork:
     return self._holder.pid
 
   def command(self, argv: Sequence[str], program: str | None = None) -> list[str]:
-    """The argv that runs `argv` inside the namespace.
-
-    Args:
-      argv: the command.
-      program: the path of the program to execute (default: `argv[0]` as the
-        launcher found it on PATH: the caller should look it up first, to
-        report a missing program before anything starts).
-    """
+    """The argv that runs `argv` inside the namespace; `program`, the path to execute, is
+    `argv[0]` by default: look it up first, to report a missing one before anything starts."""
     return [sys.executable, "-I", "-S", "-c", _ENTER, str(self.pid), program or argv[0], *argv]
 
   def close(self) -> None:

@@ -141,12 +141,8 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
 
 
 def announce_ready(env: Mapping[str, str] | None = None) -> None:
-  """Leaves `<$CTL_LAUNCH_READY_DIR>/<task type>-<index>` if a launcher asked for it.
-
-  Each task leaves it once its strategy is made (for multi-worker, once all
-  peers have connected), so the launcher can tell a slow start from a peer
-  that will never come.
-  """
+  """Leaves `<$CTL_LAUNCH_READY_DIR>/<task type>-<index>` if a launcher asked for it, once
+  the strategy is made: the launcher tells a slow start from a peer that never comes."""
   env = os.environ if env is None else env
   directory = env.get(READY_DIR_VARIABLE)
   if not directory:
@@ -335,12 +331,8 @@ def _parameter_server(startup_timeout, **unused):
 
 
 def serve(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> None:
-  """Runs this worker's or parameter server's TF server until the process is killed.
-
-  Under `parameter_server` only the coordinator (`chief`) runs the program; the
-  same command on every task (as `ctl launch` runs it) reaches this point on the
-  workers and parameter servers, which serve and never return.
-  """
+  """Runs this worker's or parameter server's TF server until the process is killed: the
+  same command on every task reaches here on all but the coordinator (`chief`)."""
   # Workers wait for a parameter server that restarts instead of failing
   # the coordinator's calls at once (TF's parameter-server tutorial).
   os.environ["GRPC_FAIL_FAST"] = "use_caller"
