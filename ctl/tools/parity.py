@@ -7,18 +7,11 @@
 
     ctl parity my_gan.py --against compiled,mirrored:2,multi_worker:2 --steps 10
 
-"The same numbers" cannot mean bit for bit (a strategy sums over replicas in
-another order, XLA fuses): it means that a configuration changes only float
-rounding. Two checks tell that from a bug (docs/parity.md explains both): a
-float64 replay of every run decides where it can run (rounding shrinks by half a
-billion, a bug keeps its float32 size); elsewhere float32 decides against a floor,
-the reference again with every initial weight moved by one ulp (`perturb`). Past
-rounding, `diagnose` names the likely bug from the evidence.
-
-The user's module provides `build()`, `train_step(ctx, batch)` and `data()` (and
-may set `batches_per_step` and `seed`), or a .gin file describes an experiment.
-Each configuration runs in its own process (`ctl.tools.parity_runs.run_one`),
-since TensorFlow fixes its devices and collectives once per process.
+"The same numbers" means that a configuration changes only float rounding: a
+float64 replay of every run decides where it can run, elsewhere float32 against
+a floor (`perturb`); docs/parity.md explains both. Past rounding, `diagnose`
+names the likely bug. Each configuration runs in its own process
+(`ctl.tools.parity_runs.run_one`): TensorFlow fixes its devices once per process.
 """
 
 from __future__ import annotations
@@ -124,11 +117,8 @@ class Config:
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  """One variable (or logged value) of one configuration, in one precision.
-
-  `difference` and `floor` are the largest absolute differences from the
-  reference, divided by the scale of the variable's group (`scales`).
-  """
+  """One variable (or logged value) of one configuration, in one precision;
+  `difference` and `floor` are relative to its group's scale (`scales`)."""
   config: str
   key: str  # the variable's path (in `check`'s report), or "loss/<result key>"
   precision: str  # "float32" or "float64"
@@ -160,12 +150,8 @@ class Report:
   notes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
   steps: int = 1
   floor_samples: int = FLOOR_SAMPLES
-  # configurations whose reference is not deterministic on its own: no verdict
-  # of rounding is possible (`not_deterministic`)
-  unsteady: set[str] = dataclasses.field(default_factory=set)
-  # configurations whose logged values differ from the reference's at the first
-  # step, before any update could amplify rounding (`first_step_differs`)
-  first_differs: set[str] = dataclasses.field(default_factory=set)
+  unsteady: set[str] = dataclasses.field(default_factory=set)  # `not_deterministic`
+  first_differs: set[str] = dataclasses.field(default_factory=set)  # `first_step_differs`
 
   @property
   def configs(self) -> list[str]:
@@ -181,17 +167,12 @@ class Report:
     return self._rows(config)
 
   def within_rounding(self, config: str) -> bool:
-    """Whether `config` ran, its reference was deterministic, and every one of its
-    deciding rows is within tolerance."""
+    """Whether `config` ran, its reference was deterministic, and its rows are ok."""
     return (config not in self.errors and config not in self.unsteady and
             all(r.ok for r in self.decisive(config)))
 
   def verdict(self, config: str) -> str:
-    """"rounding", "DIFFERS", "failed", or "undecided": nothing past tolerance but
-    a reference that is not deterministic on its own, or float32 alone past its
-    tolerance by less than `UNDECIDED_FACTOR`, or further with the first step's
-    logged values alike (training amplified something; float32 alone cannot
-    tell rounding from a bug: two criteria must agree)."""
+    """"rounding", "DIFFERS", "failed" or "undecided" (`format_report` says when)."""
     if config in self.errors:
       return "failed"
     if self.within_rounding(config):
@@ -248,9 +229,8 @@ def relative_difference(reference: np.ndarray, other: np.ndarray,
 
 
 def group(key: str) -> str:
-  """What `key`'s differences are judged with: its model (`generator`), its
-  optimizer's slots of one kind (`optimizer:generator/momentum`), all logged
-  values (`loss`), or the step counter."""
+  """`key`'s group: its model, its optimizer's slots of one kind
+  (`optimizer:generator/momentum`), every logged value (`loss`), or the counter."""
   if key.startswith("loss/"):
     return "loss"
   if key.startswith("optimizer:"):
@@ -291,12 +271,8 @@ def differences(reference: Arrays, run: Arrays) -> dict[str, float]:
 
 def float32_tolerances(reference: Arrays,
                        floors: Sequence[Arrays]) -> dict[str, tuple[float, float]]:
-  """key -> (floor, tolerance) in float32.
-
-  The floor of a key is the largest relative difference of any key of its group
-  in any of the `floors` runs (the reference with perturbed initial weights): a
-  single run's floor of a single variable is one sample of a random quantity.
-  """
+  """key -> (floor, tolerance) in float32; the floor is the largest difference of
+  its group in any of the `floors` runs (one variable in one run is one sample)."""
   steps = steps_trained(reference)
   by_group = {}
   for floor in floors:
@@ -323,16 +299,8 @@ def float64_tolerances(reference: Arrays, floor: Arrays,
 def compare(config: str, reference: Arrays, run: Arrays,
             tolerances: Mapping[str, tuple[float, float]], precision: str = "float32",
             names: Mapping[str, str] | None = None) -> list[Row]:
-  """A row per key of `reference`: `run`'s difference against its tolerance.
-
-  Args:
-    config: the configuration's name.
-    reference, run: the reference's and the configuration's arrays.
-    tolerances: key -> (floor, tolerance), from `float32_tolerances` or
-      `float64_tolerances`.
-    precision: "float32" or "float64", for the rows.
-    names: key -> the name a row shows (a variable's path); default the key.
-  """
+  """A row per key of `reference`: `run`'s difference against its tolerance
+  (`float32_tolerances` or `float64_tolerances`); `names`: key -> the row's name."""
   names = names or {}
   return [Row(config, names.get(k, k), precision, value, tolerances[k][1], tolerances[k][0])
           for k, value in differences(reference, run).items()]
@@ -355,18 +323,9 @@ def perturb(models: Mapping[str, Any], seed: int = 0) -> None:
 def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays,
              about: Mapping[str, Any] | None = None, *, floors: Sequence[Arrays] = (),
              floor_reference: Arrays | None = None) -> list[str]:
-  """The likely causes of a configuration's difference, from the evidence.
-
-  Args:
-    config: the configuration.
-    rows: its rows in the precision that decided (`compare`).
-    reference, run: the reference's and the configuration's arrays, in that
-      precision.
-    about: what the reference's process recorded: `ctl.tools.parity_runs.describe`'s
-      keys, and "analysis" (`ctl.tools.parity_runs.analyze`).
-    floors: the float32 floor runs (eager, like the reference), and
-    floor_reference: the float32 reference they moved from (default `reference`).
-  """
+  """The likely causes of a configuration's difference, from its deciding `rows`
+  and arrays; `about`: `parity_runs.describe`'s keys and "analysis" (`analyze`);
+  `floors`: the float32 floor runs of `floor_reference` (default `reference`)."""
   unsteady = not_deterministic(reference if floor_reference is None else floor_reference,
                                floors)
   if all(r.ok for r in rows) and not unsteady:
@@ -417,9 +376,8 @@ def diagnose(config: Config, rows: Sequence[Row], reference: Arrays, run: Arrays
 
 
 def first_step_differs(reference: Arrays, run: Arrays, relative: float = 1e-5) -> bool:
-  """Whether a logged value of `run` differs from the reference's at the first
-  step by more than rounding could (`relative`): computed from the same initial
-  weights, before any update that training could amplify."""
+  """Whether a logged value of `run` differs from the reference's at the first step,
+  before any update could amplify rounding, by more than `relative`."""
   firsts = [(float(np.ravel(reference[k])[0]), float(np.ravel(run[k])[0])) for k in reference
             if k.startswith("loss/") and np.size(reference[k]) and np.size(run.get(k, []))]
   return any(np.isfinite(c) and abs(c - r) > relative * (1 + abs(r)) for r, c in firsts)
@@ -502,10 +460,8 @@ def _kind_order(name):
 
 
 def format_report(report: Report, verbose: bool = False) -> str:
-  """A table: per configuration its verdict, then in each precision (the deciding
-  one first) its largest difference and, if another, the variable closest to its
-  tolerance; then what is past rounding and the likely causes. `verbose` adds
-  every variable."""
+  """The table: per configuration its verdict and largest differences, then what is
+  past rounding and the likely causes; `verbose` adds every variable."""
   lines = [f"{'configuration':28} {'verdict':9} {'precision':9} {'difference':>10} "
            f"{'tolerance':>10}  variable"]
   for config in report.configs:
@@ -524,9 +480,7 @@ def format_report(report: Report, verbose: bool = False) -> str:
         lines.append(f"{label[0]:28} {label[1]:9} {precision:9} {row.difference:10.2e} "
                      f"{row.tolerance:10.2e}  {row.key} ({what}{'' if row.ok else ', past'})")
         label = ["", ""]
-  # A note that several configurations share (float64 could not run the step,
-  # whatever the seed) is said once.
-  sharing = {}
+  sharing = {}  # a note several configurations share is said once
   for config in report.configs:
     for note in report.notes.get(config, []):
       sharing.setdefault(note, []).append(config)
@@ -620,8 +574,7 @@ def check_module(path: str) -> None:
 
 
 def _require_parts(path, missing, functions=()):
-  """Raises AttributeError naming what `path` lacks (`missing`) and the
-  `functions` it defines, the one to rename likely among them."""
+  """Raises AttributeError naming what `path` lacks and the `functions` it defines."""
   if missing:
     renamed = (" (its `step` is now called `train_step`: rename it)"
                if "train_step" in missing and "step" in functions else "")
@@ -642,9 +595,7 @@ def load_module(path: str) -> Any:
       raise FileNotFoundError(f"parity: no file {path!r}; give the path of a Python "
                               "file that defines build, train_step and data.")
     name = os.path.splitext(os.path.basename(path))[0]
-    # As `python path` would: the file's own folder first on the path, so
-    # that it can import the modules beside it.
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(os.path.abspath(path))  # first, as `python path` puts it
     if sys.path[:1] != [folder]:
       sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -686,23 +637,20 @@ def check(path: str, configs: Sequence[str], *, steps: int = 10,
 
   Args:
     path: a Python file (or module name) defining `build`, `train_step` and `data`;
-      or a .gin file, whose experiment's runner (its build method) is run with
-      each configuration's options (`Runner.with_options`).
+      or a .gin file, whose experiment's runner runs with each one's options.
     configs: configuration names (`Config.parse`), e.g. ["compiled", "mirrored:2"].
     steps: steps each run trains.
-    seeds: run seeds to check each configuration with (`Runner(seed=)`: the
-      initial weights and the draws); None: the module's `seed` (0 if it sets
-      none), or the experiment's. With several, each (configuration, seed)
-      gets a verdict, named `<configuration> seed=<seed>`.
+    seeds: run seeds (`Runner(seed=)`) to check each configuration with; None:
+      the module's `seed` (default 0) or the experiment's. With several, each
+      (configuration, seed) gets a verdict, named `<configuration> seed=<seed>`.
     timeout: seconds a process may take before it counts as failed.
     bindings: gin bindings for a .gin file (as `ctl train --gin`).
     experiment: for a .gin file, what makes the experiment (as `ctl train
       --experiment`); default: the installed one.
-    float64: replay the runs in float64, which then decides (see the module's
-      docstring); False judges in float32 alone.
+    float64: replay the runs in float64, which then decides; False: float32 alone.
     floor_samples: float32 floor runs where float32 decides (one otherwise).
-    jobs: processes run at once (a multi_worker configuration counts its
-      workers); default: the machine's cores, at most 4.
+    jobs: processes at once (multi_worker counts its workers); default:
+      `usable_cpus()`, at most 4.
 
   Returns:
     A `Report`; `print` it for the table.
@@ -748,8 +696,7 @@ def usable_cpus() -> int:
 
 
 def _report(configs, done, floor_samples):
-  """The `Report` of the processes' outputs (name -> (runs by seed and label, about)
-  or the error it ended with)."""
+  """The `Report` of `_run_processes`' outputs."""
   runs, about = done["reference"]
   report = Report([], floor_samples=floor_samples)
   judged = {}  # seed -> what each configuration's runs of it are judged by
@@ -854,9 +801,8 @@ def _float64_unable(found, reference64, floor64):
 
 
 def _run_processes(processes, directory, options):
-  """Runs `processes` ((name, config, role) each), `options["jobs"]` workers' worth
-  at a time, in order (the reference, the longest, first); name -> (runs by seed
-  and label, about), or the error it ended with."""
+  """Runs `processes` ((name, config, role)), `options["jobs"]` workers' worth at a
+  time; name -> (runs by seed and label, about), or the error it ended with."""
   pending, running, done = list(processes), [], {}
   try:
     while pending or running:
@@ -879,8 +825,7 @@ def _run_processes(processes, directory, options):
 
 
 def _start(config, role, out, options):
-  """Starts `run_one` for `config` in `role` in a new process (under `ctl launch`
-  for multi_worker), leading a process group of its own."""
+  """Starts `run_one` in a process group of its own (under `ctl launch` for multi_worker)."""
   one = [sys.executable, "-m", "ctl.cli", "parity", options["path"], "--run-one",
          config.name, "--role", role, "--steps", str(options["steps"]),
          "--floor-samples", str(options["floor_samples"]), "--out", out]
@@ -894,8 +839,7 @@ def _start(config, role, out, options):
   if config.strategy == "multi_worker":  # a short grace: a stopped run has nothing to save
     one = [sys.executable, "-m", "ctl.cli", "launch", "--workers", str(config.replicas),
            "--grace", "3", "--"] + one
-  # Quiet unless CTL_VERBOSE (the run is a `ctl` command); each run is a cluster of
-  # its own (or none).
+  # Each run is a cluster of its own (or none).
   env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CLUSTER_SPEC")}
   env.update(launch.stopped_with_this_process(grace=3))  # nothing to save
   # Output to a file, not a pipe: a pipe nobody reads while others run would fill.
@@ -905,8 +849,7 @@ def _start(config, role, out, options):
 
 
 def _finish(proc, out, timeout):
-  """What a finished (or timed-out) process left: (runs by seed and label, about),
-  or the error it ended with."""
+  """What a finished (or timed-out) process left, as `_run_processes` returns it."""
   timed_out = proc.poll() is None
   stop_groups([proc])
   if timed_out:
@@ -925,10 +868,8 @@ def _finish(proc, out, timeout):
 
 
 def stop_groups(procs: list[subprocess.Popen]) -> None:
-  """SIGTERM to each of `procs`' process groups, SIGKILL to what is left after 10 s;
-  reaps them. Ctrl-C, SIGTERM and SIGHUP wait until it is done: no run, launcher
-  or worker outlives `check` (`ctl launch` stops its workers within its --grace).
-  """
+  """SIGTERM to `procs`' process groups, SIGKILL to what is left after 10 s; reaps
+  them. Ctrl-C, SIGTERM and SIGHUP wait until it is done: nothing outlives `check`."""
   stopping = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
   blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
   try:

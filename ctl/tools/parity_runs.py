@@ -5,10 +5,7 @@ the step's analysis.
                         seeds=[0, 1])
 
 `ctl.tools.parity.check` starts a process per configuration (`ctl parity ... --run-one
-CONFIG`), which calls `run_one`: it makes the strategy, then for each seed a
-fresh runner per run (the configuration as it is, its float64 replay, and in the
-reference's process the floor runs and the analysis of the traced step), and
-writes every run's state for `check` to compare.
+CONFIG`), which calls `run_one` and writes every run's state for `check` to compare.
 """
 
 from __future__ import annotations
@@ -33,18 +30,15 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
             seeds: Sequence[int] | None = None, float64: bool = True,
             floor_samples: int = parity.FLOOR_SAMPLES, bindings: Sequence[str] = (),
             experiment: str | None = None) -> None:
-  """Trains the module's step (or the experiment's, for a .gin file) for `steps`
-  steps under `config` in this process, as `role` says, once per seed of `seeds`
-  (None: the module's or the experiment's own), and writes each run's state
-  (`state_arrays`) to `out` (npz, keys `<seed>|<run label>|<key>`), with a JSON
-  sidecar: the variables' names and the layers that work per replica
-  (`describe`), and per seed the runs that failed and what `analyze` found.
+  """Trains the module's (or the .gin file's experiment's) step `steps` steps under
+  `config`, once per seed (None: its own), and writes each run's `state_arrays` to
+  `out` (npz, keys `<seed>|<run label>|<key>`), with a JSON sidecar: `describe`,
+  and per seed the runs that failed and what `analyze` found.
 
-  Roles: "config" runs the configuration ("main") and its float64 replay
-  ("main64"). "reference" also analyzes the step and runs the floors (one ulp
-  away, `parity.perturb`): "floor64-0" in float64, and in float32 "floor-0" if
-  float64 can decide, else `floor_samples`. "floors" runs "floor-1" on to
-  `floor_samples` - 1. A float64 run that fails is recorded, not raised.
+  Roles: "config" runs "main" and its float64 replay "main64"; "reference" also
+  analyzes the step and runs the floors (`parity.perturb`): "floor64-0", and
+  "floor-0" if float64 can decide, else `floor_samples` of them; "floors" runs
+  "floor-1" on. A float64 run that fails is recorded, not raised.
   """
   import ctl  # pylint: disable=import-outside-toplevel
 
@@ -58,8 +52,7 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
   compiled = {}  # float64 -> a compiled runner, started anew for each later seed
 
   def runner_for(seed, float64):
-    """A new runner of `seed`, or the compiled first one started as it (`start_as`):
-    traces are most of a check's time."""
+    """A new runner, or the compiled first one `start_as` it: tracing is the cost."""
     with _in_precision(float64):
       runner = make(seed, float64)
     traced = compiled.get(float64)
@@ -70,9 +63,8 @@ def run_one(path: str, config: parity.Config, steps: int, out: str, *, role: str
     return runner
 
   def train(seed, label, initial=None, *, float64=False, perturbation=None, runner=None):
-    """Run `label`'s runner (`runner`, or a new one), trained from `initial` weights
-    (moved by one ulp as drawn from `perturbation`, for a floor run) and its state
-    kept; None if a float64 run failed."""
+    """`label`'s runner (or a new one), trained from `initial` weights (perturbed for
+    a floor run), its state kept; None if a float64 run failed."""
     try:
       runner = runner or runner_for(seed, float64)
       with _in_precision(float64):
@@ -138,12 +130,10 @@ def _in_precision(float64):
 
 
 def start_as(runner: Any, new: Any) -> bool:
-  """Puts `runner` (compiled and traced) where `new`, a new runner of the same
-  step, starts: `new`'s variables (models, optimizers, step counter), draws'
-  key and data position, so that it trains as `new` would, to the bit, with
-  no new trace. Returns False, having changed nothing, where the data's
-  position cannot be carried over (a dataset function, TF's distributed
-  datasets, a stateful op in the pipeline) or the variables differ."""
+  """Puts the traced `runner` where `new`, a new runner of the same step, starts
+  (variables, draws' key, data position), to train as `new` would, to the bit.
+  Returns False, having changed nothing, where the data's position cannot be
+  carried over (a dataset function, a stateful op) or the variables differ."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   position, new_position = (r.feed.iterator if r.feed.checkpointable else None
                             for r in (runner, new))
@@ -192,9 +182,7 @@ def _keyed_variables(runner):
 
 
 def _runner_factory(path, strategy, options, bindings, experiment):
-  """A function of (seed, float64) making a fresh runner of the module's (or the
-  experiment's) step under `strategy` with `options`; seed None keeps the
-  module's (the experiment's) own."""
+  """(seed, float64) -> a fresh runner of the step (seed None: the module's own)."""
   import keras  # pylint: disable=import-outside-toplevel
 
   import ctl  # pylint: disable=import-outside-toplevel
@@ -234,9 +222,8 @@ def _runner_factory(path, strategy, options, bindings, experiment):
 
 
 def state_arrays(runner: Any, history: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Everything a run trained, by key (see `parity.Arrays`): every logged value,
-  every model and optimizer variable (slots, EMA copies, iteration counts, the
-  loss scale), and the step counter."""
+  """Everything a run trained, by key (`parity.Arrays`): logged values, model and
+  optimizer variables, and the step counter."""
   arrays = {f"loss/{k}": np.asarray(v) for k, v in history.items()}
   arrays.update((key, np.asarray(v.numpy())) for key, _, v in _keyed_variables(runner))
   arrays["counter:step"] = np.asarray(runner.global_step.numpy())
@@ -244,10 +231,8 @@ def state_arrays(runner: Any, history: Mapping[str, np.ndarray]) -> dict[str, np
 
 
 def _slot(path, model_paths):
-  """What an optimizer variable is: the slot it keeps for a model variable
-  ("momentum", "velocity", "average" for EMA), or its own name ("iteration",
-  "dynamic_scale"). Keras names a slot `<optimizer>/<model variable's path with
-  _ for />_<slot>`."""
+  """An optimizer variable's slot ("momentum") or own name ("iteration"): Keras names
+  a slot `<optimizer>/<model variable's path with _ for />_<slot>`."""
   name = path.split("/", 1)[-1]
   for model_path in sorted(model_paths, key=len, reverse=True):
     prefix = model_path.replace("/", "_") + "_"
@@ -302,17 +287,15 @@ _UPDATES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
 
 
 def analyze(runner: Any) -> dict[str, Any]:
-  """What the step's graph shows, traced once (nothing runs) on one batch:
+  """What the step's graph, traced once on one batch, shows:
 
   * "float32_variables": model variables that a float64 run keeps narrower;
-  * "float32_made": in a float64 run, the user's lines (each with its op) that
-    made a narrower float the replay could not widen (an op whose output is
-    float32 whatever its input, such as tf.image.resize);
+  * "float32_made": in a float64 run, the user's lines (with the op) that made
+    a float32 the replay could not widen (e.g. tf.image.resize);
   * "batch_reductions": the user's lines that reduce over the batch axis a
-    value that feeds an update: each replica computes it over its own rows;
+    value that feeds an update;
   * "micro_batches": whether an update accumulates over micro-batches;
-  * "draws": the user's lines that draw numbers the layout changes
-    (`sources.layout_dependent_draws`);
+  * "draws": `sources.layout_dependent_draws`;
   * "error": why the step could not be traced, if it could not.
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -385,8 +368,7 @@ def _ancestors_of_updates(graph):
 
 
 def _over_examples(op, batch_size):
-  """Whether reduction `op` reduces axis 0 of a tensor of examples (its first
-  dimension the batch, or a micro-batch of it)."""
+  """Whether `op` reduces axis 0 of a batch (or micro-batch) of examples."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   values, axes = op.inputs[0], tf.get_static_value(op.inputs[1])
   rows = values.shape[0] if values.shape.rank else None
