@@ -7,24 +7,19 @@
 
     ctl check dcgan --steps 3                       # the same for an experiment
 
-A TPU runs the step as one XLA program compiled for fixed shapes, fed batches
-from the host. XLA on the CPU (`jit_compile=True`) is the nearest stand-in,
-so the step is compiled the way a TPU compiles it, taking the batch as an
-argument, and run on a few real batches. The checks:
+A TPU runs the step as one XLA program compiled for fixed shapes; XLA on the CPU
+(`jit_compile=True`) is the nearest stand-in, so the step is compiled that way,
+taking the batch as an argument, and run on a few real batches. The checks:
 
   static input shapes     every dimension of the data is known (drop_remainder=True)
   XLA compiles the step   no op XLA cannot compile (the error quotes the op)
-  no retracing            one trace for all batches (a short last batch, or images
-                          of several sizes, would compile a new program each time)
+  no retracing            one trace for all batches (a short last batch would retrace)
   static shapes in step   no op whose output size depends on the data
                           (tf.boolean_mask, tf.where(cond), tf.unique)
   no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
-  draws from ctx          no draw whose numbers depend on the layout (tf.random.*,
-                          a stateless draw of the replica's rows): the run's numbers
-                          would not be another layout's (not a TPU matter, found here too)
+  draws from ctx          no draw whose numbers depend on the layout (tf.random.*)
 
-The variables are put back as they were afterwards, and the training data's
-own iterator is not touched.
+The variables are put back afterwards; the training data's iterator is not touched.
 """
 
 import builtins
@@ -85,23 +80,19 @@ def format_findings(findings: list[Finding], width: int = 100) -> str:
 
 def precision_speed(precision: str, trains: Mapping[str, Callable[[int], Any]],
                     num_steps: int = 3, repeats: int = 5) -> Finding:
-  """Times a step at a mixed precision against float32 on this CPU.
-
-  Whether `mixed_bfloat16` (or `mixed_float16`) is faster on a CPU depends on the
-  CPU, and its flags do not tell (docs/performance.md): this measures it.
+  """Times a step at a mixed precision against float32 on this CPU, whose flags do
+  not tell which is faster (docs/performance.md).
 
   Args:
     precision: the mixed precision, a key of `trains`; "float32" is the other.
-    trains: precision -> a function training a fresh runner's step `n` steps
-      (`runner.with_options(mixed_precision=...).train`). One call each traces
-      (not timed), then `repeats` pairs of `num_steps` steps, each pair in the
-      other order than the one before.
-    repeats: pairs timed. One side is called slower only if it is slower in
-      every pair: a single pair's ratio is noisy.
+    trains: precision -> a function training a fresh runner `n` steps. One call
+      each traces, then `repeats` pairs of `num_steps` steps are timed, each pair
+      in the other order than the one before.
+    repeats: pairs timed; one side is slower only if slower in every pair.
 
   Returns:
-    A `Finding` named `PRECISION` with the pairs' median ratio; not ok when
-    `precision` was the slower in every pair.
+    A `Finding` named `PRECISION` with the median ratio; not ok when `precision`
+    was the slower in every pair.
   """
   for train in trains.values():
     train(1)
@@ -171,8 +162,7 @@ def check_step(compiled_step: TrainStep, num_batches: int = 3) -> list[Finding]:
 
 
 class _CompiledStep:
-  """The replica step in `tf.function(jit_compile=True)`, batch as argument, traced on
-  `batch_spec` with its prints recorded; `error` is a Finding if tracing failed."""
+  """The replica step under XLA, traced on `batch_spec`; `error`: a Finding if it failed."""
 
   def __init__(self, compiled_step, batch_spec):
     self.python_calls = 0  # the user's step runs as Python only while traced

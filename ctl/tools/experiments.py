@@ -62,19 +62,16 @@ class Experiment(Protocol):
             dry_run: bool = False, resume_from: int | None = None) -> Runner:
     """Trains, resuming from the newest checkpoint in the work directory; the runner.
 
-    Each option comes only with its flag (without the option, the flag is refused):
-    `--profile START:STEPS` as `profile=(start, steps)`, for a `ctl.Profile` action;
-    `--logger NAME` as `loggers=[...]` and `--dry-run` as `dry_run=True`, for
-    `runner.fit`; `--resume-from STEP` as `resume_from=STEP`, for its `ctl.Checkpoint`.
-    """
+    Each option comes only with its flag (an experiment without it refuses the flag):
+    `--profile START:STEPS` as `profile=(start, steps)` (a `ctl.Profile`), `--logger`
+    and `--dry-run` as `loggers=[...]` and `dry_run=True` (for `runner.fit`),
+    `--resume-from STEP` as `resume_from=STEP` (for its `ctl.Checkpoint`)."""
 
   def evaluate(self, workdir: str,
                strategy: str | tf.distribute.Strategy = "default") -> dict[str, Any]:
     """Restores the newest checkpoint and evaluates it; the metrics (`ctl eval` prints
-    them as JSON). Raises FileNotFoundError if there is no checkpoint.
-    `ctl eval --checkpoint best` passes `checkpoint="best"`, and `--checkpoint
-    2000` passes `checkpoint="2000"` (the checkpoint of that step), for
-    `Runner.restore` (optional to support)."""
+    them as JSON). Raises FileNotFoundError if there is no checkpoint. `--checkpoint
+    best|2000` passes `checkpoint="best"|"2000"`, for `Runner.restore` (optional)."""
 
   def export(self, workdir: str, directory: str | None = None,
              strategy: str | tf.distribute.Strategy = "default") -> list[str]:
@@ -102,11 +99,7 @@ def require_config_file(path: str) -> None:
 
 def find_config(config: str) -> str:
   """The path of the .gin file `config` gives: a path, or a shipped config's name (`dcgan`).
-
-  Raises:
-    ConfigError: no such file, or no shipped config of that name; the message
-      lists the shipped names.
-  """
+  ConfigError (listing the shipped names) if it is neither."""
   if os.path.isfile(config):
     return config
   shipped = configs.shipped()
@@ -131,11 +124,7 @@ def _shipped_names(shipped=None):
 
 def make_experiment(make: Callable[[], Any], name: str,
                     needs: Sequence[str] = METHODS) -> Experiment:
-  """`make()`, checked to have the methods `needs` (those a command calls); after `parse_gin`.
-
-  Raises:
-    ConfigError: the experiment lacks a method of `needs`.
-  """
+  """`make()`, checked to have the methods `needs` (else ConfigError); after `parse_gin`."""
   experiment = make()
   missing = [m for m in needs if not callable(getattr(experiment, m, None))]
   if missing:
@@ -149,16 +138,8 @@ def make_experiment(make: Callable[[], Any], name: str,
 
 
 def binding_of(error: Exception, files: Sequence[str], bindings: Sequence[str]) -> str | None:
-  """'`binding` (where)' whose value a gin-configured call refused, or None.
-
-  Gin adds "In call to configurable ..." to an error raised inside a
-  configurable; the binding is the one whose value the message quotes.
-
-  Args:
-    error: what the experiment raised.
-    files: the .gin files parsed, in order.
-    bindings: the extra bindings parsed after them (e.g. `--gin` values).
-  """
+  """'`binding` (where)' of the .gin `files` or `bindings` (`--gin`) whose value a
+  gin-configured call refused (quoted in `error`'s message), or None."""
   text = str(error)
   if "In call to configurable" not in text:
     return None
@@ -189,12 +170,7 @@ def first_line(error: Exception) -> str:
 
 
 def resolve_experiment(name: str) -> Callable[[], Any]:
-  """What makes the experiment `name`: a gin name (e.g. `package.Experiment`) or `module:attribute`.
-
-  A gin name's module (its dotted prefix) is imported first, if there is one,
-  so that its configurables are registered; a `module:attribute` registered
-  with gin comes back gin-configured, so that the bindings apply to it.
-  """
+  """What makes the experiment `name`: a gin name (`package.Experiment`) or `module:attribute`."""
   if ":" in name:
     module_name, _, attribute = name.partition(":")
     module = _import(module_name, name)
@@ -219,18 +195,14 @@ def resolve_experiment(name: str) -> Callable[[], Any]:
 
 
 def gin_name(make: Callable[[], Any]) -> str | None:
-  """The name gin knows `make` by (what `resolve_experiment` returned), e.g.
-  `gan.Experiment`, or None if gin does not know it."""
+  """The name gin knows `make` (from `resolve_experiment`) by, or None."""
   return next((selector for selector, configurable in _tf_internal.gin_registry().items()
                if make is configurable.wrapped or make is configurable.wrapper), None)
 
 
 def default_experiment() -> str:
-  """`module:attribute` of the experiment registered under `ENTRY_POINTS`.
-
-  Raises:
-    ConfigError: none is installed, or several are (then --experiment chooses).
-  """
+  """`module:attribute` of the experiment registered under `ENTRY_POINTS`; ConfigError
+  if none is installed, or several are (then --experiment chooses)."""
   found = sorted({entry.value for entry in metadata.entry_points(group=ENTRY_POINTS)})
   if len(found) == 1:
     return found[0]
@@ -244,12 +216,9 @@ def default_experiment() -> str:
 
 
 def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
-  """Parses gin `files`, then `bindings`; a mistake becomes a ConfigError.
-
-  An `include` is resolved against the directory of the file that holds it
-  first (gin alone tries the current directory first), so a config runs, and
-  resumes, from any directory.
-  """
+  """Parses gin `files`, then `bindings`; a mistake becomes a ConfigError. An `include`
+  is resolved beside its file first (gin alone: the current directory first), so a
+  config runs, and resumes, from any directory."""
   gin.clear_config()  # a second command in the same process starts afresh
   tree, directories = _include_tree(files)
   try:
@@ -332,13 +301,8 @@ def _binding_source(scope, selector, parameter, value, files, bindings):
 
 
 def unused_bindings() -> list[str]:
-  """The gin bindings no call has used so far, as `scope/selector.parameter`
-  (a macro by its name), in the order gin holds them.
-
-  gin never checks a binding's scope, nor that the run calls its function. A
-  binding is used if its function was called with that parameter from gin under
-  its scope, or a scope inside it.
-  """
+  """The gin bindings no call has used so far, as `scope/selector.parameter` (a macro
+  by its name): gin never checks a binding's scope, nor that the run calls it."""
   bindings, uses = _tf_internal.gin_bindings_and_uses()
   return [scope if selector == "gin.macro" else _key(scope, selector, parameter)
           for (scope, selector), parameters in bindings.items() for parameter in parameters
@@ -368,9 +332,8 @@ def _includes(path):
 
 
 def _include_tree(files):
-  """(`files` and every file they include; the directories to search for includes).
-  Raises ConfigError for an include loop, which gin would follow to Python's recursion
-  limit, or a relative include that would be found beside another file first."""
+  """(`files` and what they include; the directories to search). ConfigError for an
+  include loop, or a relative include gin would find beside another file first."""
   tree, directories, includes = {}, [], []  # tree: {absolute path: path}
 
   def visit(path, chain):
@@ -429,8 +392,7 @@ def _describe_unclosed(error, files, bindings):
 
 
 def _open_brackets(text, before=None):
-  """((line, column, line's text) of each bracket still open where line `before`
-  starts, or at the end; whether the tokenizer found something never closed)."""
+  """((line, column, text) of each bracket open before line `before`; whether unclosed)."""
   opened = []
   try:
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -487,8 +449,7 @@ def _lines(files, bindings):
 
 
 def _macros(name, files, bindings):
-  """(where `%name` is used: (file or None, line, text), or None; the macros
-  the files and bindings define)."""
+  """(where `%name` is first used, or None; the macros the files and bindings define)."""
   used, defined = None, []
   for where, number, line in _lines(files, bindings):
     code = line.split("#")[0]
