@@ -2,12 +2,9 @@
 
     ctl eval dcgan --across default,mirrored:2,mirrored:4,multi_worker:2
 
-Each layout evaluates in a process of its own (a process fixes its devices
-and collectives once): `ctl eval` with `--strategy` and `--logical-cpus`, or
-under `ctl launch` for `multi_worker:N`. Every number the evaluation returns
-is compared with the first layout's; they agree when each differs by at most
-`TOLERANCE` relative. The report has a line per metric and layout, then the
-verdict (docs/evaluation.md shows one).
+Each layout evaluates in a process of its own (a process fixes its devices once),
+under `ctl launch` for `multi_worker:N`. Every number is compared with the first
+layout's, within `TOLERANCE` relative (docs/evaluation.md shows a report).
 """
 
 from __future__ import annotations
@@ -83,7 +80,7 @@ def result_of(layout: tuple[str, int], stdout: str) -> dict[str, float]:
 def compare(results: dict[str, dict[str, float]]) -> tuple[list[tuple[str, str, float, float]],
                                                           bool]:
   """Rows (metric, layout, value, relative difference to the first layout) and
-  whether every difference is within `TOLERANCE` and every layout has every metric."""
+  whether every one is within `TOLERANCE`."""
   rows = []
   for metric, expected in next(iter(results.values())).items():
     for layout, values in results.items():
@@ -98,9 +95,8 @@ def compare(results: dict[str, dict[str, float]]) -> tuple[list[tuple[str, str, 
 
 
 def _evaluate(evaluate, cwd, timeout):
-  """Runs one layout's evaluation in a process group of its own: (exit code,
-  stdout, stderr). Interrupted (Ctrl-C, SIGTERM as an exception, a timeout),
-  it stops the group first: no evaluation, launcher or worker is left behind."""
+  """(exit code, stdout, stderr) of one layout's evaluation, in a process group
+  that an interruption or a timeout stops first."""
   with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
     proc = subprocess.Popen(evaluate, cwd=cwd, stdout=stdout, stderr=stderr, text=True,
                             start_new_session=True,
@@ -123,12 +119,8 @@ def _last_lines(text, count=6):
 
 
 def table(rows: Sequence[tuple[str, str, float, float]], layouts: Sequence[str]) -> str:
-  """The rows of `compare`, one line per metric and layout: the metric, the
-  layout, its value and its relative difference from the first layout's (the
-  reference). A difference past `TOLERANCE` is marked, a missing value said.
-
-  Every line names its metric, so `| grep classifier_fid` keeps every layout's.
-  """
+  """The rows of `compare`, a line each; every line names its metric, so that
+  `| grep classifier_fid` keeps every layout's."""
   metric_width = max(len("metric"), *(len(metric) for metric, *_ in rows))
   layout_width = max(len("layout"), *(len(layout) for layout in layouts))
   lines = [f"{'metric':<{metric_width}}  {'layout':<{layout_width}}  {'value':>22}  "

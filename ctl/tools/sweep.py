@@ -8,15 +8,11 @@
       command = sweep.train_command("dcgan", ["gan.Schedule.total_steps = 500"], run)
       print(sweep.finished(run.workdir), " ".join(command))
 
-A grid is a binding and a list of values in gin's syntax, `BINDING=[v1, v2]`,
-parsed by gin's parser: a value is anything a .gin file may bind, `@references`
-and `%macros` included. A combination takes one value of each grid and is named
-by the bindings' shortest distinct ends and the values, e.g.
-`batch_size=16,width=8`; `<directory>/sweep.json` maps each name to its
-bindings. Each run, a combination and a seed, is trained in
-`<directory>/<combination>/seed-<seed>` by `ctl train` with the seed as one more
-binding (the experiment's `seed` parameter, e.g. `gan.Experiment.seed`); it
-finished once `ctl.Runner.fit` wrote its `checkpoints/finished_step`.
+A grid is `BINDING=[v1, v2]` in gin's syntax (`@references` and `%macros`
+included). A combination takes one value of each grid and is named like
+`batch_size=16,width=8` (`<directory>/sweep.json` maps names to bindings). Each
+run, a combination and a seed, is trained in `<directory>/<combination>/seed-<seed>`
+by `ctl train` with the seed as one more binding (e.g. `gan.Experiment.seed`).
 """
 
 from __future__ import annotations
@@ -45,9 +41,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 @dataclasses.dataclass(frozen=True)
 class Axis:
-  """One `--grid`: a gin binding (`scope/selector.parameter`, or a macro) and its
-  values, each as gin text (`16`, `'mixed_bfloat16'`, `@gan.losses.hinge`), and
-  as gin parsed it (a reference or macro as its text); `text` as the user wrote it."""
+  """One `--grid`: a gin binding (or a macro), its values as gin text (`16`,
+  `@gan.losses.hinge`) and as gin parsed them; `text` as the user wrote it."""
   binding: str
   values: tuple[str, ...]
   parsed: tuple[Any, ...]
@@ -183,10 +178,8 @@ def _slug(value: str) -> str:
 
 
 def combinations(axes: Sequence[Axis]) -> list[Combination]:
-  """Every combination of one value per axis, the last axis varying fastest.
-
-  With no axes, one combination, named `default`, of no bindings.
-  """
+  """Every combination of one value per axis, the last varying fastest (no axes:
+  one named `default`)."""
   if not axes:
     return [Combination("default", {})]
   shorts = short_names([a.binding for a in axes])
@@ -237,22 +230,16 @@ def train_command(config: str, bindings: Sequence[str], run: Run,
 
 def record(config: str, bindings: Sequence[str], seed_binding: str,
            experiment: str | None, runs: Sequence[Run]) -> dict[str, Any]:
-  """What `sweep.json` holds: the config, the fixed bindings, the seed's binding,
-  the experiment, and each combination's bindings by name."""
+  """What `sweep.json` holds."""
   return {"config": config, "bindings": list(bindings), "seed_binding": seed_binding,
           "experiment": experiment,
           "combinations": {run.combination.name: run.combination.values for run in runs}}
 
 
 def write_record(directory: str, new: dict[str, Any]) -> None:
-  """Writes `<directory>/sweep.json`, keeping the combinations an earlier
-  invocation recorded there (a rerun may add values or seeds).
-
-  Raises:
-    ValueError: the directory holds a sweep of another config, other fixed
-      bindings, seed binding or experiment, whose finished runs a rerun would
-      skip as if they were this sweep's.
-  """
+  """Writes `<directory>/sweep.json`, keeping the combinations an earlier invocation
+  recorded there; ValueError if that was a sweep of another config, fixed bindings,
+  seed binding or experiment (its finished runs would be taken as this one's)."""
   path = os.path.join(directory, RECORD_FILE)
   old = read_record(directory)
   if old is not None:
@@ -284,15 +271,8 @@ def read_record(directory: str) -> dict[str, Any] | None:
 
 def slurm_array_script(sweep_command: Sequence[str], count: int, directory: str,
                        job_name: str) -> str:
-  """A Slurm batch script whose array task i runs `SWEEP_COMMAND --only-index i`,
-  requeued after a preemption as examples/cluster/slurm.sbatch is.
-
-  Args:
-    sweep_command: `ctl sweep ...`, the program included, as the sweep was asked for.
-    count: the number of runs (the array is 0..count-1).
-    directory: the sweep directory.
-    job_name: the Slurm job's name.
-  """
+  """A Slurm batch script of `count` array tasks, task i running `sweep_command`
+  (`ctl sweep ...`) with `--only-index i`, requeued after a preemption."""
   command = shlex.join(sweep_command)
   return f"""#!/bin/bash
 # {count} runs of a ctl sweep, one per Slurm array task; written by:

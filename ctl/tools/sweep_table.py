@@ -7,12 +7,10 @@
     table.write_csv("runs/sweeps/dcgan/results.csv")
     sweep_table.write_hparams("runs/sweeps/dcgan", axes, table)   # TensorBoard's HParams tab
 
-Only finished runs count (`sweep.finished`). From a run's `metrics.jsonl`, each
-metric's final value (its last evaluation) and best value (the lowest or the
-highest over the evaluations, `best_mode`); from its `history.jsonl`, each
-training result's mean over the last `last_steps` steps (a GAN's losses swing
-from step to step), as `train/<key>`. Each is then the mean ± the standard
-deviation (n - 1) over the combination's finished seeds.
+Only finished runs count. From a run's `metrics.jsonl`, each metric's final value
+(its last evaluation) and best (`best_mode`); from its `history.jsonl`, each
+training result's mean over the last `last_steps` steps (a GAN's losses swing),
+as `train/<key>`. Each is then the mean ± std (n - 1) over the finished seeds.
 """
 
 from __future__ import annotations
@@ -103,9 +101,8 @@ class Row:
 
 @dataclasses.dataclass
 class Table:
-  """The rows, grouped by metric (metrics in the order the runs reported them,
-  training results last) and in the sweep's order of combinations within one;
-  `results` are the finished runs' own numbers."""
+  """The rows, by metric (training results last), then combination; `results`: the
+  finished runs' own numbers."""
   rows: list[Row]
   results: list[RunResult]
   bindings: list[str]
@@ -193,15 +190,8 @@ def _rows(path):
 
 def summarize(runs: Sequence[sweep.Run], best_modes: Mapping[str, str] | None = None,
               last_steps: int = LAST_STEPS, metrics: Sequence[str] | None = None) -> Table:
-  """The table of the finished runs among `runs` (a sweep's `sweep.plan`).
-
-  Args:
-    runs: the sweep's runs; those not finished are left out (and counted).
-    best_modes: `{metric: "min" or "max"}`, over the names' defaults (`best_mode`).
-    last_steps: how many final steps a training result is averaged over.
-    metrics: the metrics to tabulate, in this order (`train/KEY` for a
-      training result); default: every metric a finished run reported.
-  """
+  """The table of the finished runs among `runs` (`sweep.plan`'s): `best_modes` over
+  the names' defaults (`best_mode`); `metrics` in this order (default: every one)."""
   results = [run_result(run, best_modes, last_steps) for run in runs
              if sweep.finished(run.workdir)]
   combinations = list({run.combination.name: run.combination for run in runs}.values())
@@ -226,10 +216,8 @@ def summarize(runs: Sequence[sweep.Run], best_modes: Mapping[str, str] | None = 
 def write_hparams(directory: str, axes: Sequence[sweep.Axis], table: Table) -> list[str]:
   """TensorBoard HParams data for `tensorboard --logdir DIRECTORY`; the files written.
 
-  The experiment (each axis' binding as a hyperparameter, and `final/<metric>`
-  and `best/<metric>`) goes to `directory`, and each finished run's session to
-  its work directory, beside its training curves. The seeds of a combination
-  make one session group (trial ID: the combination's name), which the tab
+  The experiment goes to `directory`, each finished run's session to its work
+  directory; a combination's seeds share a trial ID (its name), which the tab
   shows averaged. Files this function wrote before are replaced.
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -269,8 +257,8 @@ def _hparam_values(axis):
 
 
 def _write_events(directory, write):
-  """Calls `write()` under a new summary writer in `directory`, after removing the
-  event files this module wrote there before; the new file's path."""
+  """Calls `write()` under a new summary writer in `directory` (removing the file it
+  wrote there before); the new file's path."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   pattern = os.path.join(glob.escape(directory), "events.out.tfevents.*" + HPARAMS_SUFFIX)
   for old in glob.glob(pattern):
