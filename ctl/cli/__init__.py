@@ -61,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _StderrHandler(logging.Handler):
-  """Writes to `sys.stderr` as it is when a record comes (tests and callers swap it),
-  through `tqdm.write`: a line logged while `fit`'s progress bar is drawn goes
-  above the bar, not onto its end."""
+  """Writes to the current `sys.stderr` through `tqdm.write`, above a progress bar."""
 
   def emit(self, record: logging.LogRecord) -> None:
     try:
@@ -76,11 +74,8 @@ class _StderrHandler(logging.Handler):
 
 @contextlib.contextmanager
 def log_to_stderr() -> Iterator[None]:
-  """Shows the "ctl" logger's INFO lines on stderr as `ctl: message` meanwhile.
-
-  The logger is put back as it was afterwards, so `main` called in a process
-  (a test, a script) leaves its logging as it found it.
-  """
+  """Shows the "ctl" logger's INFO lines on stderr as `ctl: message` meanwhile; puts
+  the logger back as it was afterwards."""
   logger = logging.getLogger("ctl")
   if any(isinstance(h, _StderrHandler) for h in logger.handlers):
     yield  # a command run from inside a command

@@ -126,8 +126,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, logger: bool = True) -> None:
-  """`--strategy`, `--logical-cpus` and (with `logger`) `--logger`, as `ctl train`
-  takes them (`ctl sweep` passes them on to each run)."""
+  """`--strategy`, `--logical-cpus` and (with `logger`) `--logger`, as `ctl train` takes them."""
   parser.add_argument("--strategy", metavar="NAME", help="a ctl.make_strategy name "
                       "(default, mirrored, multi_worker, tpu, auto, ...); overrides "
                       "the config's")
@@ -230,8 +229,7 @@ def _eval_across(args):
 
 
 class Terminated(Exception):
-  """SIGTERM or SIGHUP, raised where a command waits for the processes it started
-  (`raise_on_termination`)."""
+  """SIGTERM or SIGHUP, raised by `raise_on_termination`'s handler."""
 
   def __init__(self, signum: int):
     super().__init__(signal.Signals(signum).name)
@@ -239,10 +237,9 @@ class Terminated(Exception):
 
 
 def raise_on_termination() -> None:
-  """From now on SIGTERM, and SIGHUP (a closed terminal) unless ignored as under
-  `nohup`, raise `Terminated` in the main thread: the command stops the
-  processes it started, as at Ctrl-C. After SIGHUP, stdout and stderr write to
-  /dev/null where they were the terminal (a write to it would fail)."""
+  """From now on SIGTERM, and SIGHUP unless ignored (`nohup`), raise `Terminated`, so
+  that the command stops the processes it started, as at Ctrl-C. After SIGHUP, a
+  lost terminal's stdout and stderr write to /dev/null (a write to it would fail)."""
   terminals = [fd for fd in (1, 2) if is_terminal(fd)]
 
   def terminated(signum, frame):
@@ -257,9 +254,8 @@ def raise_on_termination() -> None:
 
 
 def stopped(command: str, stop: BaseException, what: str) -> int:
-  """After a Ctrl-C (KeyboardInterrupt) or `Terminated` stopped `command` and
-  `what` was done: says so and returns the exit code (130, or 128 + the signal).
-  Further signals are ignored: they would turn the code into a death by signal."""
+  """Says that Ctrl-C or `Terminated` stopped `command` (and `what` was done); the
+  exit code, 130 or 128 + the signal. Further signals are ignored, to keep that code."""
   _ignore_signals()
   name = str(stop) if isinstance(stop, Terminated) else "interrupted"
   print(f"ctl {command}: {name}; {what}.", file=sys.stderr)
@@ -290,8 +286,7 @@ def detach(fds: list[int]) -> None:
 
 
 def _checkpoint(args):
-  """`--checkpoint` as the method's keyword, passed only when not the default
-  (an experiment may take no `checkpoint`)."""
+  """`--checkpoint` as a keyword, only if not the default (a method may not take it)."""
   return {"checkpoint": args.checkpoint} if args.checkpoint != "newest" else {}
 
 
@@ -338,8 +333,7 @@ _FLAGS = {"checkpoint": "--checkpoint", "profile": "--profile", "dry_run": "--dr
 
 
 def _check_takes(experiment, method, kwargs):
-  """Raises ConfigError naming the flag if `experiment.<method>` cannot take
-  one of `kwargs` (an experiment need not support every option)."""
+  """Raises ConfigError naming the flag if `experiment.<method>` cannot take a kwarg."""
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   parameters = inspect.signature(getattr(experiment, method)).parameters
   if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -372,8 +366,7 @@ def warn_unused_bindings(command: str, what: str, later: str = "") -> None:
 
 
 def fail_on_binding(command: str, error: Exception, args: argparse.Namespace) -> int:
-  """Exit code 2 naming the gin binding whose value `error` refused; re-raises
-  `error` when no binding of the config file or `--gin` is to blame."""
+  """Exit code 2 naming the gin binding whose value `error` refused, else re-raises."""
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   binding = experiments.binding_of(error, [args.config], args.gin)
   if binding is None:
@@ -389,12 +382,8 @@ def fail(command: str, error: BaseException | str, code: int) -> int:
 
 
 def run_workdir(args: argparse.Namespace) -> str:
-  """The run's directory: `--workdir` with a leading `~` expanded as `fit`
-  does (the shell leaves `--workdir=~/x` as it is), or `default_workdir`.
-
-  Raises:
-    ctl.tools.experiments.ConfigError: an empty `--workdir`.
-  """
+  """`--workdir` with a leading `~` expanded (the shell leaves `--workdir=~/x` as it
+  is), or `default_workdir`; ConfigError if it is empty."""
   from ctl.loop import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   if args.workdir is None:
@@ -412,18 +401,9 @@ def default_workdir(config: str) -> str:
 
 
 def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
-  """Applies --logical-cpus, finds the experiment, parses the gin file and bindings.
-
-  Args:
-    args: parsed arguments with `config`, `gin`, `experiment` and optionally
-      `logical_cpus` and `strategy`; `config` becomes the .gin file's path.
-
-  Returns:
-    `(name, make)` for `ctl.tools.experiments.make_experiment`.
-
-  Raises:
-    ctl.tools.experiments.ConfigError: naming the bad argument or binding and the fix.
-  """
+  """Applies --logical-cpus, finds the experiment (`args.config` becomes the .gin
+  file's path), parses the gin file and bindings; `(name, make)` for
+  `experiments.make_experiment`. Raises ConfigError naming the bad argument."""
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   args.config = experiments.find_config(args.config)  # before TensorFlow: a typo fails at once
   check_devices(args)

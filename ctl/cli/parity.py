@@ -141,9 +141,7 @@ def run(args: argparse.Namespace) -> int:
                         floor_samples=args.floor_samples, bindings=args.gin,
                         experiment=args.experiment)
     return 0
-  # A SIGTERM (or `timeout`) or SIGHUP becomes an exception, so that the runs in
-  # flight are stopped and the temporary files removed, as for Ctrl-C.
-  jobs.raise_on_termination()
+  jobs.raise_on_termination()  # the runs in flight stopped, their files removed
   try:
     report = parity.check(args.module, configs, steps=args.steps, seeds=seeds,
                           bindings=args.gin, experiment=args.experiment, float64=args.float64,

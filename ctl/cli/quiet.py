@@ -46,10 +46,8 @@ def verbose_requested(argv: list[str] | None = None) -> bool:
 
 
 def apply(verbose: bool = False) -> Callable[[], None]:
-  """Quiets TensorFlow unless `verbose` or CTL_VERBOSE; returns what puts it back.
-
-  See the module's synopsis for what quiet means.
-  """
+  """Quiets TensorFlow (the module's synopsis) unless `verbose` or CTL_VERBOSE; returns
+  what puts it back."""
   verbose = verbose or verbose_requested([])
   saved_env = {name: os.environ.get(name) for name in (VERBOSE_VARIABLE, _LEVEL_VARIABLE)}
   tf_logger = logging.getLogger("tensorflow")

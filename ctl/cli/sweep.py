@@ -166,8 +166,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _check_config(args, axes, seeds):
-  """Checks the config, experiment, devices and each grid value now rather than in
-  each run; returns the seed's binding. Raises ConfigError naming the fix."""
+  """Checks the config and each grid value now, not in each run; the seed's binding."""
   from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
   config = experiments.find_config(args.config)
   name = args.experiment or experiments.default_experiment()
@@ -219,8 +218,7 @@ def _check_seed_unbound(args, axes, seed_binding):
 
 
 def _options(args, *names):
-  """`[--name, value, ...]` of the options `names` given in `args`; a list's values
-  each repeat the option."""
+  """`[--name, value, ...]` of the options `names` given in `args` (a list repeats it)."""
   command = []
   for name in names:
     value = getattr(args, name.replace("-", "_"))
@@ -265,11 +263,8 @@ def _write_slurm_array(args, runs, directory):
 
 class _Forwarder:
   """While the sweep runs: SIGINT, SIGTERM and SIGHUP are passed on to the run in
-  progress, once each time they come, and remembered, so the sweep stops after it.
-
-  The run has a session of its own, so a terminal's Ctrl-C reaches it once, through
-  here (a second makes ctl quit without its save). An ignored SIGINT stays ignored.
-  """
+  progress (in a session of its own, so that a Ctrl-C reaches it once) and
+  remembered, so the sweep stops after it. An ignored SIGINT stays ignored."""
 
   def __init__(self):
     self.child = None
