@@ -15,10 +15,8 @@ import importlib as _importlib
 import logging as _logging
 import typing as _typing
 
-# Every public name, and its home: the module that defines and documents it.
-# `__all__` is this table's names. A name loads on first use, so that `import
-# ctl` (and the `ctl` command's --help) does not import TensorFlow. A module has
-# one name, its home: `from ctl.tools import parity`, `ctl.loop.checkpoints`.
+# Every public name (`__all__`) and the module that defines and documents it. A name
+# loads on first use, so that `import ctl` (and `ctl --help`) does not import TensorFlow.
 _HOMES = {
     "Runner": "ctl.runner", "MIXED_PRECISIONS": "ctl.runner", "StepContext": "ctl.step.context",
     "make_strategy": "ctl.distribute.strategies", "choose_strategy": "ctl.distribute.cluster",
@@ -35,10 +33,8 @@ _HOMES = {
     "SharedVariableWarning": "ctl.parts.state", "History": "ctl.loop.history",
     "EachStep": "ctl.loop.history", "read_history": "ctl.loop.history",
     "Logger": "ctl.loop.loggers", "MLflow": "ctl.loop.loggers", "WandB": "ctl.loop.loggers",
-    # What packages built on ctl (the GAN kit) use: the argument checks, with
-    # ctl's message style; evaluation's moments and noise by sample; the
-    # prefix of a draw's error inside control flow; TFRecords as `ctl records`
-    # wrote them.
+    # What packages built on ctl (the GAN kit) use: argument checks, evaluation's
+    # moments and noise by sample, a draw's error prefix, `ctl records`' TFRecords.
     "arguments": "ctl.base", "Moments": "ctl.parts.evaluation",
     "normal_by_index": "ctl.step.context", "DRAW_IN_CONTROL_FLOW": "ctl.step.context",
     "read_records": "ctl.tools.records",

@@ -7,12 +7,8 @@
     ctl launch --workers 2 -- ctl train cfg.gin --strategy multi_worker --workdir runs/x
 
 Each task gets `TF_CONFIG` for a cluster on free ports of `host`, and
-`CTL_LAUNCH_READY_DIR`, where `ctl.make_strategy` marks it ready. The launcher
-streams every task's output, prefixed, and stops every task (SIGTERM, then SIGKILL
-to its process group) when one fails or is not ready in time, or at its own signal;
-with `max_restarts` it starts a failed cluster again, whole. The tasks share a
-private network (`ctl.distribute.private_network`). POSIX only; TensorFlow is not
-imported. docs/strategies.md tells the whole behaviour.
+`CTL_LAUNCH_READY_DIR`, where `ctl.make_strategy` marks it ready. POSIX only;
+TensorFlow is not imported. docs/strategies.md tells the whole behaviour.
 """
 
 from __future__ import annotations
@@ -196,14 +192,10 @@ class Launch:
         strategy); 0 waits forever.
       grace: seconds a task has between SIGTERM and SIGKILL.
       max_restarts: how many times to start the whole cluster again after it
-        ended any way but every task's success, a usage error (exit code 2) or
-        the launcher's own signal; each task reads the count from
-        `CTL_LAUNCH_RESTARTS`.
+        failed (docs/strategies.md, `ctl launch`).
       restart_wait: seconds between the cluster's end and its restart.
-      network: "private": a network of the tasks' own, loopback only (`host`
-        must be loopback); "shared": this machine's, where TensorFlow's servers
-        listen on every interface; "auto": private where the system allows it
-        and `host` is loopback, else shared (with a warning if refused).
+      network: "private" (a network of the tasks' own, loopback only), "shared"
+        (this machine's) or "auto" (private where allowed and `host` is loopback).
       env: the tasks' environment before TF_CONFIG is added (default: ours).
       stdout, stderr: where the tasks' prefixed output and the launcher's
         messages go (default: `sys.stdout`, `sys.stderr`).

@@ -44,17 +44,10 @@ def make_feed(data: Data, placement: Placement, *,
               coordinator: ClusterCoordinator | None = None) -> Feed:
   """Returns the feed for `data` under `placement`'s strategy.
 
-  Args:
-    data: a `tf.data.Dataset` whose elements are global batches (any nest of
-      tensors with the batch as first dimension), or a function taking a
-      `tf.distribute.InputContext` and returning a dataset of per-replica batches.
-    placement: the `ctl.distribute.placement.Placement` of the strategy that will run the step.
-    global_batch_size: required with a dataset function; with a dataset, if
-      given, it must equal the dataset's batch size.
-    batches_per_step: how many batches each step takes.
-    static_shapes: require a static batch dimension even on one replica (XLA).
-    coordinator: the `ClusterCoordinator` of a parameter-server run: each
-      worker then reads its own copy of the data.
+  `data`, `global_batch_size` and `batches_per_step` are `ctl.Runner`'s (with a dataset,
+  a `global_batch_size` given must equal its batch size). `static_shapes`: a static
+  batch dimension even on one replica (XLA). With a parameter-server run's
+  `coordinator`, each worker reads its own copy of the data.
   """
   is_dataset = isinstance(data, tf.data.Dataset)
   if not is_dataset and not (callable(data) and len(inspect.signature(data).parameters) == 1):
@@ -103,13 +96,8 @@ def cast_floats(data: Data, dtype: tf.DType) -> Data:
 
 
 def warn_if_outside_outputs(data: Data, models: dict[str, Any], stacklevel: int) -> None:
-  """Warns if the first batch holds what a model's output range cannot reach.
-
-  Data shaped like a model's output ending in tanh or sigmoid (real images beside
-  a generator's) should be in its range: images in [0, 255] beside a tanh's
-  [-1, 1] let the discriminator tell real from fake by range alone. Only for a
-  dataset of global batches (a dataset function's data is made per worker).
-  """
+  """Warns if the first batch, shaped like the output of a model ending in tanh or
+  sigmoid, holds values out of its range (for a dataset of global batches only)."""
   if not isinstance(data, tf.data.Dataset):
     return
   ranges = {}  # output shape -> (model name, activation, low, high)

@@ -93,11 +93,8 @@ class Moments:
 class Evaluator:
   """Runs evaluation steps on the models of `state` under `placement`'s strategy.
 
-  Args:
-    state: the `ctl.parts.state.State` (its models, and the step `ctx.step` reports).
-    placement: the `ctl.distribute.placement.Placement` the state was built under.
-    eager: run as plain Python.
-    float_dtype: the run's float type (`ctl.parts.steps.run_on_replica`).
+  Made by `ctl.Runner`: its `state` (whose step `ctx.step` reports), `placement`,
+  `eager` and float type.
   """
 
   def __init__(self, state: State, placement: Placement, *,

@@ -21,17 +21,12 @@ if TYPE_CHECKING:
 
 def export(models: dict[str, keras.Model], name: str, directory: str, *,
            is_chief: bool) -> tuple[str, str]:
-  """Writes `models[name]` to `<directory>/<name>.keras` and `<directory>/<name>/`.
+  """Writes `models[name]` to `<directory>/<name>.keras` and `<directory>/<name>/`;
+  returns the two paths. ValueError if no model is named `name`.
 
   Each replaces any earlier export only once it is complete: both are written
   into a scratch directory beside them and renamed. Every worker takes part
   (saving may run collectives); off the chief (`is_chief` False), nothing is kept.
-
-  Returns:
-    The two paths.
-
-  Raises:
-    ValueError: no model is named `name` (the message lists the models).
   """
   if name not in models:
     raise ValueError(f"export: no model named {name!r}; the models are {sorted(models)}.")
@@ -67,11 +62,8 @@ def export(models: dict[str, keras.Model], name: str, directory: str, *,
 
 
 def remove_scratch(directory: str) -> list[str]:
-  """Removes what an export stopped mid-way left in `directory`: its `.<name>-*`.
-
-  Only safe while no export runs there (the caller holds the work directory).
-  Returns the paths removed.
-  """
+  """Removes what an export stopped mid-way left in `directory` (its `.<name>-*`) and
+  returns their paths. Only safe while no export runs there."""
   if not os.path.isdir(directory):
     return []
   removed = []

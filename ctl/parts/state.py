@@ -40,9 +40,7 @@ class State:
     models: name -> `keras.Model`.
     optimizers: name -> `keras.optimizers.Optimizer`, each built.
     global_step: int64 variable, the number of steps trained.
-    draw_key: int64 [1] variable, the key of the per-example draws
-      (`ctl.step.context.draw_key` of the run's seed; not checkpointed). Steps
-      read it, so that another seed needs no new trace.
+    draw_key: int64 [1] variable, `ctl.step.context.draw_key(seed)` (not checkpointed).
   """
   models: dict[str, keras.Model]
   optimizers: dict[str, keras.optimizers.Optimizer]

@@ -322,9 +322,7 @@ _INPUT_MISMATCH = ("incompatible with the layer", "Input 0 of layer", "expected 
 
 
 def _collective_note(error):
-  """A note for TF's all-gather failing across replicas: inside a step it sums a
-  sparse gradient (a keras Embedding's), and after a tf.cond in the step the
-  replicas' all-gathers can pair up wrongly (tests/test_gan_parts.py)."""
+  """A note for TF's all-gather failing across replicas (tests/test_gan_parts.py)."""
   text = str(error)
   if "CollectiveGatherV2" not in text and "in the collective instance" not in text:
     return None

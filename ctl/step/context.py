@@ -160,12 +160,10 @@ class StepContext:
     self._key = (_philox_key(seed) if key is None
                  else tf.bitcast(tf.convert_to_tensor(key), tf.uint64))
     self._draws = 0
-    # The rows of a micro-batch being run (a slice i::k), else None (`_accumulate`).
-    self._rows = None
+    self._rows = None  # while a micro-batch runs, its rows (a slice i::k)
     self._compile_update = compile_update
     self._float_dtype = float_dtype  # float64 in a float64 run
-    # This replica's shares of global-batch means, for the reduction (`ctl.step.reduction`).
-    self._shares = shares if shares is not None else reduction.Shares()
+    self._shares = shares or reduction.Shares()  # shares of global-batch means
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
   def average(self, per_example_loss: tf.Tensor,
@@ -193,18 +191,15 @@ class StepContext:
     return self._shares.mark(value)
 
   def _check_slice(self, per_example_loss):
-    """Inside a loss function given micro_batches, the values must be the slice's:
-    a loss of the whole batch (taken from outside the function) would count k times."""
     rows = per_example_loss.shape[0] if per_example_loss.shape.rank else None
-    if self._rows is None or rows in (None, self.per_replica_batch_size):
-      return
-    raise ValueError(
-        f"ctx.average got {rows} per-example values inside a loss function run on "
-        f"slices of {self.per_replica_batch_size} rows (micro_batches): the loss must "
-        "come from the function's argument, the slice, and so must everything per example, such as "
-        "generated images: make them inside the function (ctx.normal there gives the "
-        "slice's rows). A value computed outside from the whole batch would be counted "
-        "once per slice.")
+    if self._rows is not None and rows not in (None, self.per_replica_batch_size):
+      raise ValueError(
+          f"ctx.average got {rows} per-example values inside a loss function run on "
+          f"slices of {self.per_replica_batch_size} rows (micro_batches): the loss must "
+          "come from the function's argument, the slice, and so must everything per "
+          "example, such as generated images: make them inside the function (ctx.normal "
+          "there gives the slice's rows). A value computed outside from the whole batch "
+          "would be counted once per slice.")
 
   def average_regularization(self, losses: Iterable[tf.Tensor]) -> tf.Tensor:
     """Weight penalties (e.g. `model.losses`) scaled so that replicas sum to one copy."""
@@ -475,9 +470,8 @@ class StepContext:
 
 
 def _example_shape(shape, name):
-  """One example's draw shape as Python ints. A tensor in it (a batch size taken
-  from `tf.shape`, as for `tf.random.normal`) is refused naming the fix, eagerly
-  too, where int() would take it and the draw would gain a dimension."""
+  """One example's draw shape as Python ints; a tensor in it (a batch size from
+  `tf.shape`) is refused eagerly too, where int() would take it."""
   if hasattr(shape, "tolist") and not tf.is_tensor(shape):  # a NumPy array or number
     shape = shape.tolist()
   parts = list(shape) if isinstance(shape, (list, tuple, tf.TensorShape)) else [shape]
@@ -593,13 +587,11 @@ def _gradients(tape, loss, optimizer, variables):
 
 @tf.autograph.experimental.do_not_convert  # as written, also in a tf.function of the user's
 def autograph(fn: Callable[..., Any]) -> Callable[..., Any]:
-  """`fn` as autograph converts what a `tf.function` calls (Python control
-  flow on tensors), in a graph.
+  """`fn` as autograph converts what a `tf.function` calls, in a graph.
 
   Only the user's functions are converted (the step, a loss given to `minimize`):
   ctl's own code is written for graphs, and converting it slows the first trace.
-  Called from a converted one-line function, `fn` may be any callable autograph
-  takes; one it cannot convert runs as written, with its warning.
+  `fn` may be any callable; one autograph cannot convert runs as written.
   """
   if tf.executing_eagerly():
     return fn

@@ -55,18 +55,16 @@ class Shares:
   def op(self, value: Any, name: str) -> tf.distribute.ReduceOp:
     """How the runner reduces result `name` over replicas: SUM or MEAN.
 
-    SUM for a share of a global-batch mean (see the module's synopsis), MEAN for
-    a value that does not depend on one. A compiled step is told apart by
-    following the graph back; an eager one by gradients: a value made of shares
-    by sums and constant factors equals the sum of share x gradient, and no
-    gradient (factor) depends on what differs between replicas (the batch, the
-    variables, the noise). Eager blind spots: `tf.stop_gradient` hides a share,
-    and a factor from an op without a gradient (an argmax) counts as a constant.
+    A compiled step is told apart by following the graph back; an eager one by
+    gradients: a value made of shares by sums and constant factors equals the sum of
+    share x gradient, and no gradient (factor) depends on what differs between
+    replicas (the batch, the variables, the noise). Eager blind spots:
+    `tf.stop_gradient` hides a share, and a factor from an op without a gradient
+    (an argmax) counts as a constant.
 
     Raises:
-      ValueError: `value` is computed from shares in another way (e.g. a
-        square root, or a sum with a per-replica value), so that neither
-        reduction gives its global-batch value.
+      ValueError: `value` is made of shares otherwise (a square root, a sum with a
+        per-replica value): neither reduction gives its global-batch value.
     """
     kind, op = self.kind(value)
     if kind == MIXED:
