@@ -31,7 +31,7 @@ _HOMES = {
     "Preempted": "ctl.loop.stopping", "Interrupted": "ctl.loop.stopping",
     "WorkdirInUse": "ctl.loop.workdir", "CheckpointError": "ctl.loop.checkpoints",
     "SharedVariableWarning": "ctl.parts.state", "History": "ctl.loop.history",
-    "EachStep": "ctl.loop.history", "read_history": "ctl.loop.history",
+    "EachStep": "ctl.loop.loggers", "read_history": "ctl.loop.history",
     "Logger": "ctl.loop.loggers", "MLflow": "ctl.loop.loggers", "WandB": "ctl.loop.loggers",
     # What packages built on ctl (the GAN kit) use: argument checks, evaluation's
     # moments and noise by sample, a draw's error prefix, `ctl records`' TFRecords.

@@ -196,6 +196,8 @@ def _check_actions(actions):
       option = "checkpoint" if isinstance(action, checkpoints.Checkpoint) else "summaries"
       raise TypeError(f"ctl.{name} goes in fit({option}=...), not in actions: "
                       f"fit({option}=ctl.{name}(...)).")
+    if isinstance(action, loggers_lib.Logger):
+      raise TypeError(f"ctl.{name} is a logger: fit(loggers=[...]), not actions.")
     if isinstance(action, type):
       raise TypeError(f"action {action.__name__} is a class; pass an instance of it, e.g. "
                       f"{action.__name__}(...).")

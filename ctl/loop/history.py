@@ -1,5 +1,5 @@
-"""Every step's results: in memory (`History`), in a file (`HistoryFile`), and
-given to an action as they come (`EachStep`).
+"""Every step's results: in memory (`History`) and in a file (`HistoryFile`); a
+logger gets them as they come (`ctl.EachStep`, `ctl.Logger.log_steps`).
 
     history = runner.fit(2000, "runs/x")        # this call's steps: a History
     runner.history["generator_loss"]            # every step this runner trained
@@ -20,14 +20,11 @@ import logging
 import math
 import os
 import re
-from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from ctl.loop.schedule import Every
 
 FILE_NAME = "history.jsonl"
 # The metrics actions report (`FitContext.report`): a line per step that had any.
@@ -460,58 +457,3 @@ def _write_lines(path, lines):
     f.flush()
     os.fsync(f.fileno())
   os.replace(temporary, path)
-
-
-class _AfterEachCall(Every):
-  """Due after every compiled call; never shortens one."""
-
-  def __init__(self):
-    super().__init__(steps=1)
-    self.steps = None
-
-  def due(self, step: int) -> bool:
-    del step
-    return True
-
-  def __repr__(self) -> str:
-    return "after each call"
-
-
-class EachStep:
-  """An action given every step's values, in order, without shortening calls.
-
-      runner.fit(10_000, "runs/x", actions=[
-          ctl.EachStep(lambda step, values: wandb.log(values, step=step))])
-
-  After each compiled call (and at the end) it calls `fn(step, values)` once per
-  step that call ran, `step` being `ctx.step` as it ran and `values` a dict of
-  floats, on the chief. A call of `steps_per_loop` steps stays one call.
-  """
-  collective = False
-
-  def __init__(self, fn: Callable[[int, dict[str, float]], None]):
-    if not callable(fn):
-      raise TypeError(f"EachStep fn must be a function (step, values) -> None, got {fn!r}.")
-    self.fn = fn
-    self.every = _AfterEachCall()
-    self._done = (None, None)  # (fit context, the step reached when fn last had values)
-
-  def check(self, context: Any) -> None:
-    del context
-
-  def __call__(self, context: Any) -> None:
-    if not context.results or self._done == (context, context.step):
-      return  # nothing trained, or these steps were given already (the end of fit)
-    n = len(next(iter(context.results.values())))
-    chunk = History()
-    chunk.append(context.step - n, context.results)
-    self._done = (context, context.step)
-    for row in chunk.rows():
-      step = row.pop("step")
-      try:
-        self.fn(step, row)
-      except Exception as e:
-        rest = (f"; it was not given steps {step + 1} to {context.step - 1}"
-                if step + 1 < context.step else "")
-        e.add_note(f"ctl: EachStep's fn raised at step {step} (ctx.step){rest}.")
-        raise

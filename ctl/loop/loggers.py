@@ -22,6 +22,7 @@ import os
 import secrets
 import string
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -99,6 +100,32 @@ class Logger:
   def end(self, status: str) -> None:
     """Called once as the fit ends: `status` is "finished", "stopped" (a
     signal) or "failed"."""
+
+
+class EachStep(Logger):
+  """A logger that calls `fn(step, values)` for every step, in order, on the chief,
+  after each compiled call: a call of `steps_per_loop` steps stays one call.
+
+      runner.fit(10_000, "runs/x", loggers=[
+          ctl.EachStep(lambda step, values: print(step, values))])
+
+  `step` is `ctx.step` as the step ran; `values` a dict of floats. An `fn` that
+  raises is named in a warning and, as any logger that fails, given nothing more.
+  """
+
+  def __init__(self, fn: Callable[[int, dict[str, float]], None]):
+    if not callable(fn):
+      raise TypeError(f"EachStep fn must be a function (step, values) -> None, got {fn!r}.")
+    self.fn = fn
+
+  def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
+    columns = {k: np.asarray(v, np.float64).reshape(-1).tolist() for k, v in results.items()}
+    for i in range(len(next(iter(columns.values()), ()))):
+      try:
+        self.fn(first_step + i, {k: v[i] for k, v in columns.items()})
+      except Exception as e:
+        raise RuntimeError(f"EachStep's fn raised at step {first_step + i} (ctx.step): "
+                           f"{type(e).__name__}: {e}") from e
 
 
 class TensorBoard(Logger):
