@@ -47,12 +47,9 @@ def too_late_for_collectives():
 
 
 def configure_coordination_service(cluster, heartbeat_timeout_ms):
-  """Sets up the coordination service as MultiWorkerMirroredStrategy would, with our timeout.
-
-  The strategy configures it only if nothing did before, and without a heartbeat
-  timeout; done first here, with the same leader and jobs, it keeps ours.
-  Returns False if the service was configured already.
-  """
+  """Sets up the coordination service as MultiWorkerMirroredStrategy would, with our
+  heartbeat timeout (the strategy sets none, and only if nothing did before); False if
+  the service was configured already."""
   _note_version("tensorflow")
   # The strategy's module holds the proto module wherever TF keeps it this release.
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -201,12 +198,9 @@ def gin_search_paths_first(directories):
 
 
 def gin_errors_not_converted_by_autograph():
-  """Has AutoGraph leave gin's error helper as it is (marked do_not_convert, once).
-
-  A gin-configured function that raises in a compiled step calls
-  `gin.utils.augment_exception_message_and_reraise`, which AutoGraph cannot
-  convert: it would warn "could not transform ..." before the user's own error.
-  """
+  """Has AutoGraph leave gin's error helper as it is (marked do_not_convert, once): a
+  gin-configured function raising in a compiled step calls it, and AutoGraph would
+  warn "could not transform ..." before the user's own error."""
   _note_version("gin-config")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from gin import utils  # pylint: disable=import-outside-toplevel

@@ -94,11 +94,8 @@ def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) 
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-  """`count` different ports of `host` that are free now.
-
-  The sockets are held open together so the kernel hands out different ports;
-  another program could still take one before the tasks bind it (rare).
-  """
+  """`count` different ports of `host` that are free now (held open together, so that the
+  kernel hands out different ones; another program could still take one)."""
   family = _family(host)
   sockets = [socket.socket(family) for _ in range(count)]
   try:

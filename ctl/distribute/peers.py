@@ -117,11 +117,8 @@ def wait_for_peers(peers: Sequence[tuple[str, str]], address: str | None, timeou
 
 @contextlib.contextmanager
 def watchdog(seconds: float | None, message: str) -> Iterator[None]:
-  """Kills this process after `seconds` (with `message`) unless the block ends.
-
-  For a call that holds the interpreter lock (no thread of ours can run): a
-  separate process watches the clock. None or 0 seconds: no watchdog.
-  """
+  """Kills this process after `seconds` (with `message`) unless the block ends (None or 0:
+  never). A separate process watches the clock: the call holds the interpreter lock."""
   if not seconds:
     yield
     return

@@ -126,9 +126,7 @@ def make_strategy(name: str = "auto", *, logical_cpus: int | None = None,
     if name == "default" and (logical_cpus or 1) > 1:
       name, reason = "mirrored", f"no TPU, cluster or GPU, and logical_cpus={logical_cpus}"
     logger.info("strategy 'auto' chose %r: %s", name, reason)
-  # Two strategies over the same devices in one process (a notebook cell run twice)
-  # number their collectives alike, and the second one's all-reduces fail ("Shape
-  # mismatch in the collective instance"): hand back the first.
+  # A second strategy on the same devices (a cell run twice) fails its all-reduces.
   key = (name, tuple(devices) if devices else None, cross_device_ops, communication, tpu)
   if key not in _MADE:
     _MADE[key] = _BUILDERS[name](devices=devices, cross_device_ops=cross_device_ops,

@@ -233,8 +233,7 @@ class GlobalBatches:
           f"dataset.repeat().batch({size}, drop_remainder=True).")
     self.element_spec = dataset.element_spec
     self._dataset = prefetched(dataset)
-    # A plain iterator can be checkpointed, TF's distributed one cannot; but a TPU
-    # program cannot call a host-side iterator: distributed datasets feed its hosts.
+    # A plain iterator can be checkpointed, TF's distributed one cannot (a TPU's input).
     self.checkpointable = not placement.kind.distributed_datasets
     if self.checkpointable:
       self._split = self._split_across_replicas

@@ -89,8 +89,7 @@ class SharedVariableWarning(UserWarning):
 
 
 def _warn_of_variables_two_optimizers_update(optimizers):
-  """Warns, naming the layers, when two optimizers were built on one variable (a
-  layer in two models): both losses then move it, meant or not."""
+  """Warns, naming the layers, when two optimizers were built on one variable."""
   owners = {}  # id(variable) -> (variable, [optimizer names])
   for name, optimizer in optimizers.items():
     for variable in _tf_internal.optimizer_variables(optimizer):

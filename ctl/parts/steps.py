@@ -97,8 +97,7 @@ def _keras_floatx(float_dtype):
 
 
 def _refuse_new_variable(next_creator, **kwargs):
-  """A variable made in the step: refused at its first call, eager or compiled
-  (eagerly each call would make a new one; compiled, TF refuses under `mirrored`)."""
+  """Refuses a variable made in the step at its first call, eager or compiled."""
   del next_creator
   name, shape = _keras_variable_made() or (kwargs.get("name"), kwargs.get("shape"))
   initial = kwargs.get("initial_value")
@@ -153,9 +152,7 @@ class TrainStep:
     self.ran = False  # whether a call of `run` has completed (traced and run)
     self._compile_update = None
     self._on_replica = self.replica_step
-    if jit_compile and placement.kind.merge_call_gradients:
-      # The gradient's sum over replicas is a merge call, which XLA cannot
-      # compile: each update is compiled on its own.
+    if jit_compile and placement.kind.merge_call_gradients:  # each update compiled alone
       self._compile_update = lambda fn: tf.function(fn, jit_compile=True)
     elif jit_compile and not placement.kind.xla_always:
       self._on_replica = tf.function(self.replica_step, jit_compile=True, autograph=False)

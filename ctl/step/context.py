@@ -51,10 +51,9 @@ def _philox_key(seed):
 
 
 def draw_key(seed: int) -> tf.Tensor:
-  """The Philox key of a run's draws from `seed`, as the int64 [1] with its
-  bits: what the run's key variable holds (`State.draw_key`, `StepContext(key=)`).
-  A step that reads the key from a variable takes another seed without a new
-  trace (`ctl.tools.parity_runs.start_as`)."""
+  """The Philox key of a run's draws from `seed`, as an int64 [1] of its bits: what the
+  key variable holds (`State.draw_key`, `StepContext(key=)`), so that a step takes
+  another seed without a new trace (`ctl.tools.parity_runs.start_as`)."""
   return tf.bitcast(_philox_key(tf.constant([seed, 0], tf.int64)), tf.int64)
 
 
