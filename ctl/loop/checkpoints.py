@@ -722,6 +722,8 @@ def write_text_atomically(path: str, text: str) -> None:
     os.fchmod(fd, 0o644)  # mkstemp makes it private; like TF's files, it is not
     with os.fdopen(fd, "w") as f:
       f.write(text)
+      f.flush()
+      os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old or the new
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
