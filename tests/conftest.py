@@ -8,9 +8,8 @@ import os
 import runpy
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Keras in this process and in every process a test starts skips scikit-learn,
-# matplotlib and pandas, which the test extras install and ctl never asks of Keras:
-# ~2.3 of each process's ~8 CPU-s of start-up (tests/lean_keras/sitecustomize.py).
+# Keras, in this process and every process a test starts, skips the optional
+# packages ctl never asks of it (tests/lean_keras/sitecustomize.py says which, and why).
 LEAN_KERAS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lean_keras")
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (LEAN_KERAS, os.environ.get("PYTHONPATH")) if p)

@@ -32,11 +32,11 @@ import numpy as np
 import tensorflow as tf
 
 from ctl.base import constants
+from ctl.loop import history as history_lib
 from ctl.loop import manifest as manifest_lib
 from ctl.loop.checkpoints import write_text_atomically
 
 if TYPE_CHECKING:
-  from ctl.loop.history import HistoryFile
   from ctl.loop.schedule import Every
 
 _log = logging.getLogger("ctl")
@@ -119,12 +119,14 @@ class EachStep(Logger):
     self.fn = fn
 
   def log_steps(self, first_step: int, results: Mapping[str, np.ndarray]) -> None:
-    columns = {k: np.asarray(v, np.float64).reshape(-1).tolist() for k, v in results.items()}
-    for i in range(len(next(iter(columns.values()), ()))):
+    steps = history_lib.History()
+    steps.append(first_step, results)
+    for row in steps.rows():
+      step = row.pop("step")
       try:
-        self.fn(first_step + i, {k: v[i] for k, v in columns.items()})
+        self.fn(step, row)
       except Exception as e:
-        raise RuntimeError(f"EachStep's fn raised at step {first_step + i} (ctx.step): "
+        raise RuntimeError(f"EachStep's fn raised at step {step} (ctx.step): "
                            f"{type(e).__name__}: {e}") from e
 
 
@@ -232,7 +234,8 @@ class TensorBoard(Logger):
 class JsonLines(Logger):
   """`history.jsonl` and `metrics.jsonl`, as the fit's session opened them."""
 
-  def __init__(self, history_file: HistoryFile | None, metrics_file: HistoryFile | None):
+  def __init__(self, history_file: history_lib.HistoryFile | None,
+               metrics_file: history_lib.HistoryFile | None):
     self.files = [f for f in (history_file, metrics_file) if f is not None]
     self._history, self._metrics = history_file, metrics_file
 

@@ -162,7 +162,7 @@ class StepContext:
     self._rows = None  # while a micro-batch runs, its rows (a slice i::k)
     self._compile_update = compile_update
     self._float_dtype = float_dtype  # float64 in a float64 run
-    self._shares = shares or reduction.Shares()  # shares of global-batch means
+    self._shares = reduction.Shares() if shares is None else shares  # of global-batch means
     self._tape_updates = []  # (tape, optimizer name) of each tensor-form update
 
   def average(self, per_example_loss: tf.Tensor,
