@@ -139,6 +139,8 @@ def test_the_plan_puts_each_run_in_its_combination_and_seed_directory(tmp_path):
      "values); pass --seeds 1,2 instead"),
     (["--gin", "gan.Experiment.seed = 3"], "which --seeds sets (it would override this "
      "binding)"),
+    # A macro nothing refers to (a typo of STEPS): every run would be the same.
+    (["--grid", "STEP=[10, 20]"], "STEP is a gin macro nothing in"),
 ])
 def test_a_mistake_in_the_command_exits_2_with_one_line(tmp_path, capsys, args, says):
   code, err = _errors(capsys, os.path.join(ROOT, CONFIG), "--sweep-dir", str(tmp_path / "s"),

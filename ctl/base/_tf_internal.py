@@ -182,6 +182,29 @@ def gin_bindings_and_uses():
   return {key: dict(values) for key, values in config._CONFIG.items()}, uses
 
 
+def gin_macro_references():
+  """The names of the macros gin's bindings refer to (`%NAME`), at any depth of a value."""
+  _note_version("gin-config")
+  from gin import config  # pylint: disable=import-outside-toplevel
+  names = set()
+
+  def visit(value):
+    if isinstance(value, config.ConfigurableReference):
+      if value.selector == "gin.macro":
+        names.add("/".join(value.scopes))
+    elif isinstance(value, dict):
+      for item in (*value.keys(), *value.values()):
+        visit(item)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+      for item in value:
+        visit(item)
+
+  for values in list(config._CONFIG.values()):  # pylint: disable=protected-access
+    for value in values.values():
+      visit(value)
+  return names
+
+
 @contextlib.contextmanager
 def gin_search_paths_first(directories):
   """Inside, gin looks for an included file in `directories` before anywhere else

@@ -311,6 +311,12 @@ def unused_bindings() -> list[str]:
                      for (used_scope, used_selector), values in uses.items())]
 
 
+def referenced_macros() -> set[str]:
+  """The gin macros the bindings parsed so far refer to (`%NAME`); a macro no
+  binding refers to changes nothing."""
+  return _tf_internal.gin_macro_references()
+
+
 def _scope_within(scope, active):
   """Whether a binding under `scope` applies to a call under `active` scopes."""
   outer, inner = scope.split("/") if scope else [], active.split("/") if active else []
