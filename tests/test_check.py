@@ -213,3 +213,13 @@ def test_ctl_check_passes_on_an_example_config():
                                        "gan.Experiment.generator_optimizer = "
                                        "@generator/keras.optimizers.Adam), and that its "
                                        "caller does not pass that argument itself."], warning
+
+
+def test_the_help_lists_every_check_the_report_gives(capsys):
+  from ctl import cli  # pylint: disable=import-outside-toplevel
+  with pytest.raises(SystemExit):
+    cli.main(["check", "--help"])
+  text = capsys.readouterr().out
+  for name in (check.STATIC_INPUTS, check.XLA, check.RETRACING, check.DATA_DEPENDENT,
+               check.HOST_PYTHON, check.DRAWS):
+    assert name in text, name

@@ -22,6 +22,7 @@ checks:
   static shapes in step   no op whose output size depends on the data
                           (tf.boolean_mask, tf.where(cond), tf.unique)
   no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
+  draws from ctx          no draw whose numbers depend on the layout (tf.random.*)
 
 With mixed_precision and no GPU or TPU, it also times the step against float32
 on this CPU and says which is faster (not a check: it does not set the exit code)."""
