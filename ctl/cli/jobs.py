@@ -410,10 +410,7 @@ def load_experiment(args: argparse.Namespace) -> tuple[str, Callable[[], Any]]:
   if getattr(args, "logical_cpus", None) is not None:
     from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
     strategies.configure_logical_cpus(args.logical_cpus)  # before any TF op
-  name = args.experiment or experiments.default_experiment()
-  make = experiments.resolve_experiment(name)
-  experiments.parse_gin([args.config], args.gin)
-  return name, make
+  return experiments.load(args.config, args.gin, args.experiment)
 
 
 def check_devices(args: argparse.Namespace) -> None:

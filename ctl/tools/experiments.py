@@ -215,6 +215,16 @@ def default_experiment() -> str:
                     f"{len(found)} ({', '.join(found)}); pass --experiment with one.")
 
 
+def load(config: str, bindings: Sequence[str],
+         experiment: str | None = None) -> tuple[str, Callable[[], Any]]:
+  """Parses the gin file `config`, then `bindings`; `(name, make)` of the experiment
+  (`experiment`, or the default) for `make_experiment`."""
+  name = experiment or default_experiment()
+  make = resolve_experiment(name)
+  parse_gin([config], bindings)
+  return name, make
+
+
 def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
   """Parses gin `files`, then `bindings`; a mistake becomes a ConfigError. An `include`
   is resolved beside its file first (gin alone: the current directory first), so a

@@ -189,9 +189,7 @@ def _runner_factory(path, strategy, options, bindings, experiment):
   if path.endswith(".gin"):  # the runner its experiment's build method makes
     from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
     experiments.require_config_file(path)
-    experiment = experiment or experiments.default_experiment()
-    maker = experiments.resolve_experiment(experiment)
-    experiments.parse_gin([path], bindings)
+    experiment, maker = experiments.load(path, bindings, experiment)
     base = experiments.make_experiment(maker, experiment, needs=("build",)).build(
         strategy=strategy)
     unused = [base]
