@@ -189,30 +189,33 @@ def finished(env, job_id, log):
 
 def test_shipped_script_trains_on_two_tasks_is_preempted_requeued_and_resumes_equal(
     slurm, tmp_path):
-  # Uninterrupted: two tasks of one step, the cluster from Slurm's variables.
+  # Two jobs at once (the node has room for both): one uninterrupted, two tasks
+  # of one step, the cluster from Slurm's variables; one preempted by SIGTERM to
+  # its tasks (scancel's default: every step, not the batch shell) once ckpt-100
+  # exists, which save and exit 42, and which the script requeues to resume.
   # Meanwhile, who can get in: the cluster's processes (daemons, job steps,
   # tasks: each has SLURM_CONF) listen where no other machine reaches them.
   straight, straight_log = tmp_path / "straight", tmp_path / "straight.out"
+  work, out = tmp_path / "preempted", tmp_path / "preempted.out"
   ours = os.fsencode(slurm["SLURM_CONF"])
   with helpers.ListenerWatch(lambda: helpers.processes_with(ours), every=0.5) as watch:
-    job = finished(slurm, submit(slurm, straight, straight_log), straight_log)
+    straight_id = submit(slurm, straight, straight_log)
+    job_id = submit(slurm, work, out)
+    wait_until(lambda: os.path.exists(work / "checkpoints" / "ckpt-100.index"), "ckpt-100")
+    subprocess.run(["scancel", "--signal=TERM", job_id], env=slurm, check=True)
+    straight_job = finished(slurm, straight_id, straight_log)
+    job = finished(slurm, job_id, out)
   names = {s.name for s in watch.seen.values()}
   assert {"slurmctld", "slurmd", "srun"} <= names and len(names) > 3, watch.report()
   assert not watch.outside, watch.report()
   log = straight_log.read_text()
-  assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
+  assert straight_job["JobState"] == "COMPLETED" and straight_job["ExitCode"] == "0:0", (
+      log[-4000:])
+  assert straight_job["Restarts"] == "0", straight_job
   assert "strategy 'auto' chose 'multi_worker'" in log and "SLURM_STEP_NUM_TASKS" in log, (
       log[-4000:])
   assert log.count(f"ctl train: step {STEPS}") == 1, log[-4000:]  # the chief reports
 
-  # Preempted: SIGTERM to the tasks (scancel's default: every step, not the
-  # batch shell) once ckpt-100 exists; they save and exit 42, the script
-  # requeues the job, and its rerun resumes.
-  work, out = tmp_path / "preempted", tmp_path / "preempted.out"
-  job_id = submit(slurm, work, out)
-  wait_until(lambda: os.path.exists(work / "checkpoints" / "ckpt-100.index"), "ckpt-100")
-  subprocess.run(["scancel", "--signal=TERM", job_id], env=slurm, check=True)
-  job = finished(slurm, job_id, out)
   log = out.read_text()
   assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
   assert job["Restarts"] == "1", job
