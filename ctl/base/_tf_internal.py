@@ -186,23 +186,17 @@ def gin_macro_references():
   """The names of the macros gin's bindings refer to (`%NAME`), at any depth of a value."""
   _note_version("gin-config")
   from gin import config  # pylint: disable=import-outside-toplevel
-  names = set()
-
-  def visit(value):
-    if isinstance(value, config.ConfigurableReference):
-      if value.selector == "gin.macro":
-        names.add("/".join(value.scopes))
+  found = set()
+  values = [v for bound in list(config._CONFIG.values()) for v in bound.values()]  # pylint: disable=protected-access
+  while values:
+    value = values.pop()
+    if isinstance(value, config.ConfigurableReference) and value.selector == "gin.macro":
+      found.add("/".join(value.scopes))
     elif isinstance(value, dict):
-      for item in (*value.keys(), *value.values()):
-        visit(item)
+      values += [*value.keys(), *value.values()]
     elif isinstance(value, (list, tuple, set, frozenset)):
-      for item in value:
-        visit(item)
-
-  for values in list(config._CONFIG.values()):  # pylint: disable=protected-access
-    for value in values.values():
-      visit(value)
-  return names
+      values += value
+  return found
 
 
 @contextlib.contextmanager

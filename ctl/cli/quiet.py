@@ -5,19 +5,11 @@
     with quiet.unless_verbose(args.verbose):   # what `ctl` does around each command
       ...
 
-A new user should not read error-level lines when nothing is wrong (without a
-GPU driver TensorFlow logs `E... failed call to cuInit` on every run, and while
-it loads its absl logs INFO lines that no environment variable reaches). Quiet
-means, for what runs inside:
-
-- TF_CPP_MIN_LOG_LEVEL=3, unless the user set it; processes ctl starts inherit it.
-- While `tensorflow` is first imported, stderr is passed on without the absl
-  lines below that level (and absl's "All log messages before
-  absl::InitializeLog()" notice); anything else it printed still shows.
-- The "tensorflow" Python logger at WARNING and "absl"'s at ERROR, unless configured.
-
-`--verbose` or CTL_VERBOSE=1 keeps it all; `--verbose` sets CTL_VERBOSE=1 so that
-processes ctl starts are verbose too. The library (`import ctl`, `import gan`)
+Quiet means (docs/strategies.md says why): TF_CPP_MIN_LOG_LEVEL=3 unless the user
+set it, inherited by processes ctl starts; absl's lines below that level filtered out
+of stderr while `tensorflow` is first imported; the "tensorflow" Python logger at
+WARNING and "absl"'s at ERROR, unless configured. `--verbose` or CTL_VERBOSE=1 keeps
+it all, in processes ctl starts too. The library (`import ctl`, `import gan`)
 changes none of this. Leaving the `with` puts back what it changed.
 """
 

@@ -195,27 +195,16 @@ def _check_config(args, axes, seeds):
         experiments.parse_gin([config], [*args.gin, *bindings])
       except experiments.ConfigError as e:
         raise experiments.ConfigError(f"{before}{e}{after}") from None
-    _check_macros_referenced(args, config, axes)
+    for axis in axes:  # a macro no binding refers to: every run would be the same
+      name = axis.binding.strip()
+      if "." not in name and name not in experiments.referenced_macros():
+        raise experiments.ConfigError(
+            f"--grid {axis.text!r}: {name} is a gin macro nothing in {args.config} or --gin "
+            f"refers to (%{name}), so every run would train the same; check its name "
+            "against the config's macros, or grid a parameter (e.g. gan.dcgan_generator.width).")
   finally:  # the runs parse it in their own processes: leave gin as it was found
     gin.clear_config()
   return seed_binding
-
-
-def _check_macros_referenced(args, config, axes):
-  """Raises ConfigError for a grid over a macro no binding refers to: its runs would
-  all be the same run."""
-  from ctl.tools import experiments  # pylint: disable=import-outside-toplevel
-  macros = [axis for axis in axes if "." not in axis.binding]
-  if macros:
-    experiments.parse_gin([config], list(args.gin))
-    referenced = experiments.referenced_macros()
-    for axis in macros:
-      if axis.binding.strip() not in referenced:
-        raise experiments.ConfigError(
-            f"--grid {axis.text!r}: {axis.binding.strip()} is a gin macro nothing in "
-            f"{args.config} or --gin refers to (%{axis.binding.strip()}), so every run "
-            "would train the same; check its name against the config's macros, or grid "
-            "a parameter (e.g. gan.dcgan_generator.width).")
 
 
 def _check_seed_unbound(args, axes, seed_binding):

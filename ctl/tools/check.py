@@ -9,15 +9,8 @@
 
 A TPU runs the step as one XLA program compiled for fixed shapes; XLA on the CPU
 (`jit_compile=True`) is the nearest stand-in, so the step is compiled that way,
-taking the batch as an argument, and run on a few real batches. The checks:
-
-  static input shapes     every dimension of the data is known (drop_remainder=True)
-  XLA compiles the step   no op XLA cannot compile (the error quotes the op)
-  no retracing            one trace for all batches (a short last batch would retrace)
-  static shapes in step   no op whose output size depends on the data
-                          (tf.boolean_mask, tf.where(cond), tf.unique)
-  no host Python          no print, tf.py_function, tf.numpy_function or .numpy()
-  draws from ctx          no draw whose numbers depend on the layout (tf.random.*)
+taking the batch as an argument, and run on a few real batches; `ctl check --help`
+lists the checks.
 
 The variables are put back afterwards; the training data's iterator is not touched.
 """

@@ -217,8 +217,7 @@ def default_experiment() -> str:
 
 def load(config: str, bindings: Sequence[str],
          experiment: str | None = None) -> tuple[str, Callable[[], Any]]:
-  """Parses the gin file `config`, then `bindings`; `(name, make)` of the experiment
-  (`experiment`, or the default) for `make_experiment`."""
+  """Parses the gin file `config`, then `bindings`; `(name, make)` for `make_experiment`."""
   name = experiment or default_experiment()
   make = resolve_experiment(name)
   parse_gin([config], bindings)
@@ -322,8 +321,7 @@ def unused_bindings() -> list[str]:
 
 
 def referenced_macros() -> set[str]:
-  """The gin macros the bindings parsed so far refer to (`%NAME`); a macro no
-  binding refers to changes nothing."""
+  """The gin macros the bindings parsed so far refer to (`%NAME`)."""
   return _tf_internal.gin_macro_references()
 
 
