@@ -182,23 +182,6 @@ def gin_bindings_and_uses():
   return {key: dict(values) for key, values in config._CONFIG.items()}, uses
 
 
-def gin_macro_references():
-  """The names of the macros gin's bindings refer to (`%NAME`), at any depth of a value."""
-  _note_version("gin-config")
-  from gin import config  # pylint: disable=import-outside-toplevel
-  found = set()
-  values = [v for bound in list(config._CONFIG.values()) for v in bound.values()]  # pylint: disable=protected-access
-  while values:
-    value = values.pop()
-    if isinstance(value, config.ConfigurableReference) and value.selector == "gin.macro":
-      found.add("/".join(value.scopes))
-    elif isinstance(value, dict):
-      values += [*value.keys(), *value.values()]
-    elif isinstance(value, (list, tuple, set, frozenset)):
-      values += value
-  return found
-
-
 @contextlib.contextmanager
 def gin_search_paths_first(directories):
   """Inside, gin looks for an included file in `directories` before anywhere else

@@ -195,9 +195,10 @@ def _check_config(args, axes, seeds):
         experiments.parse_gin([config], [*args.gin, *bindings])
       except experiments.ConfigError as e:
         raise experiments.ConfigError(f"{before}{e}{after}") from None
+    referenced = experiments.referenced_macros()
     for axis in axes:  # a macro no binding refers to: every run would be the same
       name = axis.binding.strip()
-      if "." not in name and name not in experiments.referenced_macros():
+      if "." not in name and name not in referenced:
         raise experiments.ConfigError(
             f"--grid {axis.text!r}: {name} is a gin macro nothing in {args.config} or --gin "
             f"refers to (%{name}), so every run would train the same; check its name "

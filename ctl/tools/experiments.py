@@ -321,8 +321,18 @@ def unused_bindings() -> list[str]:
 
 
 def referenced_macros() -> set[str]:
-  """The gin macros the bindings parsed so far refer to (`%NAME`)."""
-  return _tf_internal.gin_macro_references()
+  """The gin macros the bindings parsed so far refer to (`%NAME`), at any depth."""
+  bindings, _ = _tf_internal.gin_bindings_and_uses()
+  found, values = set(), [v for bound in bindings.values() for v in bound.values()]
+  while values:
+    value = values.pop()
+    if isinstance(value, gin.config.ConfigurableReference) and value.selector == "gin.macro":
+      found.add("/".join(value.scopes))
+    elif isinstance(value, dict):
+      values += [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+      values += value
+  return found
 
 
 def _scope_within(scope, active):
