@@ -171,6 +171,16 @@ def test_a_sweep_directory_of_other_bindings_is_refused(tmp_path, capsys):
   assert list(record["combinations"]) == ["width=8", "width=16", "width=32"]
 
 
+def test_a_grid_over_a_macro_that_gin_refers_to_is_a_sweep(tmp_path, capsys):
+  """A macro of the user's own (`--gin "... = %W" --grid "W=[8, 16]"`) is gridded, not
+  refused for being undefined without its values."""
+  assert cli.main(["sweep", os.path.join(ROOT, CONFIG), "--sweep-dir", str(tmp_path),
+                   "--gin", "gan.dcgan_generator.width = %W", "--grid", "W=[8, 16]",
+                   "--job-list"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 2 and "W = 8" in lines[0] and "W = 16" in lines[1], lines
+
+
 # Cluster mode: the job list and the Slurm array script.
 
 def test_the_job_list_is_one_ctl_train_command_per_run(tmp_path, capsys, monkeypatch):

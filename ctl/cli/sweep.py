@@ -182,11 +182,16 @@ def _check_config(args, axes, seeds):
     seed_binding = f"{gin_name}.seed"
   _check_seed_unbound(args, axes, seed_binding)
   # The config, with the seed's binding, and with each grid value alone (an error
-  # names its grid): (bindings, what goes before and after an error's message).
-  checks = [([], "", ""),
-            ([f"{seed_binding} = {seeds[0]}"], f"--seed-binding {seed_binding}: ",
+  # names its grid): (bindings, what goes before and after an error's message). A
+  # macro's grid (`--gin "x = %WIDTH" --grid "WIDTH=[8, 16]"`) gives its first value
+  # to the others' checks: without one, gin refuses the `%WIDTH` in the config.
+  macros = {axis.binding: f"{axis.binding} = {axis.values[0]}" for axis in axes
+            if "." not in axis.binding}
+  checks = [(list(macros.values()), "", ""),
+            ([*macros.values(), f"{seed_binding} = {seeds[0]}"], f"--seed-binding {seed_binding}: ",
              " Pass --seed-binding with the gin parameter that seeds a run of this experiment.")]
-  checks += [([f"{axis.binding} = {value}"], f"--grid {axis.text!r}, value {value}: ", "")
+  checks += [([*(b for m, b in macros.items() if m != axis.binding), f"{axis.binding} = {value}"],
+              f"--grid {axis.text!r}, value {value}: ", "")
              for axis in axes for value in axis.values]
   import gin  # pylint: disable=import-outside-toplevel
   try:
