@@ -87,6 +87,15 @@ runner = ctl.Runner(toy_gan.make_step(prepare=prepare), toy_gan.mlp_gan(toy_gan.
 """
   manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3")
   try:
+    def reply_to(msg_id, timeout):
+      """The shell reply to request `msg_id`; replies to others are passed over (on a
+      loaded machine, start_new_kernel asks for the kernel's info more than once, and
+      a second reply waits on the shell channel)."""
+      while True:
+        msg = client.get_shell_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") == msg_id:
+          return msg["content"]
+
     def run(code, timeout=300):
       """(the reply's content, what the cell printed)."""
       msg_id = client.execute(code)
@@ -99,7 +108,7 @@ runner = ctl.Runner(toy_gan.make_step(prepare=prepare), toy_gan.mlp_gan(toy_gan.
           printed.append(msg["content"]["text"])
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
           break
-      return client.get_shell_msg(timeout=timeout)["content"], "".join(printed)
+      return reply_to(msg_id, timeout), "".join(printed)
 
     reply, printed = run(setup)
     assert reply["status"] == "ok", (reply, printed)
@@ -112,9 +121,10 @@ runner = ctl.Runner(toy_gan.make_step(prepare=prepare), toy_gan.mlp_gan(toy_gan.
     printed = []
     deadline = time.monotonic() + 300
     while not (work / "paused").exists():  # inside the call of steps 4, 5 and 6
-      assert time.monotonic() < deadline and client.shell_channel.msg_ready() is False, (
-          client.get_shell_msg(timeout=1)["content"] if client.shell_channel.msg_ready()
-          else "no pause in 300 s")
+      assert time.monotonic() < deadline, "no pause in 300 s"
+      if client.shell_channel.msg_ready():  # the cell ended before its pause?
+        msg = client.get_shell_msg(timeout=1)
+        assert msg["parent_header"].get("msg_id") != msg_id, msg["content"]
       time.sleep(0.05)
 
     def wait_for(text):
@@ -129,7 +139,7 @@ runner = ctl.Runner(toy_gan.make_step(prepare=prepare), toy_gan.mlp_gan(toy_gan.
     wait_for("ctl: second Ctrl-C: a notebook's kernel is kept: the compiled call in "
              "flight ends")
     (work / "go").touch()
-    reply = client.get_shell_msg(timeout=300)["content"]
+    reply = reply_to(msg_id, 300)
     assert reply["status"] == "error" and reply["ename"] == "Interrupted", reply
     assert manager.is_alive()
     reply, printed = run("print('at step', int(runner.global_step.numpy()), "
