@@ -2,7 +2,7 @@
 
     PLANTED_BUG=noise_per_replica ctl parity tests/parity_planted.py --against mirrored:2
 
-Bugs (tests/test_parity_suite.py checks that `ctl parity` names each, on 5 seeds):
+Bugs (tests/test_parity_planted.py checks that `ctl parity` names each, on 5 seeds):
   replica_scaled      the losses multiplied by ctx.num_replicas
   noise_per_replica   noise from tf.random with the replica's batch size
   layers              Keras Dropout in the discriminator, BatchNormalization in the generator
