@@ -182,15 +182,16 @@ def _check_config(args, axes, seeds):
     seed_binding = f"{gin_name}.seed"
   _check_seed_unbound(args, axes, seed_binding)
   # The config, with the seed's binding, and with each grid value alone (an error
-  # names its grid): (bindings, what goes before and after an error's message). A
-  # macro's grid (`--gin "x = %WIDTH" --grid "WIDTH=[8, 16]"`) gives its first value
-  # to the others' checks: without one, gin refuses the `%WIDTH` in the config.
-  macros = {axis.binding: f"{axis.binding} = {axis.values[0]}" for axis in axes
-            if "." not in axis.binding}
-  checks = [(list(macros.values()), "", ""),
-            ([*macros.values(), f"{seed_binding} = {seeds[0]}"], f"--seed-binding {seed_binding}: ",
+  # names its grid): (bindings, what goes before and after an error's message).
+  macros = [axis for axis in axes if "." not in axis.binding]
+
+  def firsts(but=None):
+    """Each macro grid's first value but `but`'s: gin refuses a %W of `--gin` without one."""
+    return [f"{a.binding} = {a.values[0]}" for a in macros if a is not but]
+  checks = [(firsts(), "", ""),
+            ([*firsts(), f"{seed_binding} = {seeds[0]}"], f"--seed-binding {seed_binding}: ",
              " Pass --seed-binding with the gin parameter that seeds a run of this experiment.")]
-  checks += [([*(b for m, b in macros.items() if m != axis.binding), f"{axis.binding} = {value}"],
+  checks += [([*firsts(but=axis), f"{axis.binding} = {value}"],
               f"--grid {axis.text!r}, value {value}: ", "")
              for axis in axes for value in axis.values]
   import gin  # pylint: disable=import-outside-toplevel
@@ -201,9 +202,9 @@ def _check_config(args, axes, seeds):
       except experiments.ConfigError as e:
         raise experiments.ConfigError(f"{before}{e}{after}") from None
     referenced = experiments.referenced_macros()
-    for axis in axes:  # a macro no binding refers to: every run would be the same
+    for axis in macros:  # a macro no binding refers to: every run would be the same
       name = axis.binding.strip()
-      if "." not in name and name not in referenced:
+      if name not in referenced:
         raise experiments.ConfigError(
             f"--grid {axis.text!r}: {name} is a gin macro nothing in {args.config} or --gin "
             f"refers to (%{name}), so every run would train the same; check its name "
