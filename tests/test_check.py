@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ctl
+from ctl.distribute import strategies
 from ctl.tools import check
 from tests.helpers import ctl as run_ctl
 
@@ -199,6 +200,9 @@ def test_ctl_check_passes_on_an_example_config():
   # Timed against float32 on this CPU, said after the table, whichever is faster.
   assert re.search(r"\n\nprecision speed: mixed_bfloat16 takes \d+\.\d\dx float32's",
                    proc.stdout), proc.stdout
+  # And, with a TensorFlow no TPU runs, which ones it does (also not a check).
+  note = strategies.tpu_version_note()
+  assert ("\n\ntpu strategy: " + note[:40] in proc.stdout) == bool(note), proc.stdout
   # The misspelt scope is the one binding the build and steps did not use.
   warning = proc.stderr[proc.stderr.index("ctl check: warning: building the runner and 2 "
                                           "steps used none"):]

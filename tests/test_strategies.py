@@ -125,6 +125,19 @@ def test_auto_decisions(env, gpus, tpu, expected):
   assert reason
 
 
+@pytest.mark.parametrize("version, runs", [
+    ("2.17.1", False), ("2.18.1", True), ("2.20.0", True), ("2.21.0", False),
+    ("2.22.0-rc0", False)])
+def test_the_tpu_note_says_which_tensorflow_a_tpu_runs(version, runs):
+  note = strategies.tpu_version_note(version)
+  if runs:
+    assert note == ""
+  else:
+    assert note.startswith(f"TensorFlow {version} has no TPU build: a TPU runs "
+                           "TensorFlow 2.18 to 2.20"), note
+    assert "tensorflow-tpu==2.20.*" in note, note
+
+
 def test_auto_logs_its_choice(caplog):
   with caplog.at_level("INFO", logger="ctl"):
     strategy = ctl.make_strategy("auto")

@@ -13,6 +13,9 @@ LOGGER_NAMES = ("mlflow", "wandb")
 # (`sources.layout_dependent_draws`): the warning's, ctl check's and ctl parity's advice.
 STEP_DRAWS_FIX = ("Draw per example with ctx.normal or ctx.uniform, other draws from a "
                   "seed of ctx.seed() (tf.random.stateless_*).")
+# The TensorFlow releases a TPU runs (docs/strategies.md): from the newest a Cloud TPU VM
+# image has to tensorflow-tpu's last wheel.
+TPU_TENSORFLOW = ("2.18", "2.20")
 # What a shell reports for a program ended by Ctrl-C: 128 + SIGINT.
 INTERRUPTED_EXIT_CODE = 130
 

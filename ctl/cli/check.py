@@ -25,7 +25,8 @@ checks:
   draws from ctx          no draw whose numbers depend on the layout (tf.random.*)
 
 With mixed_precision and no GPU or TPU, it also times the step against float32
-on this CPU and says which is faster (not a check: it does not set the exit code)."""
+on this CPU and says which is faster; and it says when this TensorFlow has no TPU
+build (neither sets the exit code)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, tf.errors.OutOfRangeError) as e:  # data too short to time on
       said = f"not timed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     print("\n" + textwrap.fill(f"{check.PRECISION}: {said}", 100))
+  from ctl.distribute import strategies  # pylint: disable=import-outside-toplevel
+  if note := strategies.tpu_version_note():
+    print("\n" + textwrap.fill(f"tpu strategy: {note}", 100))
   steps = f"{args.steps} step" + ("s" if args.steps != 1 else "")
   jobs.warn_unused_bindings("check", f"building the runner and {steps}",
                             " here (a binding used only by evaluation or export is "

@@ -24,6 +24,7 @@ import tensorflow as tf
 from ctl.base import _tf_internal
 from ctl.base import arguments
 from ctl.base.constants import READY_DIR_VARIABLE
+from ctl.base.constants import TPU_TENSORFLOW
 from ctl.distribute import cluster
 from ctl.distribute import launch
 from ctl.distribute import peers
@@ -343,15 +344,27 @@ def serve(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> None:
   server.join()
 
 
+def tpu_version_note(version: str = tf.__version__) -> str:
+  """Why TensorFlow `version` cannot run the `tpu` strategy, or "" when it can."""
+  low, high = TPU_TENSORFLOW
+  release = tuple(int(part) for part in version.split(".")[:2])
+  if tuple(map(int, low.split("."))) <= release <= tuple(map(int, high.split("."))):
+    return ""
+  return (f"TensorFlow {version} has no TPU build: a TPU runs TensorFlow {low} to {high} "
+          f"(a Cloud TPU VM image's, or tensorflow-tpu=={high}.* in a TPU VM's venv).")
+
+
 def _tpu(tpu, **unused):
   try:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, tf.errors.NotFoundError, tf.errors.UnavailableError) as e:
+    note = tpu_version_note()
     raise RuntimeError(
         f"strategy 'tpu' found no TPU (tpu={tpu!r}): {e}. On a TPU VM pass "
-        "tpu='local'; elsewhere set TPU_NAME or pick another strategy.") from e
+        "tpu='local'; elsewhere set TPU_NAME or pick another strategy."
+        + (f" {note}" if note else "")) from e
   return tf.distribute.TPUStrategy(resolver)
 
 
