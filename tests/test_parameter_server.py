@@ -28,10 +28,10 @@ pytestmark = pytest.mark.slow  # subprocesses that import TensorFlow and train
 TASK = os.path.join(helpers.ROOT, "tests", "ps_task.py")
 
 
-def run_cluster(workdir, steps, timeout=240):
+def run_cluster(workdir, steps, workers=2, timeout=240):
   """`ctl launch --workers 2 --ps 1` of ps_task.py; the chief's results and the log."""
   out = os.path.join(workdir, f"out-{steps}.npz")
-  proc = helpers.ctl("launch", "--workers", "2", "--ps", "1", "--grace", "5", "--",
+  proc = helpers.ctl("launch", "--workers", str(workers), "--ps", "1", "--grace", "5", "--",
                      sys.executable, TASK, "--workdir", str(workdir),
                      "--steps", str(steps), "--out", out, timeout=timeout)
   return dict(np.load(out)), proc.stdout + proc.stderr
@@ -79,9 +79,11 @@ def test_every_step_runs_once_and_the_discriminator_learns(first_run):
   assert float(results["over_samples_difference"]) < 1e-6
 
 
-def test_rerun_resumes_from_the_last_checkpoint(first_run):
+def test_a_rerun_on_more_workers_resumes_from_the_last_checkpoint(first_run):
+  # The variables live on the parameter server, not the workers: any number of
+  # workers resumes (the data starts again, its position is not checkpointed).
   workdir, _ = first_run
-  results, log = run_cluster(workdir, 60)
+  results, log = run_cluster(workdir, 60, workers=3)
   assert "restored" in log and "ckpt-40 (step 40)" in log
   assert int(results["first_step"]) == 40
   assert results["loss/generator_loss"].shape == (20,)
