@@ -5,7 +5,8 @@
 
 The bad inputs come from `CASES` in tests/test_bad_input.py, the fault matrix
 from `MATRIX` in tests/test_fault_matrix.py, the faults compared with an
-uninterrupted run from `FAULTS` in tests/test_faults.py; tests/test_bad_input.py
+uninterrupted run from `FAULTS` in tests/test_faults.py, and the resumes on another
+layout from its `LAYOUT_CHANGES`; tests/test_bad_input.py
 checks that the doc holds exactly what this prints.
 """
 
@@ -48,6 +49,21 @@ def render():
             "| test | fault injected | outcome | data lost |", "|---|---|---|---|"]
   for name, fault, outcome, lost in test_faults.FAULTS:
     lines.append(f"| `{name}` | {_cell(fault)} | {_cell(outcome)} | {_cell(lost)} |")
+  changes = test_faults.LAYOUT_CHANGES
+  lines += ["", f"### Resuming on another layout ({len(changes)} tests, `tests/test_faults.py`)",
+            "", "Trained 8 steps under the first layout, then rerun to step 12 under the "
+            "second: each step's losses, the final weights and every optimizer variable "
+            "equal the uninterrupted run's under `default`, within the tolerance given (a "
+            "layout sums over its replicas in its own order; `history.jsonl`, which holds "
+            "9 digits, equal to a float32's rounding). A parameter-server run rerun on 3 "
+            "workers instead of 2 resumes from its checkpoint "
+            "(`tests/test_parameter_server.py`); its updates are asynchronous, so it is "
+            "compared with no other run.", "",
+            "| trained under | resumed under | float type | equal within |",
+            "|---|---|---|---|"]
+  for first, second, dtype in changes:
+    lines.append(f"| `{first}` | `{second}` | {dtype} | "
+                 f"{test_faults.RESUMED_ON_ANOTHER_LAYOUT[dtype]:g} |")
   return "\n".join(lines)
 
 

@@ -22,10 +22,12 @@ written but before the file naming the newest checkpoint is updated.
 `--resume-from k` goes back to ckpt-k (`ctl.Checkpoint(resume_from=k)`).
 `--fail-export-at k` exports the generator at step k under a file-size limit,
 so the export's first file fails to be written with EFBIG.
+`--float64` trains in float64 (`mixed_precision="float64"`, as ctl parity's replay
+does), where two layouts agree to ~1e-15 rather than float32's rounding.
 `--fail-save-after-step k` limits, after the step-k checkpoint, the size of
 any file the process writes, so the next checkpoint's data file fails to be
 written with EFBIG ("File too large"), as on a full disk. Writes
-the steps this process ran and the final weights to `--out` (chief only), or
+the steps this process ran, the final weights and optimizer variables to `--out` (chief only), or
 with `--out-every-worker` to `<out>.<task index>.npz` on every worker.
 """
 
@@ -68,6 +70,7 @@ def parse_args():
   p.add_argument("--nan-at", type=int)
   p.add_argument("--resume-from", type=int)
   p.add_argument("--dropout", type=float, default=0.25)
+  p.add_argument("--float64", action="store_true")
   p.add_argument("--out", required=True)
   p.add_argument("--out-every-worker", action="store_true")
   return p.parse_args()
@@ -293,7 +296,8 @@ def main():
   pause, where = args.pause_at, args.pause_in
   runner = ctl.Runner(make_step(args.nan_at, pause if where == "call" else None, args.workdir),
                       make_build(args.dropout), dataset(), strategy=strategy,
-                      seed=7, steps_per_loop=args.steps_per_loop)
+                      seed=7, steps_per_loop=args.steps_per_loop,
+                      mixed_precision="float64" if args.float64 else None)
   actions = []
   if pause and where == "action":
     actions.append(Pause(pause, args.workdir))
@@ -321,6 +325,9 @@ def main():
     print(f"INTERRUPTED: {e}", flush=True)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)
   results = toy_gan.results(history, runner.models)
+  for name, optimizer in runner.optimizers.items():  # slots and iteration count
+    for i, variable in enumerate(optimizer.variables):
+      results[f"{name}.optimizer/{i}"] = np.asarray(variable.numpy())
   results["first_step"] = np.array(args.steps - len(next(iter(history.values()))))
   me = ctl.worker(strategy)
   config = json.loads(os.environ.get("TF_CONFIG", "{}"))
