@@ -167,7 +167,8 @@ class TensorBoard(Logger):
       if os.path.basename(os.path.dirname(path)) in skip:
         continue
       try:
-        for event in tf.compat.v1.train.summary_iterator(path):
+        for record in tf.data.TFRecordDataset(path):  # (summary_iterator logs a deprecation)
+          event = tf.compat.v1.Event.FromString(record.numpy())
           if not first_step <= event.step <= last_step:
             continue
           for value in event.summary.value:
