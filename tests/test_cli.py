@@ -203,7 +203,11 @@ def clean_gin():
      "'gan.mnist_dataset'"),
     (["--experiment", "gan.Experimnet"], "gan.Experimnet", "'gan.Experiment'"),
     (["--strategy", "mirroed"], "mirroed", "'mirrored'"),
-], ids=["configurable", "parameter", "syntax", "reference", "experiment", "strategy"])
+    # As when a run resumes on more replicas than its batch divides by.
+    (["--strategy", "mirrored", "--gin", "gan.Experiment.batch_size = 7"],
+     "global batch size (7) is not divisible by the 2 replicas", "e.g. 6"),
+], ids=["configurable", "parameter", "syntax", "reference", "experiment", "strategy",
+        "batch-for-the-replicas"])
 def test_config_mistakes_exit_2_naming_the_binding(args, named, suggested, tmp_path,
                                                    capsys, clean_gin):
   code = cli.main(["train", CONFIG_PATH, "--workdir", str(tmp_path)] + args)

@@ -69,6 +69,12 @@ class VariableError(ValueError):
   The `ctl` command reports it as a usage error (exit 2), without a traceback."""
 
 
+class LayoutError(ValueError):
+  """A global batch that the replicas cannot share equally (e.g. a run resumed on
+  another replica count); the message names both and the fix. The `ctl` command
+  reports it as a usage error (exit 2), without a traceback."""
+
+
 def _message(name, what, value, fix):
   fix = fix.rstrip(".")
   return f"{name} must be {what}, got {value!r}." + (f" {fix[0].upper()}{fix[1:]}." if fix else "")

@@ -307,7 +307,7 @@ def _run(args, method, report, **kwargs):
     _check_takes(experiment, method, kwargs)
     result = getattr(experiment, method)(workdir, strategy=args.strategy or "default",
                                          **kwargs)
-  except (experiments.ConfigError, arguments.VariableError) as e:
+  except (experiments.ConfigError, arguments.VariableError, arguments.LayoutError) as e:
     return fail(args.command, e, USAGE_ERROR)
   except (OSError, workdir_lib.WorkdirInUse, checkpoints.CheckpointError,
           loggers.TrackerError) as e:  # e.g. no checkpoint yet, or another run's

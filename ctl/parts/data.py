@@ -194,14 +194,15 @@ def _as_int_hint(value):
 def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
   """Raises unless `global_batch_size` splits evenly across `num_replicas`."""
   if global_batch_size < num_replicas:
-    raise ValueError(f"global batch size ({global_batch_size}) is smaller than the "
-                     f"{num_replicas} replicas in sync: every replica needs at least "
-                     f"one example; use a multiple of {num_replicas}.")
+    raise arguments.LayoutError(
+        f"global batch size ({global_batch_size}) is smaller than the {num_replicas} "
+        "replicas in sync: every replica needs at least one example; use a multiple of "
+        f"{num_replicas}.")
   if global_batch_size % num_replicas:
     multiple = global_batch_size // num_replicas * num_replicas
-    raise ValueError(f"global batch size ({global_batch_size}) is not divisible by "
-                     f"the {num_replicas} replicas in sync; use a multiple of "
-                     f"{num_replicas}, e.g. {multiple}.")
+    raise arguments.LayoutError(
+        f"global batch size ({global_batch_size}) is not divisible by the {num_replicas} "
+        f"replicas in sync; use a multiple of {num_replicas}, e.g. {multiple}.")
 
 
 class GlobalBatches:
