@@ -587,14 +587,15 @@ class Experiment:
   def train(self, workdir: str, strategy: Strategy = "default", *,
             progress: bool = True, profile: tuple[int, int] | None = None,
             loggers: Sequence[ctl.Logger] = (), dry_run: bool = False,
-            resume_from: int | None = None) -> ctl.Runner:
+            resume_from: int | None = None, restore_data: bool = True) -> ctl.Runner:
     """Trains to `schedule.total_steps`, resuming from `<workdir>/checkpoints`; the runner.
 
     Writes checkpoints (and the operative gin config beside them), TensorBoard
     events, sample grids from fixed noise (`samples/`), the classifier FID of
     28x28x1 images (`events/eval`) and the export (`export/`) to `workdir`.
     `profile=(start, steps)` adds a profiler trace of those steps (`ctl.Profile`);
-    `loggers` and `dry_run` are `Runner.fit`'s, `resume_from` `ctl.Checkpoint`'s.
+    `loggers` and `dry_run` are `Runner.fit`'s, `resume_from` and `restore_data`
+    `ctl.Checkpoint`'s.
     """
     runner, image_shape = self._runner(strategy)
     schedule = self.schedule
@@ -619,7 +620,8 @@ class Experiment:
       actions.append(ctl.Profile(*profile))
     runner.fit(schedule.total_steps, workdir,
                checkpoint=ctl.Checkpoint(ctl.Every(steps=schedule.checkpoint_every),
-                                         resume_from=resume_from),
+                                         resume_from=resume_from,
+                                         restore_data=restore_data),
                actions=actions, loggers=list(loggers), progress=progress,
                dry_run=dry_run)
     return runner

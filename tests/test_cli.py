@@ -84,6 +84,21 @@ def test_train_writes_checkpoints_and_operative_config(trained):
   assert "gin bindings" not in first.stderr  # dcgan.gin and TINY use every binding
 
 
+@pytest.mark.slow  # `ctl` in subprocesses that import TensorFlow
+def test_train_resumes_with_another_batch_size_given_restart_data(shared_runs, tmp_path):
+  workdir = str(tmp_path / "run")
+  helpers.SharedRuns.copy(helpers.tiny_gan_training(shared_runs).workdir, workdir)  # batch 16
+  other = [*TINY, "--gin", "gan.Experiment.batch_size = 8", "--gin",
+           "gan.Schedule.total_steps = 6"]
+  refused = ctl("train", CONFIG, "--workdir", workdir, *other, check=False)
+  assert refused.returncode == 1, refused.stderr
+  assert "holds the position in data batched by 16" in refused.stderr
+  assert "`ctl train --restart-data`" in refused.stderr
+  resumed = ctl("train", CONFIG, "--workdir", workdir, *other, "--restart-data")
+  assert "ckpt-4 (step 4)" in resumed.stderr and "restore_data=False" in resumed.stderr
+  assert "ckpt-6.index" in os.listdir(os.path.join(workdir, "checkpoints"))
+
+
 @pytest.mark.slow  # `ctl` in a subprocess that imports TensorFlow
 def test_train_warns_of_the_bindings_it_never_used(tmp_path):
   """A misspelt scope and a penalty's weight with another penalty set: gin

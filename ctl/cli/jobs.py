@@ -86,6 +86,10 @@ def add_parser(subparsers: Any) -> None:
                           "newer ones exist; they are moved, with the run's records as "
                           "they were, into <workdir>/checkpoints/after-ckpt-STEP/ (once: "
                           "rerun with it, the run resumes from its newest again)")
+      parser.add_argument("--restart-data", action="store_true",
+                          help="on resume, restore the models and optimizers but start "
+                          "the data from its beginning: needed to resume with another "
+                          "global batch size (ctl.Checkpoint(restore_data=False))")
       parser.add_argument("--dry-run", action="store_true",
                           help="run each part once, tiny (one step, a checkpoint save "
                           "and restore, every action, evaluations over a handful of "
@@ -177,6 +181,8 @@ def run_train(args: argparse.Namespace) -> int:
     kwargs["dry_run"] = True
   if args.resume_from is not None:
     kwargs["resume_from"] = args.resume_from
+  if args.restart_data:
+    kwargs["restore_data"] = False
   if args.logger:
     from ctl.loop import loggers  # pylint: disable=import-outside-toplevel
     try:
@@ -329,7 +335,8 @@ def _run(args, method, report, **kwargs):
 
 # The options passed to an experiment's method only when given: the flag of each.
 _FLAGS = {"checkpoint": "--checkpoint", "profile": "--profile", "dry_run": "--dry-run",
-          "loggers": "--logger", "resume_from": "--resume-from"}
+          "loggers": "--logger", "resume_from": "--resume-from",
+          "restore_data": "--restart-data"}
 
 
 def _check_takes(experiment, method, kwargs):

@@ -270,8 +270,9 @@ class Checkpointer:
             f"it up in this pipeline ({_op_message(e).splitlines()[0]}). The data "
             "pipeline's structure changed since that save (a map, shuffle, batch or "
             "prefetch added, removed or moved). Build the data as that run did, or pass "
-            "fit(checkpoint=ctl.Checkpoint(restore_data=False)) to restore the models and "
-            "optimizers and start the data again from its beginning.") from None
+            "fit(checkpoint=ctl.Checkpoint(restore_data=False)) (`ctl train "
+            "--restart-data`) to restore the models and optimizers and start the data "
+            "again from its beginning.") from None
       if isinstance(e, tf.errors.OpError):
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({type(e).__name__}: {_tf_message(e)}): its "
@@ -377,8 +378,9 @@ class Checkpointer:
           f"checkpoint {path} holds the position in data batched by {saved} (global "
           f"batch size), but the data now gives batches of {self._batch_size}: that "
           "position cannot be taken up by this pipeline. Resume with batches of "
-          f"{saved}, or pass fit(checkpoint=ctl.Checkpoint(restore_data=False)) to "
-          "restore the models and optimizers and start the data again from its beginning.")
+          f"{saved}, or pass fit(checkpoint=ctl.Checkpoint(restore_data=False)) "
+          "(`ctl train --restart-data`) to restore the models and optimizers and start "
+          "the data again from its beginning.")
 
   def save(self) -> str | None:
     """Writes `ckpt-<global step>`; returns its path (on the chief). TF replaces
