@@ -61,8 +61,8 @@ def parse_args():
   p.add_argument("--checkpoint-every", type=int, default=4)
   p.add_argument("--steps-per-loop", type=int, default=3)
   p.add_argument("--pause-at", type=int)
-  p.add_argument("--pause-in", choices=["action", "call", "eval", "eval-python", "save", "export"],
-                 default="action")
+  p.add_argument("--pause-in", choices=["action", "call", "eval", "eval-python", "save", "merge",
+                                        "export"], default="action")
   p.add_argument("--delete-workdir-at", type=int)
   p.add_argument("--crash-in-save-at", type=int)
   p.add_argument("--fail-save-after-step", type=int)
@@ -71,6 +71,8 @@ def parse_args():
   p.add_argument("--resume-from", type=int)
   p.add_argument("--dropout", type=float, default=0.25)
   p.add_argument("--float64", action="store_true")
+  p.add_argument("--asynchronous", action="store_true")  # ctl.Checkpoint(asynchronous=True)
+  p.add_argument("--ballast-mb", type=int, default=0)  # a large untrained model: slow saves
   p.add_argument("--out", required=True)
   p.add_argument("--out-every-worker", action="store_true")
   return p.parse_args()
@@ -80,9 +82,14 @@ def dataset():
   return toy_gan.batches(toy_gan.normal_features(40, seed=5), shuffle_seed=3, repeat=True)
 
 
-def make_build(dropout):
+def make_build(dropout, ballast_mb=0):
   def build():
-    return _build(dropout)
+    models, optimizers = _build(dropout)
+    if ballast_mb:  # no optimizer: saved, never trained, so the losses do not change
+      import keras
+      models["ballast"] = keras.Sequential(
+          [keras.Input((1,)), keras.layers.Dense(ballast_mb * 2**18, use_bias=False)])
+    return models, optimizers
   return build
 
 
@@ -254,6 +261,19 @@ def pause_in_save(step, workdir):
   _tf_internal.wrap_checkpoint_state_update(wrapper)
 
 
+def pause_in_merge(step, workdir):
+  """Makes the save of `ckpt-<step>` wait halfway, for `go`: its data written under
+  `ckpt-<step>_temp/`, not yet merged into the checkpoint's files."""
+  def wrapper(original):
+    def merge(sources, prefix, *args, **kwargs):
+      if os.path.basename(prefix.numpy().decode()) == f"ckpt-{step}":
+        wait_for_go(workdir, f"merge {step}")
+      return original(sources, prefix, *args, **kwargs)
+    return merge
+
+  _tf_internal.wrap_checkpoint_merge(wrapper)
+
+
 class LimitFileSize(AtStep):
   """After the step-k checkpoint, caps this process's files at half its data file.
 
@@ -263,7 +283,12 @@ class LimitFileSize(AtStep):
   """
 
   def fire(self, context):
-    # Runs after fit's save at this step (a save comes first), so ckpt-k exists.
+    # Runs after fit's save at this step (a save comes first), so ckpt-k exists:
+    # once written, if that is in the background.
+    index = os.path.join(self.workdir, "checkpoints", f"ckpt-{self.step}.index")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(index) and time.monotonic() < deadline:
+      time.sleep(0.02)
     data = glob.glob(os.path.join(self.workdir, "checkpoints", f"ckpt-{self.step}.data-*"))
     limit = min(os.path.getsize(path) for path in data) // 2
     # A write past the limit raises SIGXFSZ, which kills; ignored, it fails with EFBIG.
@@ -295,7 +320,7 @@ def main():
     crash_in_save(args.crash_in_save_at)
   pause, where = args.pause_at, args.pause_in
   runner = ctl.Runner(make_step(args.nan_at, pause if where == "call" else None, args.workdir),
-                      make_build(args.dropout), dataset(), strategy=strategy,
+                      make_build(args.dropout, args.ballast_mb), dataset(), strategy=strategy,
                       seed=7, steps_per_loop=args.steps_per_loop,
                       mixed_precision="float64" if args.float64 else None)
   actions = []
@@ -307,6 +332,8 @@ def main():
     actions.append(evaluate_through_python_at(pause))
   if pause and where == "save":
     pause_in_save(pause, args.workdir)
+  if pause and where == "merge":
+    pause_in_merge(pause, args.workdir)
   if pause and where == "export":
     pause_in_export(args.workdir)
     actions.append(ctl.Export("generator", ctl.Every(steps=pause)))
@@ -320,7 +347,8 @@ def main():
   try:
     history = runner.fit(args.steps, args.workdir, actions=actions, progress=False,
                          checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every),
-                                                   resume_from=args.resume_from))
+                                                   resume_from=args.resume_from,
+                                                   asynchronous=args.asynchronous))
   except ctl.Interrupted as e:  # as the `ctl` command does
     print(f"INTERRUPTED: {e}", flush=True)
     sys.exit(ctl.INTERRUPTED_EXIT_CODE)

@@ -57,6 +57,19 @@ FAULTS = [
      "the `checkpoint` file names it; its data file then cut to half",
      "ckpt-4 stays the newest and is restored; the rerun is equal",
      "steps 5-8 (since ckpt-4), trained again by the rerun"),
+    ("test_sigkill_during_a_background_save_leaves_the_previous_restorable",
+     "SIGKILL while ckpt-8 is written in the background (ctl.Checkpoint(asynchronous="
+     "True)), its data under ckpt-8_temp/, training gone on to the end (default and "
+     "mirrored)",
+     "ckpt-4 stays the newest and is restored; the rerun writes ckpt-8 again and is "
+     "equal",
+     "steps 5-12 (since ckpt-4), trained again by the rerun"),
+    ("test_sigterm_waits_for_the_background_save",
+     "SIGTERM while ckpt-4 is written in the background and the step-8 save waits "
+     "for it",
+     "ckpt-4 is finished, then the step reached (8, or 7 on a slow machine) is saved; "
+     "exit 42; the rerun resumes from it and is equal",
+     "none"),
     ("test_sigterm_saves_exits_42_and_rerun_resumes",
      "SIGTERM at step 3 (default and mirrored)",
      "the paused action is abandoned and a checkpoint saved at step 3 at once, "
@@ -69,11 +82,12 @@ FAULTS = [
      "none"),
     ("test_failed_checkpoint_write_reports_and_keeps_the_previous",
      "the write of ckpt-8 fails with EFBIG (a file-size limit set after ckpt-4, "
-     "as a full disk fails it)",
+     "as a full disk fails it), at once and in the background",
      "exit code 1 with an OSError naming ckpt-8, the directory, TF's message, "
-     "ckpt-4 and the fix; the `checkpoint` file still names ckpt-4, no ckpt-8_temp "
-     "is left; the rerun resumes from ckpt-4 and is equal",
-     "steps 5-8 (since ckpt-4), trained again by the rerun"),
+     "ckpt-4 and the fix (in the background: at the next save, the end's); the "
+     "`checkpoint` file still names ckpt-4, no ckpt-8_temp is left; the rerun "
+     "resumes from ckpt-4 and is equal",
+     "steps 5-8 (5-12 in the background: since ckpt-4), trained again by the rerun"),
     ("test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes",
      "SIGKILL to worker 1 of 2 under `ctl launch`, at step 7",
      f"the launcher stops worker 0 within {GRACE + 15} s ({GRACE} s of grace, then "
@@ -214,6 +228,51 @@ def test_crash_during_checkpoint_write_leaves_previous_restorable(tmp_path, refe
   assert_same_run(resumed, reference("default"))
 
 
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+def test_sigkill_during_a_background_save_leaves_the_previous_restorable(tmp_path, reference,
+                                                                         strategy):
+  work, checkpoints = tmp_path / "work", tmp_path / "work" / "checkpoints"
+  layout = ("--strategy", strategy, "--logical-cpus", "2", "--asynchronous")
+  os.makedirs(work)
+  proc = start(work, tmp_path / "a.npz", "--pause-at", "8", "--pause-in", "merge", *layout)
+  with killed_if_left(proc):
+    wait_for(proc, "PAUSED merge 8")  # in the save's thread; training goes on to the end
+    left = sorted(os.listdir(checkpoints))
+    proc.kill()
+    proc.wait()
+  assert "ckpt-8_temp" in left and not [n for n in left if n.startswith("ckpt-8.")], left
+  assert tf.train.latest_checkpoint(str(checkpoints)).endswith("ckpt-4")
+  run(work, tmp_path / "b.npz", *layout)
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == 4
+  assert_same_run(resumed, reference(strategy))
+  assert not [n for n in os.listdir(checkpoints) if n.endswith("_temp")]
+
+
+def test_sigterm_waits_for_the_background_save(tmp_path, reference):
+  work, checkpoints = tmp_path / "work", tmp_path / "work" / "checkpoints"
+  os.makedirs(work)
+  proc = start(work, tmp_path / "a.npz", "--asynchronous", "--pause-at", "4",
+               "--pause-in", "merge")
+  with killed_if_left(proc):
+    wait_for(proc, "PAUSED merge 4")
+    time.sleep(1)  # the main thread trains on (to step 8, whose save waits for ckpt-4's)
+    proc.send_signal(signal.SIGTERM)
+    open(work / "go", "w").close()
+    log = proc.communicate(timeout=180)[0]
+  assert proc.returncode == ctl.PREEMPTED_EXIT_CODE, log[-4000:]
+  # At step 8 if the signal came once there; at 7 (the call before) on a slow machine.
+  saved = re.search(r"saved a checkpoint at step (\d+); exiting with code 42", log)
+  assert saved and int(saved[1]) in (7, 8), log[-4000:]
+  state = tf.train.get_checkpoint_state(str(checkpoints))
+  assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+      "ckpt-4", f"ckpt-{saved[1]}"]
+  run(work, tmp_path / "b.npz", "--asynchronous")
+  resumed = load(tmp_path / "b.npz")
+  assert int(resumed["first_step"]) == int(saved[1])
+  assert_same_run(resumed, reference("default"))
+
+
 # Paused at step 3 inside an action: a one-process run abandons the action at
 # the signal and saves at once, at step 3 (no step lost). This does not depend
 # on timing: Python runs the signal handler in the main thread, inside the
@@ -271,11 +330,14 @@ def test_multi_worker_sigterm_to_one_worker_saves_on_all_and_exits_42(tmp_path, 
   assert_same_run(resumed, reference("default", "--dropout", "0"), atol=1e-5)
 
 
-def test_failed_checkpoint_write_reports_and_keeps_the_previous(tmp_path, reference):
+@pytest.mark.parametrize("saves", ["synchronous", "asynchronous"])
+def test_failed_checkpoint_write_reports_and_keeps_the_previous(tmp_path, reference, saves):
   work = tmp_path / "work"
   checkpoints = work / "checkpoints"
-  # After ckpt-4, a file-size limit makes the kernel fail the write of ckpt-8.
-  proc = run(work, tmp_path / "a.npz", "--fail-save-after-step", "4", check=False)
+  # After ckpt-4, a file-size limit makes the kernel fail the write of ckpt-8 (in
+  # the background: the run stops at the next save, the end's, as it would at 8).
+  proc = run(work, tmp_path / "a.npz", "--fail-save-after-step", "4",
+             *(["--asynchronous"] if saves == "asynchronous" else []), check=False)
   log = proc.stdout + proc.stderr
   assert "FILE SIZE LIMIT" in proc.stdout, log[-4000:]
   assert proc.returncode == 1, log[-4000:]

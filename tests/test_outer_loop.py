@@ -5,6 +5,8 @@ import glob
 import io
 import logging
 import os
+import threading
+import time
 
 import gin
 import keras
@@ -373,6 +375,50 @@ def test_restore_takes_the_checkpoint_of_a_step(tmp_path):
   assert runner().restore(str(tmp_path)) == 8
   with pytest.raises(FileNotFoundError, match="the steps saved there are 4, 8"):
     runner().restore(str(tmp_path), 6)
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_an_asynchronous_save_writes_its_steps_values_while_training_goes_on(
+    tmp_path, monkeypatch, strategy_name, mirrored):
+  strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+  save, began, writing = tf.train.CheckpointManager.save, [], []
+
+  def slow(manager, checkpoint_number, **kwargs):  # a large model's write
+    writing.append(checkpoint_number)
+    assert len(writing) == 1, writing  # one save at a time
+    if threading.current_thread() is not threading.main_thread():
+      time.sleep(0.5)
+      began.append((checkpoint_number, int(r.state.global_step.numpy())))
+    try:
+      return save(manager, checkpoint_number=checkpoint_number, **kwargs)
+    finally:
+      writing.remove(checkpoint_number)
+
+  monkeypatch.setattr(tf.train.CheckpointManager, "save", slow)
+  every = ctl.Every(steps=4)
+  r = runner(strategy, steps_per_loop=1)
+  history = r.fit(12, str(tmp_path / "async"), progress=False,
+                  checkpoint=ctl.Checkpoint(every, keep=5, asynchronous=True))
+  # Saved in the background at 4 and 8, training on meanwhile; the end waits.
+  assert [step for step, _ in began] == [4, 8] and all(now > step for step, now in began)
+  expected = runner(strategy, steps_per_loop=1).fit(
+      12, str(tmp_path / "sync"), progress=False, checkpoint=ctl.Checkpoint(every, keep=5))
+  for key, values in expected.items():
+    np.testing.assert_array_equal(history[key], values)
+  for step in (4, 8, 12):  # each holds its step's values, not those of the write's time
+    saved, reference = (tf.train.load_checkpoint(str(tmp_path / run / "checkpoints" /
+                                                     f"ckpt-{step}"))
+                        for run in ("async", "sync"))
+    keys = set(reference.get_variable_to_shape_map())
+    assert set(saved.get_variable_to_shape_map()) == keys
+    for key in keys - {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+                       "data/.ATTRIBUTES/ITERATOR_STATE"}:
+      np.testing.assert_array_equal(saved.get_tensor(key), reference.get_tensor(key), key)
+  # The data position too: resumed from the background's ckpt-4, the run is the same.
+  resumed = runner(strategy, steps_per_loop=1).fit(
+      12, str(tmp_path / "async"), progress=False, checkpoint=ctl.Checkpoint(resume_from=4))
+  for key, values in expected.items():
+    np.testing.assert_array_equal(resumed[key], values[4:])
 
 
 def test_fit_does_not_discard_steps_trained_in_memory(tmp_path):

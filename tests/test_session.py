@@ -76,9 +76,9 @@ def test_every_save_of_a_fit_goes_through_its_session(tmp_path, monkeypatch):
   callers = []
   save = checkpoints.Checkpointer.save
 
-  def recorded(self):
+  def recorded(self, **kwargs):
     callers.append(os.path.basename(inspect.stack()[1].filename))
-    return save(self)
+    return save(self, **kwargs)
 
   monkeypatch.setattr(checkpoints.Checkpointer, "save", recorded)
   reports = Reports()

@@ -240,18 +240,73 @@ def trackable_object_graph(serialized):
   return graph
 
 
+def frozen(trackable):
+  """A trackable that a checkpoint writes as it would write `trackable` now, read
+  at once through TF's save protocols (`_serialize_to_tensors`, or the older
+  `_gather_saveables_for_checkpoint` of a MirroredVariable; not public): the
+  background save's snapshot. A variable read shares its buffer until the next
+  update copies it (TF's copy-on-write), so the snapshot costs no copy; a data
+  iterator's state is serialized here, at this step."""
+  _note_version("tensorflow")
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.checkpoint import saveable_compat  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.training.saving import saveable_object  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.training.saving import saveable_object_util  # pylint: disable=import-outside-toplevel
+
+  if saveable_object_util.trackable_has_serialize_to_tensor(trackable):
+    tensors = trackable._serialize_to_tensors()  # pylint: disable=protected-access
+  else:  # each saveable made under its attribute's name, as TF names its tensors
+    saveables = [factory(name=name) if callable(factory) else factory for name, factory
+                 in trackable._gather_saveables_for_checkpoint().items()]  # pylint: disable=protected-access
+    tensors = saveable_object_util.saveable_object_to_tensor_dict(saveables)
+
+  def read(value):  # a SaveSpec reads when asked; a partitioned one is {slice: value}
+    if isinstance(value, dict):
+      return {k: read(v) for k, v in value.items()}
+    value = value.tensor if isinstance(value, saveable_object.SaveSpec) else value
+    if value is None:  # an uninitialized variable
+      return None
+    with tf.device("/cpu:0"):  # a variable (a Keras one's MirroredVariable) is read now
+      return tf.identity(value)
+
+  tensors = {k: read(v) for k, v in tensors.items()}
+  copy = _frozen_class(tf)({k: v for k, v in tensors.items() if v is not None})  # None: unset
+  legacy = saveable_compat.get_saveable_name(trackable)  # a data iterator's "ITERATOR"
+  return copy if legacy is None else saveable_compat.legacy_saveable_name(legacy)(copy)
+
+
+@functools.cache
+def _frozen_class(tf):
+  class Frozen(tf.__internal__.tracking.Trackable):
+    def __init__(self, tensors):
+      self._tensors = tensors
+
+    def _serialize_to_tensors(self):
+      return self._tensors
+  return Frozen
+
+
 def wrap_checkpoint_state_update(wrapper):
   """Replaces TF's update of a directory's `checkpoint` file, the moment a save
   becomes the newest, by `wrapper(original)` (fault tests pause or crash there).
   Returns a function that puts the original back."""
-  _note_version("tensorflow")
   from tensorflow.python.checkpoint import checkpoint_management  # pylint: disable=import-outside-toplevel
-  original = checkpoint_management.update_checkpoint_state_internal
-  checkpoint_management.update_checkpoint_state_internal = wrapper(original)
+  return _wrap(checkpoint_management, "update_checkpoint_state_internal", wrapper)
 
-  def restore():
-    checkpoint_management.update_checkpoint_state_internal = original
-  return restore
+
+def wrap_checkpoint_merge(wrapper):
+  """Replaces TF's merge of a save's written data (under `<prefix>_temp/`) into the
+  checkpoint's files by `wrapper(original)`, called as `(sources, prefix, ...)`:
+  fault tests pause a save there, halfway. Returns a function that puts it back."""
+  from tensorflow.python.checkpoint import functional_saver  # pylint: disable=import-outside-toplevel
+  return _wrap(functional_saver.gen_io_ops, "merge_v2_checkpoints", wrapper)
+
+
+def _wrap(module, name, wrapper):
+  _note_version("tensorflow")
+  original = getattr(module, name)
+  setattr(module, name, wrapper(original))
+  return lambda: setattr(module, name, original)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,9 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -114,25 +116,38 @@ class Checkpoint:
       newer ones exist, which are set aside, not deleted (`go_back`). Once:
       while their folder is there, a rerun with the same option resumes from
       the newest checkpoint, i.e. what it trained since.
+    asynchronous: True writes the scheduled saves in a background thread while
+      training goes on: the step waits only for the values to be taken (a
+      copy-on-write read). One save at a time: the next save waits for the one
+      in flight, and so do the end's, a signal's and `BestCheckpoints`'
+      (written at once); a save that failed stops the run at the next. The
+      `checkpoint` file names a checkpoint once its files are whole, so a
+      crash mid-write leaves the previous checkpoint the one restored.
   """
 
   def __init__(self, every: Every | None = None, keep: int = 3, *,
-               restore_data: bool = True, resume_from: int | None = None):
+               restore_data: bool = True, resume_from: int | None = None,
+               asynchronous: bool = False):
     check_every("Checkpoint", every)
     arguments.integer("Checkpoint: keep", keep, minimum=1)
     if resume_from is not None:
       arguments.integer("Checkpoint: resume_from", resume_from, minimum=0,
                         meaning="the step of the checkpoint to go back to")
+    if not isinstance(asynchronous, bool):
+      raise TypeError(f"Checkpoint(asynchronous={asynchronous!r}): pass True (scheduled "
+                      "saves written in the background) or False.")
     self.every = every or Every(steps=1000, seconds=600)
     self.keep = keep
     self.restore_data = restore_data
     self.resume_from = resume_from
+    self.asynchronous = asynchronous
 
   def open(self, placement: Placement, state: State, feed: Feed,
            workdir: str) -> Checkpointer:
     """The checkpointer of `<workdir>/checkpoints`, checked before training."""
     checkpointer = Checkpointer(placement, state, feed, os.path.join(workdir, "checkpoints"),
-                                keep=self.keep, restore_data=self.restore_data)
+                                keep=self.keep, restore_data=self.restore_data,
+                                asynchronous=self.asynchronous)
     checkpointer.check_data_can_be_saved()
     return checkpointer
 
@@ -141,12 +156,15 @@ class Checkpointer:
   """Saves and restores `state` and `feed`'s position in the data under
   `directory`, keeping the `keep` newest. Every worker takes part in a save
   (TF's collective save needs them all); only the chief's files are kept.
-  `restore_data=False` starts the data again (its position is saved either way).
+  `restore_data=False` starts the data again (its position is saved either way);
+  `asynchronous`: `save(wait=False)` writes in a thread (`Checkpoint`).
   """
 
   def __init__(self, placement: Placement, state: State, feed: Feed, directory: str,
-               keep: int = 3, restore_data: bool = True):
+               keep: int = 3, restore_data: bool = True, asynchronous: bool = False):
     self._state = state
+    self._asynchronous = asynchronous
+    self._writing: _Writing | None = None  # the save in flight in the background
     self._iterator = feed.iterator if feed.checkpointable else None
     self.directory = directory
     self._saved_step = None
@@ -167,27 +185,22 @@ class Checkpointer:
                    "batches to another strategy for an exact resume.")
     for kind in ("models", "optimizers"):
       state[kind] = {_encode(name): values for name, values in state[kind].items()}
+    self._saved = state  # what each save writes, as its values are at that save
     self.checkpoint = tf.train.Checkpoint(**state)
     self._restored = self.checkpoint if restore_data or self._iterator is None else (
         tf.train.Checkpoint(**{k: v for k, v in state.items() if k not in ("data", _BATCH_SIZE)}))
     self._open_managers()
 
   def _open_managers(self):
-    """TF's managers of the directory, which read its `checkpoint` file (one
-    that names no checkpoint, e.g. empty, is taken as missing, as `restore` does)."""
-    with _tf_internal.checkpoint_pointer_naming_nothing_as_missing():
-      self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
-                                                max_to_keep=self._keep)
-      # What TF's preemption handler restores through (it restores at creation).
-      self.restore_manager = tf.train.CheckpointManager(self._restored, self.directory,
-                                                        max_to_keep=self._keep)
-    self._write_manager = self.manager if self.is_chief else tf.train.CheckpointManager(
-        self.checkpoint, self._scratch, max_to_keep=1)
+    """What TF's preemption handler restores through (it restores at creation),
+    which reads the directory's `checkpoint` file."""
+    self.restore_manager = _manager(self._restored, self.directory, self._keep)
+    self._latest = self.restore_manager.latest_checkpoint
 
   @property
   def latest(self) -> str | None:
-    """Path prefix of the newest checkpoint, or None."""
-    return self.manager.latest_checkpoint
+    """Path prefix of the newest checkpoint written whole, or None."""
+    return self._latest
 
   def check_data_can_be_saved(self) -> None:
     """Refuses, by a trial write before any step, a data position no save could
@@ -382,36 +395,67 @@ class Checkpointer:
           "(`ctl train --restart-data`) to restore the models and optimizers and start "
           "the data again from its beginning.")
 
-  def save(self) -> str | None:
+  def save(self, *, wait: bool = True) -> str | None:
     """Writes `ckpt-<global step>`; returns its path (on the chief). TF replaces
     the `checkpoint` file that names the newest last, atomically, so a crash
-    mid-save leaves the previous checkpoint the one restored."""
+    mid-save leaves the previous checkpoint the one restored.
+
+    The save in flight is waited for first (`wait`). With `asynchronous`,
+    `wait=False` returns once the values are taken, and a thread writes them.
+    """
+    self.wait()
     step = int(self._state.global_step.numpy())
     if step == self._saved_step:  # e.g. a stop's save, then the end's
       return self.latest if self.is_chief else None
+    if self.is_chief:
+      write_text_atomically(os.path.join(self.directory, "operative_config.gin"),
+                            gin.operative_config_str() or "# No gin bindings were used: "
+                            "this run was configured in Python (its code and command line).\n")
+    directory = self.directory if self.is_chief else self._scratch
+    snapshot = None if wait or not self._asynchronous else self._snapshot()
+    manager = _manager(snapshot or self.checkpoint, directory,
+                       self._keep if self.is_chief else 1)
+    if snapshot is None:
+      return self._written(step, _write(manager, step, self.latest, self.is_chief))
+    self._writing = _Writing(manager, step, self.latest, self.is_chief)
+    return os.path.join(self.directory, f"ckpt-{step}") if self.is_chief else None
+
+  def _snapshot(self):
+    """A checkpoint of the values now (`_tf_internal.frozen`); None (said once)
+    if one cannot be taken so: then every save writes at once."""
+    memo = {}  # a variable two models share is one snapshot, as it is one variable
+
+    def freeze(value):
+      if isinstance(value, dict):
+        return {k: freeze(v) for k, v in value.items()}
+      if isinstance(value, list):
+        return [freeze(v) for v in value]
+      if id(value) not in memo:
+        memo[id(value)] = _tf_internal.frozen(value)
+      return memo[id(value)]
+
     try:
-      path = self._write_manager.save(checkpoint_number=step)
-    except (tf.errors.OpError, OSError) as e:
-      directory = self._write_manager.directory
-      if _clean_failed_save(os.path.join(directory, f"ckpt-{step}")):
-        raise OSError(
-            f"checkpoint ckpt-{step} was written whole in {directory}, but the "
-            f"`checkpoint` file could not be updated to name it: {_tf_message(e)}. "
-            "Free disk space or fix the directory's permissions, then rerun the same "
-            f"command: it resumes from ckpt-{step}.") from e
-      raise OSError(
-          f"could not write checkpoint ckpt-{step} in {directory}: {_tf_message(e)}. "
-          "Its partial files were removed. The newest complete checkpoint is "
-          f"{self.latest or 'none (nothing was saved yet)'}; free disk space or fix the "
-          "directory's permissions, then rerun the same command to resume from it."
-      ) from e
-    self._saved_step = step
-    if not self.is_chief:
-      shutil.rmtree(self._scratch, ignore_errors=True)
+      return tf.train.Checkpoint(**freeze(self._saved))
+    except (AttributeError, NotImplementedError, TypeError, ValueError) as e:
+      _log.warning("asynchronous checkpoints: the values to save cannot be taken ahead "
+                   "of their write (%s: %s); every save is written before training "
+                   "goes on.", type(e).__name__, e)
+      self._asynchronous = False
       return None
-    write_text_atomically(os.path.join(self.directory, "operative_config.gin"),
-                          gin.operative_config_str() or "# No gin bindings were used: this "
-                          "run was configured in Python (its code and command line).\n")
+
+  def wait(self) -> None:
+    """Waits for the save in flight in the background, if any; raises its OSError."""
+    writing, self._writing = self._writing, None
+    if writing is not None:
+      writing.join()
+      if writing.error is not None:
+        raise writing.error
+      self._written(writing.step, writing.path)
+
+  def _written(self, step, path):
+    self._saved_step = step
+    if self.is_chief:
+      self._latest = path
     return path
 
   def copy_newest(self, into: str) -> str:
@@ -427,6 +471,57 @@ class Checkpointer:
       shutil.copyfile(path, partial)
       os.replace(partial, os.path.join(target, os.path.basename(path)))
     return os.path.join(target, os.path.basename(source))
+
+
+def _manager(checkpoint, directory, keep):
+  """TF's manager of `directory` saving `checkpoint`, which reads its `checkpoint`
+  file (one that names no checkpoint, e.g. empty, is taken as missing, as
+  `Checkpointer.restore` does)."""
+  with _tf_internal.checkpoint_pointer_naming_nothing_as_missing():
+    return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
+
+
+def _write(manager, step, latest, is_chief):
+  """Writes `manager`'s checkpoint as ckpt-`step`; returns its path (on the chief;
+  another worker's files are removed). OSError, naming `latest`, if it failed."""
+  directory = manager.directory
+  try:
+    path = manager.save(checkpoint_number=step)
+  except (tf.errors.OpError, OSError) as e:
+    if _clean_failed_save(os.path.join(directory, f"ckpt-{step}")):
+      raise OSError(
+          f"checkpoint ckpt-{step} was written whole in {directory}, but the "
+          f"`checkpoint` file could not be updated to name it: {_tf_message(e)}. "
+          "Free disk space or fix the directory's permissions, then rerun the same "
+          f"command: it resumes from ckpt-{step}.") from e
+    raise OSError(
+        f"could not write checkpoint ckpt-{step} in {directory}: {_tf_message(e)}. "
+        "Its partial files were removed. The newest complete checkpoint is "
+        f"{latest or 'none (nothing was saved yet)'}; free disk space or fix the "
+        "directory's permissions, then rerun the same command to resume from it.") from e
+  if is_chief:
+    return path
+  shutil.rmtree(directory, ignore_errors=True)
+  return None
+
+
+class _Writing(threading.Thread):
+  """`_write` in a thread of low priority (Linux), so that on a busy CPU the
+  training threads go first; the interpreter waits for it at exit."""
+
+  def __init__(self, manager, step, latest, is_chief):
+    super().__init__(name=f"ctl-save-ckpt-{step}")
+    self.step, self.path, self.error = step, None, None
+    self._args = manager, step, latest, is_chief
+    self.start()
+
+  def run(self):
+    if sys.platform.startswith("linux"):  # a thread's own id: its nice value alone
+      os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    try:
+      self.path = _write(*self._args)
+    except Exception as e:  # pylint: disable=broad-except
+      self.error = e  # raised by `Checkpointer.wait`
 
 
 def go_back(directory: str, step: int, *, copied: Sequence[str] = (),

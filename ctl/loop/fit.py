@@ -307,7 +307,7 @@ def _run_due(session, context, checkpoint, scheduled, stopper):
   timers = _timers(checkpoint, scheduled)
   flags = stopping.agree(session.placement, [e.due(context.step) for e in timers])
   if checkpoint and flags[0]:
-    session.save("schedule")
+    session.save("schedule", wait=False)
     checkpoint.every.fired(context.step)
   due = flags[1:] if checkpoint else flags
   due_now = [a for a, now in zip(scheduled, due) if now]

@@ -124,13 +124,14 @@ class Session:
       with self.timed(f"restore {os.path.basename(self.latest or '')}".strip()):
         self._checkpointer.restore()
 
-  def save(self, why: str) -> str | None:
+  def save(self, why: str, *, wait: bool = True) -> str | None:
     """Saves the current step if not saved, on every worker (a save is collective);
-    returns its path on the chief. `why` goes in the log line."""
+    returns its path on the chief. `why` goes in the log line. `wait=False`: in
+    the background, if the fit's `ctl.Checkpoint` is asynchronous."""
     if self._checkpointer is None:
       return None
     with self.timed("checkpoint save"):
-      path = self._checkpointer.save()
+      path = self._checkpointer.save(wait=wait)
     if path:
       _log.debug("saved %s (%s)", path, why)
     return path
@@ -151,6 +152,9 @@ class Session:
       return
     self._lock.release()
     self._lock = workdir_lib.Lock(self.workdir)
+    if self._checkpointer is not None:  # a save in flight wrote into what went
+      with contextlib.suppress(Exception):
+        self._checkpointer.wait()
     for logger in self._loggers:  # the files in it are new
       if callable(getattr(logger, "reopen", None)):  # optional outside ctl.Logger
         logger.reopen()
@@ -214,7 +218,13 @@ class Session:
                      "" if step is None else f" at step {step}", type(e).__name__, e)
 
   def close(self, status: str) -> None:
-    """Each begun logger's `end`, however the fit ends; one that fails is named."""
+    """Waits for the save in flight; each begun logger's `end`, however the fit
+    ends; one that fails is named."""
+    if self._checkpointer is not None:
+      try:
+        self._checkpointer.wait()
+      except Exception as e:  # pylint: disable=broad-except
+        _log.warning("%s; the fit is %s.", e, status)
     for logger in reversed(self._loggers):
       try:
         logger.end(status)
