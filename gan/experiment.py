@@ -462,6 +462,8 @@ class Schedule:
     keep_best: keep the checkpoints of this many best classifier FIDs in
       `<workdir>/checkpoints/best/` (`ctl.BestCheckpoints`), for `evaluate`,
       `export`, `ctl eval` and `ctl export` with checkpoint "best"; 0: none.
+    asynchronous_checkpoints: write the scheduled checkpoints in the background
+      while training goes on (`ctl.Checkpoint(asynchronous=True)`).
   """
 
   total_steps: int = 5000
@@ -470,6 +472,7 @@ class Schedule:
   checkpoint_every: int = 1000
   fid_every: int | None = None
   keep_best: int = 0
+  asynchronous_checkpoints: bool = False
 
   def __post_init__(self) -> None:
     arguments.integer("total_steps", self.total_steps, minimum=0)
@@ -621,7 +624,8 @@ class Experiment:
     runner.fit(schedule.total_steps, workdir,
                checkpoint=ctl.Checkpoint(ctl.Every(steps=schedule.checkpoint_every),
                                          resume_from=resume_from,
-                                         restore_data=restore_data),
+                                         restore_data=restore_data,
+                                         asynchronous=schedule.asynchronous_checkpoints),
                actions=actions, loggers=list(loggers), progress=progress,
                dry_run=dry_run)
     return runner

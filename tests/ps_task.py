@@ -65,6 +65,7 @@ def main():
   p.add_argument("--checkpoint-every", type=int, default=20)
   p.add_argument("--steps-per-loop", type=int, default=10)
   p.add_argument("--out", required=True)
+  p.add_argument("--asynchronous", action="store_true")  # ctl.Checkpoint(asynchronous=True)
   args = p.parse_args()
   strategy = ctl.make_strategy("parameter_server")  # workers and ps serve here
   assert ctl.worker(strategy) == (0, 1, True), ctl.worker(strategy)  # the coordinator runs this
@@ -81,7 +82,8 @@ def main():
   loss_before = discriminator_loss(runner.models, real, fixed_noise)
   weights_before = weights(runner.models)
   history = runner.fit(args.steps, args.workdir, actions=actions, progress=False,
-                       checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every)))
+                       checkpoint=ctl.Checkpoint(ctl.Every(steps=args.checkpoint_every),
+                                                 asynchronous=args.asynchronous))
   results = toy_gan.results(history)
   results["fixed_batch_loss_before"] = np.array(loss_before)
   results["fixed_batch_loss_after"] = np.array(discriminator_loss(runner.models, real, fixed_noise))

@@ -2073,3 +2073,21 @@ def test_every_model_layout_saves_and_resumes(layout, tmp_path):
     np.testing.assert_array_equal(results[key], values, err_msg=key)
   for got, want in zip(_state(resumed), _state(stopped), strict=True):
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param(name, marks=(pytest.mark.slow,) if name.startswith("gan-") else ())
+    for name in LAYOUTS])
+def test_every_model_layout_saves_in_the_background_and_resumes(layout, tmp_path, caplog):
+  make = LAYOUTS[layout]
+  stopped = make()
+  expected = stopped.fit(4, tmp_path, progress=False, checkpoint=ctl.Checkpoint(
+      ctl.Every(steps=2), asynchronous=True))  # ckpt-2 in the background
+  assert "cannot be taken ahead" not in caplog.text  # no fall back to saving at once
+  resumed = make()
+  results = resumed.fit(4, tmp_path, progress=False,
+                        checkpoint=ctl.Checkpoint(resume_from=2))
+  for key, values in expected.items():
+    np.testing.assert_array_equal(results[key], values[2:], err_msg=key)
+  for got, want in zip(_state(resumed), _state(stopped), strict=True):
+    np.testing.assert_array_equal(got, want)

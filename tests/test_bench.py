@@ -142,6 +142,19 @@ def test_eval_speed_prints_every_path_under_both_strategies():
   assert "| 100 | mirrored:2 | distributed, FID |" in proc.stdout
 
 
+def test_save_stall_prints_each_way_and_the_ratio():
+  """bench/save_stall.py, shrunk: the kit's dcgan row, complete (no timing asserts)."""
+  proc = helpers.python(["bench/save_stall.py", "--models", "dcgan", "--steps", "5",
+                         "--every", "2", "--repetitions", "1"], timeout=600)
+  rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+  assert [r["model"] for r in rows] == ["dcgan"], proc.stdout
+  row = rows[0]
+  assert row["scheduled_saves"] == 2 and row["parameters"] > 0 and row["tf_threads"] == "all"
+  assert set(row["stall_seconds"]) == {"synchronous", "asynchronous"}
+  assert all(len(v) == 1 for v in row["stall_each"].values())
+  assert "| dcgan | 0.8M |" in proc.stdout
+
+
 def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
   """bench/gan_quality.py --quick on the main job (unconditional, its own step) and two
   kinds of config (conditional, BiGAN): every record complete (no quality asserts). The

@@ -552,9 +552,11 @@ def test_a_run_resumes_on_another_layout_as_if_never_stopped(tmp_path, reference
                                  rtol=2**-23, atol=atol, err_msg=key)
 
 
-def test_multi_worker_keeps_the_chiefs_checkpoints_and_resumes(tmp_path, reference):
+@pytest.mark.parametrize("saves", ["synchronous", "asynchronous"])
+def test_multi_worker_keeps_the_chiefs_checkpoints_and_resumes(tmp_path, reference, saves):
   work = tmp_path / "work"
-  args = ("--workdir", str(work), "--dropout", "0")
+  args = ("--workdir", str(work), "--dropout", "0") + (
+      ("--asynchronous",) if saves == "asynchronous" else ())
   run_workers(tmp_path, 2, *args, "--steps", "8", task=TASK)
   assert sorted(os.listdir(work / "checkpoints")) == [
       "checkpoint", "ckpt-4.data-00000-of-00001", "ckpt-4.index",

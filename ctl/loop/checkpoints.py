@@ -8,12 +8,15 @@
     step = checkpointer.restore()      # 0 when the directory holds no checkpoint
     ...
     checkpointer.save()                # ckpt-<global step>
+    checkpointer.save(wait=False)      # asynchronous=True: a thread writes it
+    checkpointer.wait()                # ... until here
 
 What a checkpoint holds, and how a damaged folder is restored: docs/outer-loop.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -445,9 +448,10 @@ class Checkpointer:
 
   def wait(self) -> None:
     """Waits for the save in flight in the background, if any; raises its OSError."""
-    writing, self._writing = self._writing, None
+    writing = self._writing
     if writing is not None:
-      writing.join()
+      writing.join()  # (a Ctrl-C here leaves it in flight, waited for by the next call)
+      self._writing = None
       if writing.error is not None:
         raise writing.error
       self._written(writing.step, writing.path)
@@ -517,7 +521,8 @@ class _Writing(threading.Thread):
 
   def run(self):
     if sys.platform.startswith("linux"):  # a thread's own id: its nice value alone
-      os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+      with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     try:
       self.path = _write(*self._args)
     except Exception as e:  # pylint: disable=broad-except

@@ -1,0 +1,174 @@
+"""What a checkpoint save costs the training loop: synchronous against
+`ctl.Checkpoint(asynchronous=True)`, in one run.
+
+    python bench/save_stall.py                 # the kit's dcgan and a 112M-parameter one
+    python bench/save_stall.py --threads 1     # TF on one core: one left for the write
+    python bench/save_stall.py --models dcgan --steps 5 --repetitions 1   # a smoke run
+
+Each model trains under `runner.fit` three ways, their repetitions interleaved
+(A, B, C, A, B, C, ...) so that drifts in machine load hit each alike: with no
+scheduled save (`none`), saving every `--every` steps written at once
+(`synchronous`), and the same saves written in the background (`asynchronous`).
+Every fit also saves at its end, written at once in all three. An action stamps
+the time after each step's work; a fit's time is from the stamp of its first
+step to that of its last, after the end's save (which waits for a background
+write still in flight). The stall per save is (fit time - the `none` fit's
+time of the same repetition) / the scheduled saves; the ratio is
+asynchronous / synchronous, from the medians over repetitions.
+
+Models: `dcgan`, the kit's (`gan.dcgan_generator(64, 64)` and
+`gan.dcgan_discriminator(64)`, batch 64, 28x28x1, Adam); `dcgan-wide`, the same
+networks at width 1024 (112M parameters, 335M values with Adam's two slots:
+1.3 GB a checkpoint), batch 8.
+
+Where the write runs matters: on a CPU the background write needs the cores the
+step uses (its thread runs at a lower priority on Linux, so training goes first
+and the write finishes later). `--threads 1` runs TF's ops on one thread, which
+leaves a core to the write, as an accelerator's host leaves its CPU while the
+device steps. Prints a table, then one JSON object per line.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import ctl
+
+MODELS = {"dcgan": dict(width=64, batch=64), "dcgan-wide": dict(width=1024, batch=8)}
+WAYS = ("none", "synchronous", "asynchronous")
+
+
+class Stamps(ctl.Action):
+  """The time after each step's work (a save at that step comes first)."""
+
+  def __init__(self):
+    self.every = ctl.Every(steps=1)
+    self.times = []
+
+  def __call__(self, context):
+    self.times.append(time.perf_counter())
+
+
+def make_runner(width, batch):
+  import keras  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  import gan  # pylint: disable=import-outside-toplevel
+
+  def build():
+    models = {"generator": gan.dcgan_generator(64, width),
+              "discriminator": gan.dcgan_discriminator(width)}
+    return models, {name: keras.optimizers.Adam(2e-4, beta_1=0.5) for name in models}
+
+  def step(ctx, real):
+    generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
+    with tf.GradientTape(persistent=True) as tape:
+      fake = generator(ctx.normal([64]), training=True)
+      real_logits, fake_logits = discriminator(real), discriminator(fake)
+      d_loss = ctx.average(gan.losses.non_saturating.discriminator(real_logits, fake_logits))
+      g_loss = ctx.average(gan.losses.non_saturating.generator(fake_logits))
+    ctx.minimize(d_loss, "discriminator", tape=tape)
+    ctx.minimize(g_loss, "generator", tape=tape)
+    return {"d_loss": d_loss, "g_loss": g_loss}
+
+  images = tf.random.stateless_uniform([batch * 4, 28, 28, 1], [1, 2], -1.0, 1.0)
+  data = tf.data.Dataset.from_tensor_slices(images).repeat().batch(batch, drop_remainder=True)
+  return ctl.Runner(step, build, data, steps_per_loop=1)
+
+
+def parameters(runner):
+  models = sum(int(v.shape.num_elements()) for m in runner.models.values() for v in m.weights)
+  state = models + sum(int(v.shape.num_elements()) for o in runner.optimizers.values()
+                       for v in o.variables)
+  return models, state
+
+
+def fit_time(runner, way, steps, every, scratch):
+  """Seconds from the first step's stamp to the last's, for `steps` more steps."""
+  stamps = Stamps()
+  workdir = tempfile.mkdtemp(dir=scratch)
+  start = int(runner.state.global_step.numpy())
+  schedule = ctl.Every(steps=every if way != "none" else 10**9)
+  runner.fit(start + steps, workdir, actions=[stamps], progress=False, summaries=False,
+             checkpoint=ctl.Checkpoint(schedule, keep=2, asynchronous=way == "asynchronous"))
+  shutil.rmtree(workdir)
+  return stamps.times[-1] - stamps.times[0]
+
+
+def measure(name, steps, every, repetitions, scratch):
+  spec = MODELS[name]
+  runner = make_runner(**spec)
+  runner.train(2)  # traced and warm
+  models, state = parameters(runner)
+  saves = len(range(every, steps, every))  # scheduled between the first step and the end
+  times = {way: [] for way in WAYS}
+  for _ in range(repetitions):
+    for way in WAYS:
+      times[way].append(fit_time(runner, way, steps, every, scratch))
+  stalls = {way: [(t - base) / saves for t, base in zip(times[way], times["none"])]
+            for way in WAYS[1:]}
+  median = {way: statistics.median(values) for way, values in stalls.items()}
+  step_seconds = statistics.median(times["none"]) / (steps - 1)
+  return {"model": name, "parameters": models, "saved_values": state,
+          "checkpoint_mb": round(state * 4 / 2**20), "batch": spec["batch"], "steps": steps,
+          "save_every": every, "scheduled_saves": saves, "repetitions": repetitions,
+          "step_seconds": round(step_seconds, 4),
+          "stall_seconds": {way: round(v, 4) for way, v in median.items()},
+          "stall_each": {way: [round(s, 4) for s in v] for way, v in stalls.items()},
+          "asynchronous_over_synchronous": (round(median["asynchronous"] / median["synchronous"], 3)
+                                            if median["synchronous"] > 0 else None)}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--models", default=",".join(MODELS),
+                      help=f"comma-separated subset of {', '.join(MODELS)}")
+  parser.add_argument("--steps", type=int, default=9, help="steps per timed fit")
+  parser.add_argument("--every", type=int, default=2, help="steps between scheduled saves")
+  parser.add_argument("--threads", type=int, default=0,
+                      help="TF's intra- and inter-op threads; 0: TF's default (every core)")
+  parser.add_argument("--repetitions", type=int, default=3)
+  args = parser.parse_args()
+  names = [n for n in args.models.split(",") if n]
+  unknown = [n for n in names if n not in MODELS]
+  if unknown or not names:
+    parser.error(f"--models {args.models!r}: unknown {unknown}; choose from {', '.join(MODELS)}")
+  if not 0 < args.every < args.steps - 1:
+    parser.error(f"--every {args.every} with --steps {args.steps}: a scheduled save needs "
+                 "steps after it before the end; use --every between 1 and --steps - 2")
+  if args.threads:  # before TF's first op
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+  sys.path.insert(0, os.path.dirname(__file__))
+  from run import cpu_features  # pylint: disable=import-outside-toplevel
+  scratch = tempfile.mkdtemp(prefix="ctl-save-stall-")
+  try:
+    rows = [dict(measure(n, args.steps, args.every, args.repetitions, scratch),
+                 tf_threads=args.threads or "all") for n in names]
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+  cpu = cpu_features()
+  print(f"# {cpu['cpu']}, {cpu['cores']} cores, Python {platform.python_version()}; TF's "
+        f"threads: {args.threads or 'its default'}; the write's speed depends on the disk "
+        "and its page cache")
+  print("| model | parameters | checkpoint | step | stall per save, synchronous | "
+        "asynchronous | ratio |")
+  print("|---|---|---|---|---|---|---|")
+  for r in rows:
+    stall = r["stall_seconds"]
+    print(f"| {r['model']} | {r['parameters'] / 1e6:.1f}M | {r['checkpoint_mb']} MB | "
+          f"{r['step_seconds']:.3f} s | {stall['synchronous']:.3f} s | "
+          f"{stall['asynchronous']:.3f} s | {r['asynchronous_over_synchronous']} |")
+  for r in rows:
+    print(json.dumps(dict(r, cpu=cpu)))
+
+
+if __name__ == "__main__":
+  main()
