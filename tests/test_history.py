@@ -387,3 +387,10 @@ def test_a_deleted_history_is_marked_lost_at_the_resume(tmp_path, caplog):
   assert "history.jsonl holds no line of steps 0 to 11, trained before step 12" in (
       caplog.text)
   assert lines(tmp_path)[0] == {"step": 0, "lost_through": 11}
+
+
+def test_an_empty_history_says_why_it_holds_no_value():
+  """What a fit returns when its work directory was already at total_steps: a
+  new user's `history["d_loss"]` then named the step, not the finished run."""
+  with pytest.raises(KeyError, match="holds no step .*trains none.*ctl.read_history"):
+    history_lib.History()["d_loss"]

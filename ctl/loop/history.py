@@ -113,7 +113,9 @@ class History(Mapping):
     arrays = self._arrays()[1]
     if key not in arrays:
       raise KeyError(f"{key!r}: the step returned no such value; its keys are "
-                     f"{sorted(arrays)}.")
+                     f"{sorted(arrays)}." if arrays else f"{key!r}: this history holds no "
+                     "step (a fit that found its work directory at its total_steps trains "
+                     "none; ctl.read_history(workdir) reads the steps trained there).")
     return arrays[key]
 
   def __iter__(self) -> Iterator[str]:
