@@ -410,10 +410,6 @@ class Checkpointer:
     step = int(self._state.global_step.numpy())
     if step == self._saved_step:  # e.g. a stop's save, then the end's
       return self.latest if self.is_chief else None
-    if self.is_chief:
-      write_text_atomically(os.path.join(self.directory, "operative_config.gin"),
-                            gin.operative_config_str() or "# No gin bindings were used: "
-                            "this run was configured in Python (its code and command line).\n")
     directory = self.directory if self.is_chief else self._scratch
     snapshot = None if wait or not self._asynchronous else self._snapshot()
     manager = _manager(snapshot or self.checkpoint, directory,
@@ -457,9 +453,13 @@ class Checkpointer:
       self._written(writing.step, writing.path)
 
   def _written(self, step, path):
+    """After the save of `step` is whole: it is the newest; its gin config beside it."""
     self._saved_step = step
     if self.is_chief:
       self._latest = path
+      write_text_atomically(os.path.join(self.directory, "operative_config.gin"),
+                            gin.operative_config_str() or "# No gin bindings were used: "
+                            "this run was configured in Python (its code and command line).\n")
     return path
 
   def copy_newest(self, into: str) -> str:
