@@ -411,17 +411,16 @@ class Checkpointer:
     if step == self._saved_step:  # e.g. a stop's save, then the end's
       return self.latest if self.is_chief else None
     directory = self.directory if self.is_chief else self._scratch
-    snapshot = None if wait or not self._asynchronous else self._snapshot()
-    manager = _manager(snapshot or self.checkpoint, directory,
+    background = self._asynchronous and not wait
+    manager = _manager(self._snapshot() if background else self.checkpoint, directory,
                        self._keep if self.is_chief else 1)
-    if snapshot is None:
+    if not background:
       return self._written(step, _write(manager, step, self.latest, self.is_chief))
     self._writing = _Writing(manager, step, self.latest, self.is_chief)
     return os.path.join(self.directory, f"ckpt-{step}") if self.is_chief else None
 
   def _snapshot(self):
-    """A checkpoint of the values now (`_tf_internal.frozen`); None (said once)
-    if one cannot be taken so: then every save writes at once."""
+    """A checkpoint of the values now (`_tf_internal.frozen`), for a thread to write."""
     memo = {}  # a variable two models share is one snapshot, as it is one variable
 
     def freeze(value):
@@ -433,14 +432,7 @@ class Checkpointer:
         memo[id(value)] = _tf_internal.frozen(value)
       return memo[id(value)]
 
-    try:
-      return tf.train.Checkpoint(**freeze(self._saved))
-    except (AttributeError, NotImplementedError, TypeError, ValueError) as e:
-      _log.warning("asynchronous checkpoints: the values to save cannot be taken ahead "
-                   "of their write (%s: %s); every save is written before training "
-                   "goes on.", type(e).__name__, e)
-      self._asynchronous = False
-      return None
+    return tf.train.Checkpoint(**freeze(self._saved))
 
   def wait(self) -> None:
     """Waits for the save in flight in the background, if any; raises its OSError."""
