@@ -69,7 +69,11 @@ def mlflow_records(store):
 
 def wandb_records(workdir):
   """The same, read back from the offline runs' `.wandb` files."""
+  import wandb
   from wandb.proto import wandb_internal_pb2
+  # run.finish() returns before W&B's service has written the run's file (seen:
+  # 2 of 30 files still a bare header under load); its teardown waits for that.
+  wandb.teardown()
   files = sorted(glob.glob(os.path.join(workdir, "wandb", "offline-run-*", "run-*.wandb")))
   params, metrics, images, ids = {}, {}, [], set()
   for path in files:

@@ -243,10 +243,10 @@ def trackable_object_graph(serialized):
 def frozen(trackable):
   """A trackable that a checkpoint writes as it would write `trackable` now, read
   at once through TF's save protocols (`_serialize_to_tensors`, or the older
-  `_gather_saveables_for_checkpoint` of a MirroredVariable; not public): the
-  background save's snapshot. A variable read shares its buffer until the next
-  update copies it (TF's copy-on-write), so the snapshot costs no copy; a data
-  iterator's state is serialized here, at this step."""
+  `_gather_saveables_for_checkpoint` of a MirroredVariable or a parameter server's
+  variable; not public): the background save's snapshot. A variable read shares its
+  buffer until the next update copies it (TF's copy-on-write), so the snapshot costs
+  no copy; a data iterator's state is serialized here, at this step."""
   _note_version("tensorflow")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from tensorflow.python.checkpoint import saveable_compat  # pylint: disable=import-outside-toplevel
@@ -256,8 +256,10 @@ def frozen(trackable):
   if saveable_object_util.trackable_has_serialize_to_tensor(trackable):
     tensors = trackable._serialize_to_tensors()  # pylint: disable=protected-access
   else:  # each saveable made under its attribute's name, as TF names its tensors
-    saveables = [factory(name=name) if callable(factory) else factory for name, factory
-                 in trackable._gather_saveables_for_checkpoint().items()]  # pylint: disable=protected-access
+    saveables = []  # a factory may give a plain variable (a parameter server's), as TF allows
+    for name, factory in trackable._gather_saveables_for_checkpoint().items():  # pylint: disable=protected-access
+      made = factory(name=name) if callable(factory) else factory
+      saveables.extend(saveable_object_util.saveable_objects_for_op(made, name))
     tensors = saveable_object_util.saveable_object_to_tensor_dict(saveables)
 
   def read(value):  # a SaveSpec reads when asked; a partitioned one is {slice: value}
