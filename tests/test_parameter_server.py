@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import helpers
 
@@ -72,6 +73,9 @@ def test_every_step_runs_once_and_the_discriminator_learns(first_run):
   print("optimizer iterations (Keras):", results["iterations"].tolist(), "of 40")
   names = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
   assert "ckpt-20.index" in names and "ckpt-40.index" in names
+  # ckpt-20, written in the background while training went on, holds step 20's values.
+  saved = tf.train.load_checkpoint(os.path.join(workdir, "checkpoints", "ckpt-20"))
+  assert int(saved.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")) == 20
   assert os.path.exists(os.path.join(workdir, "export", "generator.keras"))
   assert os.path.exists(os.path.join(workdir, "samples", "samples_00000040.png"))
   # Runner.over_samples on the coordinator: exactly the samples asked for.
