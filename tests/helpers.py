@@ -135,6 +135,19 @@ def start_python(args, *, env=None):
       stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
 
 
+def communicate_or_dump(proc, timeout):
+  """`proc.communicate(timeout=timeout)`. If `proc` (started with PYTHONFAULTHANDLER=1)
+  still runs then, it prints each thread's Python stack (SIGABRT) and the test fails
+  with them: where a stop hung, seen the first time it does."""
+  try:
+    return proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.send_signal(signal.SIGABRT)
+    _, stderr = proc.communicate(timeout=60)
+    raise AssertionError(f"still running after {timeout} s; its threads were at:\n"
+                         f"{stderr[-6000:]}") from None
+
+
 def ctrl_c_once(args, path, *, timeout=120):
   """Starts `python args...`, sends it Ctrl-C once `path` exists (e.g. the first
   sample grid: the run is past its first compiled call); (exit code, stderr)."""

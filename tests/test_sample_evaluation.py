@@ -353,12 +353,14 @@ def test_ctl_eval_across_stopped_leaves_no_process_behind(shared_runs, tmp_path,
   run = helpers.tiny_gan_training(shared_runs)
   workdir = helpers.SharedRuns.copy(run.workdir, str(tmp_path / "work"))
   proc = helpers.start_python(["-m", "ctl.cli", "eval", "dcgan", "--workdir", workdir,
-                               *helpers.TINY_GAN, "--across", "multi_worker:2,default"])
+                               *helpers.TINY_GAN, "--across", "multi_worker:2,default"],
+                              env={"PYTHONFAULTHANDLER": "1"})
   deadline = time.monotonic() + 120
   while len(helpers.processes_naming(workdir)) < 3 and time.monotonic() < deadline:
     time.sleep(0.2)  # the launcher and its workers have started
   proc.send_signal(signum)
-  _, stderr = proc.communicate(timeout=120)
+  # Once in CI (SIGINT) it had not exited after 120 s; it never has since, alone or loaded.
+  _, stderr = helpers.communicate_or_dump(proc, 120)
   assert proc.returncode == code, stderr[-3000:]
   assert "the evaluation in progress was stopped" in stderr
   assert "Traceback" not in stderr
