@@ -94,10 +94,11 @@ FAULTS = [
      "SIGKILL) and exits 1; the relaunch resumes from ckpt-4 and is equal",
      "steps 5-7 (since ckpt-4), trained again by the relaunch"),
     ("test_a_killed_worker_is_restarted_by_the_launcher_and_resumes",
-     "SIGKILL to worker 1 of 2 under `ctl launch --max-restarts 1`, at step 7",
-     "the launcher stops worker 0, logs the restart and its cause, and starts both "
-     "workers again; they resume from ckpt-4, the launcher exits 0, and the run is "
-     "equal",
+     "SIGKILL to worker 1 of 2 under `ctl launch --max-restarts 1`, at step 7; "
+     "`--restart-workers` 2, 1 or 4",
+     "the launcher stops worker 0, logs the restart and its cause, and starts the "
+     "cluster again on 2, 1 or 4 workers; they resume from ckpt-4, the launcher exits "
+     "0, and the run is equal",
      "steps 5-7 (since ckpt-4), trained again after the restart"),
     ("test_a_peer_frozen_past_tfs_heartbeat_timeout_is_waited_for",
      "worker 1 of 2 frozen (SIGSTOP) for 15 s at step 7, as a loaded machine can "
@@ -419,10 +420,14 @@ def test_a_killed_worker_stops_the_launch_and_a_relaunch_resumes(tmp_path, refer
   assert_same_run(worker0, reference("default", "--dropout", "0"), atol=1e-5)
 
 
-def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, reference):
+@pytest.mark.parametrize("restart_workers", [2, 1, 4])
+def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, reference,
+                                                                  restart_workers):
+  # Restarted on as many workers, on fewer (a machine lost) or on more.
   work, out = tmp_path / "work", tmp_path / "out"
   proc, lines, pids = launched_and_paused(
-      work, out, launch_args=("--max-restarts", "1", "--restart-wait", "1"))
+      work, out, launch_args=("--max-restarts", "1", "--restart-wait", "1",
+                              "--restart-workers", str(restart_workers)))
   with killed_if_left(proc):
     os.kill(pids["worker 1"], signal.SIGKILL)
     # With `go` there, the restarted workers pass step 7 without pausing.
@@ -430,16 +435,18 @@ def test_a_killed_worker_is_restarted_by_the_launcher_and_resumes(tmp_path, refe
     lines.append(proc.communicate(timeout=300)[0])
   log = "".join(lines)
   assert proc.returncode == 0, log[-4000:]
+  resized = "" if restart_workers == 2 else f"; on {restart_workers} worker(s), not 2"
   assert ("ctl launch: restart 1 of 1 in 1 s: worker 1 exited with code -9 (killed by "
-          "SIGKILL)") in log, log[-4000:]
+          f"SIGKILL){resized}\n") in log, log[-4000:]
   assert ("ctl launch: 1 restart(s) of 1 used; the causes: worker 1 exited with code -9 "
           "(killed by SIGKILL)") in log, log[-4000:]
   assert not any(alive(int(pid)) for pid in pids.values())
-  worker0, worker1 = [dict(np.load(f"{out}.{i}.npz")) for i in range(2)]
-  for key, value in worker0.items():  # the workers agree bit for bit
-    np.testing.assert_array_equal(worker1[key], value, err_msg=key)
-  assert int(worker0["first_step"]) == 4  # the restarted cluster resumed from ckpt-4
-  assert_same_run(worker0, reference("default", "--dropout", "0"), atol=1e-5)
+  first, *others = [dict(np.load(f"{out}.{i}.npz")) for i in range(restart_workers)]
+  for worker in others:  # the workers agree bit for bit
+    for key, value in first.items():
+      np.testing.assert_array_equal(worker[key], value, err_msg=key)
+  assert int(first["first_step"]) == 4  # the restarted cluster resumed from ckpt-4
+  assert_same_run(first, reference("default", "--dropout", "0"), atol=1e-5)
 
 
 def freeze_worker_1(work, out, seconds, env=None):

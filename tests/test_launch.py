@@ -361,6 +361,23 @@ def test_a_cluster_that_failed_is_restarted_whole(tmp_path):
   assert not any(alive(pid) for pid in pids(first).values())
 
 
+@pytest.mark.parametrize("restart_workers", [1, 3])
+def test_a_restart_may_start_fewer_or_more_workers(tmp_path, restart_workers):
+  d = str(tmp_path)
+  plans = {"worker-0": {"wait_for": ["worker-1"], "exit": 3, "then": [{"dump": d}]},
+           "worker-1": {"sleep": FOREVER, "then": [{"dump": d}]},
+           "worker-2": {"dump": d}}
+  code, _, err, _ = run(plans, max_restarts=1, restart_wait=0, restart_workers=restart_workers)
+  assert code == 0, err
+  assert (f"restart 1 of 1 in 0 s: worker 0 exited with code 3; on {restart_workers} "
+          "worker(s), not 2\n") in err, err
+  assert sorted(os.listdir(d)) == [f"worker-{i}.json" for i in range(restart_workers)]
+  for i in range(restart_workers):
+    with open(os.path.join(d, f"worker-{i}.json")) as f:
+      config = json.load(f)["TF_CONFIG"]
+    assert len(config["cluster"]["worker"]) == restart_workers and config["task"]["index"] == i
+
+
 @pytest.mark.parametrize("plan, cause", [
     ({"exit": 3}, "worker 0 exited with code 3"),
     ({"kill_self": True}, r"worker 0 exited with code -9 \(killed by SIGKILL\)"),
@@ -397,6 +414,11 @@ def test_bad_arguments_name_the_fix():
     launch.Launch(command, grace=-1)
   with pytest.raises(ValueError, match=r"max_restarts must be an int >= 0, got -1"):
     launch.Launch(command, max_restarts=-1)
+  with pytest.raises(ValueError, match=r"restart_workers must be an int >= 1, got 0"):
+    launch.Launch(command, max_restarts=1, restart_workers=0)
+  with pytest.raises(ValueError, match=r"restart_workers=1 needs restarts: add max_restarts "
+                                       r"\(`--max-restarts N`\), or drop it"):
+    launch.Launch(command, restart_workers=1)
   with pytest.raises(ValueError, match=r"port 70000 is out of range"):
     launch.Launch(command, workers=1, port_base=70000)
 
@@ -438,7 +460,8 @@ def test_cli_help():
   proc = ctl_launch("--help")
   assert proc.returncode == 0
   for text in ("--workers", "--ps", "--host", "--network", "--port-base", "--startup-timeout",
-               "--grace", "--max-restarts", "--restart-wait", "CTL_LAUNCH_RESTARTS",
+               "--grace", "--max-restarts", "--restart-wait", "--restart-workers",
+               "CTL_LAUNCH_RESTARTS",
                "unauthenticated", "ctl launch --workers 2 -- ctl train"):
     assert text in proc.stdout, text
 

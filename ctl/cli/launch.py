@@ -64,6 +64,10 @@ def add_parser(subparsers: Any) -> None:
                       "a preemption: a ctl run resumes from its last checkpoint; each "
                       f"task reads the count from {launch.RESTARTS_VARIABLE} "
                       "(default: %(default)s)")
+  parser.add_argument("--restart-workers", type=int, metavar="N",
+                      help="workers of a restarted cluster: fewer (a lost machine) or "
+                      "more; a ctl run resumes on them as if never stopped "
+                      "(default: --workers)")
   parser.add_argument("--restart-wait", type=float, default=launch.RESTART_WAIT_SECONDS,
                       metavar="S", help="seconds between the cluster's end and its "
                       "restart (default: %(default)g)")
@@ -79,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     launcher = launch.Launch(command, workers=args.workers, ps=args.ps, host=args.host,
                              port_base=args.port_base, startup_timeout=args.startup_timeout,
                              grace=args.grace, max_restarts=args.max_restarts,
-                             restart_wait=args.restart_wait, network=args.network)
+                             restart_wait=args.restart_wait,
+                             restart_workers=args.restart_workers, network=args.network)
   except ValueError as e:
     print(f"ctl launch: error: {e}", file=sys.stderr)
     return 2

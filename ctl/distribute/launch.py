@@ -55,6 +55,11 @@ NETWORKS = ("auto", "private", "shared")
 _CANNOT_RUN_EXIT_CODE = 127
 
 
+def _ports(base, workers, ps):
+  """`--port-base`'s ports: one per task, a chief's first if there are parameter servers."""
+  return list(range(base, base + workers + ps + (1 if ps else 0)))
+
+
 def cluster_spec(workers: int, ps: int = 0, host: str = "127.0.0.1",
                  ports: Sequence[int] | None = None) -> dict[str, list[str]]:
   """The `cluster` part of TF_CONFIG for a local cluster.
@@ -173,7 +178,8 @@ class Launch:
                host: str = "127.0.0.1", port_base: int | None = None,
                startup_timeout: float = 120.0, grace: float = 30.0,
                max_restarts: int = 0, restart_wait: float = RESTART_WAIT_SECONDS,
-               network: str = "auto", env: Mapping[str, str] | None = None,
+               restart_workers: int | None = None, network: str = "auto",
+               env: Mapping[str, str] | None = None,
                stdout: TextIO | None = None,
                stderr: TextIO | None = None):
     """Checks the arguments and picks the ports.
@@ -191,6 +197,9 @@ class Launch:
       max_restarts: how many times to start the whole cluster again after it
         failed (docs/strategies.md, `ctl launch`).
       restart_wait: seconds between the cluster's end and its restart.
+      restart_workers: the number of workers of a restarted cluster (fewer, as
+        after losing a machine, or more); None: `workers`. A ctl run resumes on
+        them as if never stopped (docs/reliability.md, the layout table).
       network: "private" (a network of the tasks' own, loopback only), "shared"
         (this machine's) or "auto" (private where allowed and `host` is loopback).
       env: the tasks' environment before TF_CONFIG is added (default: ours).
@@ -210,6 +219,11 @@ class Launch:
     self.max_restarts = arguments.integer("max_restarts", max_restarts, minimum=0)
     self.restart_wait = arguments.number("restart_wait", restart_wait, minimum=0,
                                          meaning="seconds")
+    self.restart_workers = workers if restart_workers is None else arguments.integer(
+        "restart_workers", restart_workers, minimum=1)
+    if restart_workers is not None and not max_restarts:
+      raise ValueError(f"restart_workers={restart_workers} needs restarts: add "
+                       "max_restarts (`--max-restarts N`), or drop it.")
     if network not in NETWORKS:
       raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}.")
     loopback = private_network.is_loopback(host)
@@ -218,7 +232,7 @@ class Launch:
                        "has loopback only; use --host 127.0.0.1, or --network shared.")
     ports = None
     if port_base is not None:
-      ports = list(range(port_base, port_base + workers + ps + (1 if ps else 0)))
+      ports = _ports(port_base, workers, ps)
       check_ports(ports, host)
     self.command = list(command)
     self.host = host
@@ -293,8 +307,11 @@ class Launch:
         return code
       self.restarts += 1
       self.causes.append(self._cause)
+      workers = len(self.cluster["worker"])
       self._say(f"restart {self.restarts} of {self.max_restarts} in "
-                f"{self.restart_wait:g} s: {self._cause}")
+                f"{self.restart_wait:g} s: {self._cause}" + (
+                    f"; on {self.restart_workers} worker(s), not {workers}"
+                    if self.restart_workers != workers else ""))
       self._wait(lambda: self._signal is not None, self.restart_wait)
       if self._signal is not None:
         self._say(f"got {signal.Signals(self._signal).name}; not restarting")
@@ -302,9 +319,10 @@ class Launch:
 
   def _run_cluster(self):
     """Starts every task once and supervises them; the cluster's exit code."""
-    if self.restarts and self.port_base is None:  # the old ports may be held a while yet
-      self.cluster = cluster_spec(len(self.cluster.get("worker", ())),
-                                  len(self.cluster.get("ps", ())), self.host)
+    if self.restarts:  # on new free ports: the old ones may be held a while yet
+      ps = len(self.cluster.get("ps", ()))
+      self.cluster = cluster_spec(self.restart_workers, ps, self.host, None if (
+          self.port_base is None) else _ports(self.port_base, self.restart_workers, ps))
     self.tasks = [Task(*t) for t in tasks(self.cluster)]
     self._exits = queue.Queue()  # tasks, in the order they exited
     self._threads = []
