@@ -378,6 +378,18 @@ def test_a_restart_may_start_fewer_or_more_workers(tmp_path, restart_workers):
     assert len(config["cluster"]["worker"]) == restart_workers and config["task"]["index"] == i
 
 
+def test_a_restart_on_a_number_of_workers_the_run_refuses_says_so():
+  # As a run whose global batch 3 workers do not divide exits 2 on its restart.
+  plans = {"worker-0": {"wait_for": ["worker-1"], "exit": 3, "then": [{"exit": 2}]},
+           "worker-1": {"sleep": FOREVER, "then": [{"exit": 2}]}, "worker-2": {"exit": 2}}
+  code, _, err, _ = run(plans, max_restarts=2, restart_wait=0, restart_workers=3)
+  assert code == 2, err
+  assert "restart 2" not in err
+  assert ("the cluster restarted on 3 worker(s) exited 2, a usage error: a run may refuse "
+          "that number (a global batch it does not divide, say); rerun with another "
+          "--restart-workers") in err, err
+
+
 @pytest.mark.parametrize("plan, cause", [
     ({"exit": 3}, "worker 0 exited with code 3"),
     ({"kill_self": True}, r"worker 0 exited with code -9 \(killed by SIGKILL\)"),

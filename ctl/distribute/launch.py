@@ -219,6 +219,7 @@ class Launch:
     self.max_restarts = arguments.integer("max_restarts", max_restarts, minimum=0)
     self.restart_wait = arguments.number("restart_wait", restart_wait, minimum=0,
                                          meaning="seconds")
+    self.workers = workers
     self.restart_workers = workers if restart_workers is None else arguments.integer(
         "restart_workers", restart_workers, minimum=1)
     if restart_workers is not None and not max_restarts:
@@ -304,6 +305,10 @@ class Launch:
         if self.restarts:
           self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
                     "the causes: " + "; ".join(self.causes))
+        if code == USAGE_ERROR_EXIT_CODE and self.restart_workers != self.workers:
+          self._say(f"the cluster restarted on {self.restart_workers} worker(s) exited "
+                    f"{code}, a usage error: a run may refuse that number (a global batch it "
+                    "does not divide, say); rerun with another --restart-workers")
         return code
       self.restarts += 1
       self.causes.append(self._cause)
