@@ -409,6 +409,10 @@ def test_a_usage_error_is_not_restarted():
   code, _, err, _ = run({"worker-0": {"exit": 2}}, max_restarts=3, restart_wait=0)
   assert code == 2 and "restart 1" not in err, err
   assert "not restarting: exit code 2 is a usage error, which a restart would repeat" in err
+  # Refused by the first cluster, not by a restart's number of workers.
+  code, _, err, _ = run({"worker-0": {"exit": 2}}, max_restarts=3, restart_wait=0,
+                        restart_workers=1)
+  assert code == 2 and "the cluster restarted on" not in err, err
 
 
 def test_without_max_restarts_nothing_is_restarted():

@@ -305,7 +305,8 @@ class Launch:
         if self.restarts:
           self._say(f"{self.restarts} restart(s) of {self.max_restarts} used; "
                     "the causes: " + "; ".join(self.causes))
-        if code == USAGE_ERROR_EXIT_CODE and self.restart_workers != self.workers:
+        resized = self.restarts and self.restart_workers != self.workers
+        if code == USAGE_ERROR_EXIT_CODE and resized:
           self._say(f"the cluster restarted on {self.restart_workers} worker(s) exited "
                     f"{code}, a usage error: a run may refuse that number (a global batch it "
                     "does not divide, say); rerun with another --restart-workers")
