@@ -246,7 +246,10 @@ def frozen(trackable):
   `_gather_saveables_for_checkpoint` of a MirroredVariable or a parameter server's
   variable; not public): the background save's snapshot. A variable read shares its
   buffer until the next update copies it (TF's copy-on-write), so the snapshot costs
-  no copy; a data iterator's state is serialized here, at this step."""
+  no copy; a data iterator's state is serialized here, at this step. Its `own()`,
+  called by the thread that writes it, copies those buffers there and lets go of
+  the variables', so that the step's next update finds its buffer unshared and
+  does not copy it (1.3 GB: 0.15-2 s on the step's path)."""
   _note_version("tensorflow")
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from tensorflow.python.checkpoint import saveable_compat  # pylint: disable=import-outside-toplevel
@@ -283,8 +286,17 @@ def _frozen_class(tf):
     def __init__(self, tensors):
       self._tensors = tensors
 
+    def own(self):
+      self._tensors = tf.nest.map_structure(_own_copy, self._tensors)
+
     def _serialize_to_tensors(self):
       return self._tensors
+
+  def _own_copy(value):  # an iterator's state (a string, a variant) shares no variable's
+    if value.dtype in (tf.string, tf.variant, tf.resource):
+      return value
+    with tf.device("/cpu:0"):
+      return tf.raw_ops.DeepCopy(x=value)
   return Frozen
 
 

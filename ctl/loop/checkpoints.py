@@ -412,15 +412,16 @@ class Checkpointer:
       return self.latest if self.is_chief else None
     directory = self.directory if self.is_chief else self._scratch
     background = self._asynchronous and not wait
-    manager = _manager(self._snapshot() if background else self.checkpoint, directory,
-                       self._keep if self.is_chief else 1)
+    snapshot, frozen = self._snapshot() if background else (self.checkpoint, ())
+    manager = _manager(snapshot, directory, self._keep if self.is_chief else 1)
     if not background:
       return self._written(step, _write(manager, step, self.latest, self.is_chief))
-    self._writing = _Writing(manager, step, self.latest, self.is_chief)
+    self._writing = _Writing(frozen, manager, step, self.latest, self.is_chief)
     return os.path.join(self.directory, f"ckpt-{step}") if self.is_chief else None
 
   def _snapshot(self):
-    """A checkpoint of the values now (`_tf_internal.frozen`), for a thread to write."""
+    """A checkpoint of the values now, for a thread to write, and its parts
+    (`_tf_internal.frozen`)."""
     memo = {}  # a variable two models share is one snapshot, as it is one variable
 
     def freeze(value):
@@ -432,7 +433,7 @@ class Checkpointer:
         memo[id(value)] = _tf_internal.frozen(value)
       return memo[id(value)]
 
-    return tf.train.Checkpoint(**freeze(self._saved))
+    return tf.train.Checkpoint(**freeze(self._saved)), list(memo.values())
 
   def wait(self) -> None:
     """Waits for the save in flight in the background, if any; raises its OSError."""
@@ -502,20 +503,24 @@ def _write(manager, step, latest, is_chief):
 
 
 class _Writing(threading.Thread):
-  """`_write` in a thread of low priority (Linux), so that on a busy CPU the
-  training threads go first; the interpreter waits for it at exit."""
+  """`_write` of the snapshot `frozen` in a thread: first its own copy of the
+  values (`own`), while the step computes what it will update them with, then
+  the write at a low priority (Linux), so that on a busy CPU the training
+  threads go first. The interpreter waits for it at exit."""
 
-  def __init__(self, manager, step, latest, is_chief):
+  def __init__(self, frozen, manager, step, latest, is_chief):
     super().__init__(name=f"ctl-save-ckpt-{step}")
     self.step, self.path, self.error = step, None, None
-    self._args = manager, step, latest, is_chief
+    self._frozen, self._args = frozen, (manager, step, latest, is_chief)
     self.start()
 
   def run(self):
-    if sys.platform.startswith("linux"):  # a thread's own id: its nice value alone
-      with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     try:
+      for part in self._frozen:
+        part.own()
+      if sys.platform.startswith("linux"):  # a thread's own id: its nice value alone
+        with contextlib.suppress(OSError):
+          os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
       self.path = _write(*self._args)
     except Exception as e:  # pylint: disable=broad-except
       self.error = e  # raised by `Checkpointer.wait`
