@@ -22,6 +22,9 @@ per config:
     the final evaluation's metrics (KID, precision, recall; label accuracy for
     a conditional GAN; encoder 1-NN accuracy and reconstruction ratio for BiGAN)
     as mean ± std;
+  - for stacked_mnist (three digits as channels), the modes of 1,000 covered and
+    the KL divergence of the mode distribution from the uniform; its FID is
+    that of the samples' channel digits;
   - the final sample grid of the first seed, copied to `<docs>/quality/`;
   - whether the config met its target (TARGETS).
 Prints one JSON line per run and per config, then the Markdown table. Unless
@@ -54,7 +57,8 @@ import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = "main_job"  # examples/mnist_dcgan.py, README's first command: FID at its end only
-CONFIGS = (MAIN, "dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan", "tfgan_mnist")
+CONFIGS = (MAIN, "dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan", "tfgan_mnist",
+           "stacked_mnist")
 MULTIPLES = (10, 5, 3, 2)  # 2x: the conditional GAN's target
 # --quick: a few narrow steps per config, evaluated once at the end on 500 samples.
 QUICK = ("gan.dcgan_generator.width = 8", "gan.dcgan_discriminator.width = 8",
@@ -69,7 +73,7 @@ MAIN_QUICK = ("--steps", "10", "--steps-per-loop", "5", "--samples-every", "10",
 FINAL = ("classifier_fid", "classifier_kid", "precision", "recall", "density", "coverage",
          "classifier_score_32", "score_32_ratio", "label_accuracy", "intra_class_fid",
          "encoder_1nn_accuracy", "random_encoder_1nn_accuracy", "pixels_1nn_accuracy",
-         "reconstruction_ratio")
+         "reconstruction_ratio", "modes", "mode_kl")
 
 
 def floor():
@@ -236,6 +240,8 @@ TARGETS = {
               "ratio ≤ 0.55", [_within(5, None), _encoder_beats_both,
                                 _final_at_most("reconstruction_ratio", 0.55)]),
     "tfgan_mnist": ("score_32 / real ≥ 0.95", [_final_at_least("score_32_ratio", 0.95)]),
+    "stacked_mnist": ("≥ 990 of 1,000 modes; KL ≤ 0.1 (26,000 samples)",
+                      [_final_at_least("modes", 990), _final_at_most("mode_kl", 0.1)]),
 }
 
 

@@ -15,10 +15,10 @@ The everyday names are here; the rest is grouped by kind:
                    least_squares) and their functions
   gan.penalties    discriminator penalties, one signature
   gan.models       DCGAN models, the BiGAN encoder and pair discriminator
-  gan.data         MNIST (embedded), TFDS, image folders, TFRecords
+  gan.data         MNIST (embedded) and stacked MNIST, TFDS, image folders, TFRecords
   gan.ema          an EMA copy of the generator
   gan.augment      differentiable augmentation (DiffAugment) for little data
-  gan.evaluation   classifier FID/KID/score, precision/recall, Inception FID
+  gan.evaluation   classifier FID/KID/score, precision/recall, modes, Inception FID
   gan.experiment   the experiment's step, build, sample grids and metric actions
 
 Gin knows each name by its shortest spelling: the everyday names at the top

@@ -3,6 +3,7 @@
     images, labels = gan.data.load_mnist()        # 5,000 training digits, uint8
     held_out, _ = gan.data.load_mnist("test")     # 5,000 test digits, never trained on
     dataset = gan.mnist_dataset(global_batch_size=64, seed=0)  # floats in [-1, 1]
+    dataset = gan.data.stacked_mnist_dataset(64)  # 3 digits as channels: 1,000 modes
     dataset = gan.data.tfds_dataset("cifar10", 64)  # a local TFDS copy, by name
     dataset = gan.data.image_folder_dataset("faces/", 64, image_size=(64, 64))
 
@@ -48,15 +49,19 @@ def _require_batch_size(global_batch_size):
   arguments.integer("global_batch_size", global_batch_size, minimum=1)
 
 
-def _epochs_of(count, global_batch_size, seed, load):
+def _epochs_of(count, global_batch_size, seed, load, *, draws=None):
   """Endless batches of `load(indices)`, epoch e in the order of stateless seed (seed, e).
 
   The order depends on `seed` alone, not on TensorFlow's global seed or on when
   the dataset is made, so every run and every worker sees the same batches.
+  With `draws`, each example is that many indices `[draws]`, each from an
+  order of its own: independent draws of `count` examples.
   """
   def epoch_order(epoch):
-    keys = tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
-    return tf.data.Dataset.from_tensor_slices(tf.argsort(keys))
+    shape = [count] if draws is None else [draws, count]
+    keys = tf.random.stateless_uniform(shape, seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+    order = tf.argsort(keys)  # along the last axis
+    return tf.data.Dataset.from_tensor_slices(order if draws is None else tf.transpose(order))
 
   indices = tf.data.Dataset.counter().flat_map(epoch_order)
   # tf.data cannot see through `flat_map` that this never ends (its cardinality
@@ -92,6 +97,38 @@ def mnist_dataset(global_batch_size: int, *, split: str = "train", seed: int = 0
     return (batch, tf.gather(labels, indices)) if with_labels else batch
 
   return _epochs_of(int(images.shape[0]), global_batch_size, seed, gather)
+
+
+STACKED_MODES = 1000  # digit triples
+
+
+@gin.register(module="gan.data")
+def stacked_mnist_dataset(global_batch_size: int, *, split: str = "train", seed: int = 0,
+                          with_labels: bool = False) -> tf.data.Dataset:
+  """Endless global batches of stacked MNIST, [B, 28, 28, 3]: three digits of
+  the embedded split drawn independently, one per channel, so the data has
+  1,000 modes (the digit triples) in equal shares: the standard test of mode
+  coverage (Metz et al. 2017, "Unrolled GANs"; Lin et al. 2018, "PacGAN"),
+  measured by `gan.evaluation.stacked_modes` and `mode_coverage`.
+
+  Args:
+    global_batch_size: examples per batch over all replicas.
+    split: "train" or "test", as `mnist_dataset`.
+    seed: the draws' seed; each epoch draws 5,000 triples, the three channels
+      each a new order of the split's digits.
+    with_labels: elements are `(images, modes)`, the mode 100 * the first
+      channel's digit + 10 * the second's + the third's (int32 in [0, 1000)).
+  """
+  _require_batch_size(global_batch_size)
+  images, labels = load_mnist(split)
+  images, labels = tf.constant(images), tf.constant(labels.astype(np.int32))
+
+  def gather(indices):  # [B, 3] digits -> [B, 28, 28, 3]
+    batch = _to_unit_range(tf.transpose(tf.gather(images, indices), [0, 2, 3, 1]))
+    return (batch, tf.reduce_sum(tf.gather(labels, indices) * [100, 10, 1], axis=1)
+            ) if with_labels else batch
+
+  return _epochs_of(int(images.shape[0]), global_batch_size, seed, gather, draws=3)
 
 
 class DatasetNotFoundError(FileNotFoundError):

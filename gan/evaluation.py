@@ -6,6 +6,8 @@
     kid, kid_std = gan.evaluation.classifier_kid(fake, real)
     score = gan.evaluation.classifier_score(fake)         # 1 (one class) .. 10
     fid = gan.evaluation.inception_fid(fake, real, "inception_v3_..._notop.h5")  # if you have it
+    modes = gan.evaluation.stacked_modes(stacked_fake)    # [N, 28, 28, 3] -> [N] in [0, 1000)
+    gan.evaluation.mode_coverage(modes)                   # {"modes": 1000, "mode_kl": 0.01, ...}
 
 FID and KID compare feature statistics of two image sets. Here the features
 are the 64-d last hidden layer of a small classifier trained on real MNIST
@@ -61,8 +63,12 @@ def _as_unit_images(images, name="images", *, size=(28, 28), channels=(1,)):
   array = np.asarray(images)
   if array.ndim == 3:
     array = array[..., None]
-  wanted = (f"[N, {size[0]}, {size[1]}] or [N, {size[0]}, {size[1]}, 1]" if size
-            else f"[N, H, W] or [N, H, W, C] with C in {channels}")
+  if size is None:
+    wanted = f"[N, H, W] or [N, H, W, C] with C in {channels}"
+  elif channels == (1,):
+    wanted = f"[N, {size[0]}, {size[1]}] or [N, {size[0]}, {size[1]}, 1]"
+  else:
+    wanted = f"[N, {size[0]}, {size[1]}, C] with C in {channels}"
   if (array.ndim != 4 or array.shape[-1] not in channels
       or (size is not None and array.shape[1:3] != tuple(size))):
     raise ValueError(f"{name} must have shape {wanted}, got {np.shape(images)}.")
@@ -128,6 +134,58 @@ def classifier_outputs(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
                        "eagerly: loading it inside a function run on every replica "
                        "would make its variables the strategy's.")
   return _cache["model"](images, training=False)
+
+
+def stacked_outputs(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(logits [B, C, 10], features [B, C, 64]) of each channel of float32 images
+  [B, 28, 28, C] in [-1, 1] (stacked MNIST: C = 3), as tensors, for a function
+  run on every replica; `classifier_model()` first, as `classifier_outputs`."""
+  import tensorflow as tf
+  shape = tf.shape(images)
+  digits = tf.reshape(tf.transpose(images, [0, 3, 1, 2]), [-1, 28, 28, 1])
+  logits, features = classifier_outputs(digits)
+  return (tf.reshape(logits, [shape[0], shape[3], -1]),
+          tf.reshape(features, [shape[0], shape[3], -1]))
+
+
+def modes_of_logits(logits: np.ndarray) -> np.ndarray:
+  """The mode of each stacked-MNIST sample from its channels' logits [N, 3, 10]:
+  100 * the first channel's digit + 10 * the second's + the third's, [N] in [0, 1000)."""
+  return np.argmax(np.asarray(logits), axis=-1) @ np.array([100, 10, 1])
+
+
+def stacked_modes(images: np.ndarray, batch_size: int = 500) -> np.ndarray:
+  """The mode of each stacked-MNIST image [N, 28, 28, 3] (float in [-1, 1] or
+  uint8), its channels' digits by the shipped classifier: [N] in [0, 1000), as
+  `gan.data.stacked_mnist_dataset(..., with_labels=True)` labels real ones."""
+  _check_batch_size(batch_size)
+  images = _as_unit_images(images, channels=(3,))
+  logits = [_outputs(images[..., c], batch_size)[0] for c in range(3)]
+  return modes_of_logits(np.stack(logits, axis=1))
+
+
+def mode_coverage(modes: np.ndarray, num_modes: int = 1000) -> dict[str, float]:
+  """How the samples' modes (ints in [0, num_modes)) cover the uniform data's.
+
+  Returns modes (how many of `num_modes` occur at least once), mode_kl (the
+  KL divergence of the samples' mode distribution from the uniform, in nats:
+  0 when every mode is equally common, log(num_modes / m) for m equally common
+  modes) and mode_samples (N). PacGAN's protocol (Lin et al. 2018, Table 2)
+  scores 26,000 samples: DCGAN 99 modes, KL 3.40; PacDCGAN2 1,000, KL 0.06.
+  """
+  arguments.integer("num_modes", num_modes, minimum=1)
+  modes = np.asarray(modes)
+  if modes.ndim != 1 or not len(modes) or not np.issubdtype(modes.dtype, np.integer):
+    raise ValueError(f"modes must be a non-empty 1-D array of ints, got shape {modes.shape} "
+                     f"and dtype {modes.dtype}; stacked_modes(images) gives them.")
+  if modes.min() < 0 or modes.max() >= num_modes:
+    raise ValueError(f"modes must be in [0, {num_modes}), got values in [{modes.min()}, "
+                     f"{modes.max()}]; pass num_modes= for another number of modes.")
+  shares = np.bincount(modes, minlength=num_modes) / len(modes)
+  present = shares[shares > 0]
+  return {"modes": int(len(present)),
+          "mode_kl": float(np.sum(present * np.log(present * num_modes))),
+          "mode_samples": int(len(modes))}
 
 
 def _check_batch_size(batch_size):

@@ -314,11 +314,17 @@ class ClassifierFID(ctl.Action):
     """Every metric of `gan.evaluation.classifier_metrics`, the samples run by
     `over_samples`; the real digits' outputs cached in `<workdir>/eval_cache`."""
     from gan import evaluation  # loads the classifier only when it is asked for
+    return evaluation.classifier_metrics(self.outputs(over_samples),
+                                         self._held_out(workdir, is_chief))
+
+  def _held_out(self, workdir, is_chief):
+    """The held-out digits' outputs, cached in `<workdir>/eval_cache`."""
+    from gan import evaluation
     cache_dir = os.path.join(workdir, "eval_cache") if workdir else None
     if self._reference is None or self._reference[0] != cache_dir:  # once per workdir
       self._reference = (cache_dir, evaluation.reference_outputs("test", cache_dir=cache_dir,
                                                                   write=is_chief))
-    return evaluation.classifier_metrics(self.outputs(over_samples), self._reference[1])
+    return self._reference[1]
 
   def __call__(self, context: ctl.FitContext) -> None:
     self.results = self.measure(context.over_samples, context.workdir,
@@ -330,6 +336,58 @@ class ClassifierFID(ctl.Action):
               context.step, value, self.results["classifier_kid"],
               self.results["classifier_score"],
               self.results.get("num_samples", self.num_samples))
+
+
+class ModeCoverage(ClassifierFID):
+  """Action: the modes a stacked-MNIST generator covers (`gan.data.stacked_mnist_dataset`),
+  on every replica.
+
+  Each of the `num_samples` samples (PacGAN's protocol scores 26,000;
+  gan/configs/stacked_mnist.gin sets `gan.Experiment.fid_samples` so) is
+  classified channel by channel with the shipped classifier; its mode is the
+  digit triple. Reports `gan.evaluation.mode_coverage`'s modes (of 1,000),
+  mode_kl and mode_samples, and classifier_fid: the FID of the samples' 3N
+  channel digits against the 5,000 held-out digits (their quality, whatever
+  the triples), with num_samples. Sample i's noise is keyed by (seed, i), so
+  every value is the same on any number of replicas and workers.
+  """
+
+  def _make_sample_fn(self):
+    from gan import evaluation
+
+    def samples(models, indices):
+      z = ctl.normal_by_index(self._seed, indices, self._noise_dim)
+      logits, features = evaluation.stacked_outputs(self._images(models, indices, z))
+      return {"logits": logits, **{f"channel_{c}": features[:, c] for c in range(3)}}
+
+    return samples
+
+  def outputs(self, over_samples: Callable) -> dict:
+    from gan import evaluation
+    evaluation.classifier_model()  # here, eagerly: not inside the replicas' function
+    return over_samples(self._sample_fn, self.num_samples, batch_size=self.batch_size,
+                        moments=tuple(f"channel_{c}" for c in range(3)))
+
+  def measure(self, over_samples: Callable, workdir: str | None = None, *,
+              is_chief: bool = True) -> dict[str, float]:
+    """modes, mode_kl, mode_samples, classifier_fid and num_samples, the samples
+    run by `over_samples`; the held-out digits' outputs cached in `<workdir>/eval_cache`."""
+    from gan import evaluation
+    out = self.outputs(over_samples)
+    digits = out["channel_0"] + out["channel_1"] + out["channel_2"]
+    return {**evaluation.mode_coverage(evaluation.modes_of_logits(out["logits"])),
+            "classifier_fid": evaluation.frechet_distance_from_moments(
+                digits, self._held_out(workdir, is_chief)["moments"]),
+            "num_samples": self.num_samples}
+
+  def __call__(self, context: ctl.FitContext) -> None:
+    self.results = self.measure(context.over_samples, context.workdir,
+                                is_chief=context.is_chief)
+    self.history.append((context.step, self.results["classifier_fid"]))
+    context.report(self.results)
+    _log.info("stacked MNIST at step %d: %d of 1000 modes, KL %.3f, channels' "
+              "classifier FID %.3f (%d samples)", context.step, self.results["modes"],
+              self.results["mode_kl"], self.results["classifier_fid"], self.num_samples)
 
 
 class EncoderQuality(ctl.Action):
@@ -639,7 +697,8 @@ class Experiment:
     `gan.evaluation.classifier_metrics` of `fid_samples` samples of
     `sampled_model` (FID, KID, scores, precision/recall/density/coverage,
     with their N; with `num_classes`, label accuracy and intra-class FID) and,
-    with an encoder, `EncoderQuality`'s. Other images: the step only.
+    with an encoder, `EncoderQuality`'s. On stacked MNIST
+    (`gan.data.stacked_mnist_dataset`): `ModeCoverage`'s. Other images: the step only.
     `checkpoint`: "newest", "best" (the best kept by `schedule.keep_best`), or
     a step (the checkpoint saved at that step: `ctl.Runner.restore`).
 
@@ -704,13 +763,18 @@ class Experiment:
     return runner, image_shape
 
   def _fid(self, image_shape: tuple[int, ...]) -> ClassifierFID | None:
-    """The classifier FID action, for the classifier's 28x28x1 digits only."""
+    """The classifier FID action, for the classifier's 28x28x1 digits only, or
+    `ModeCoverage` for stacked MNIST."""
+    fid_every = self.schedule.fid_every
+    every = ctl.Every(steps=fid_every) if fid_every else None
+    if (image_shape == (28, 28, 3) and not self.num_classes
+        and _is(self.dataset, data_lib.stacked_mnist_dataset)):
+      return ModeCoverage(self.noise_dim, every, num_samples=self.fid_samples,
+                          model=self.sampled_model)
     if image_shape != (28, 28, 1):
       return None
-    fid_every = self.schedule.fid_every
-    return ClassifierFID(self.noise_dim, ctl.Every(steps=fid_every) if fid_every else None,
-                         num_samples=self.fid_samples, num_classes=self.num_classes,
-                         model=self.sampled_model)
+    return ClassifierFID(self.noise_dim, every, num_samples=self.fid_samples,
+                         num_classes=self.num_classes, model=self.sampled_model)
 
 
 def _check(experiment: Experiment) -> None:

@@ -156,18 +156,18 @@ def test_save_stall_prints_each_way_and_the_ratio():
 
 
 def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
-  """bench/gan_quality.py --quick on the main job (unconditional, its own step) and two
-  kinds of config (conditional, BiGAN): every record complete (no quality asserts). The
-  unconditional configs train in test_gan_examples."""
+  """bench/gan_quality.py --quick on the main job (unconditional, its own step) and three
+  kinds of config (conditional, BiGAN, stacked MNIST): every record complete (no quality
+  asserts). The unconditional configs train in test_gan_examples."""
   proc = helpers.python(["bench/gan_quality.py", "--quick", "--configs",
-                         "main_job,conditional_dcgan,bigan", "--first-seed", "1",
+                         "main_job,conditional_dcgan,bigan,stacked_mnist", "--first-seed", "1",
                          "--workdir", str(tmp_path)],
                         timeout=900)
   lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
   floor = [line["floor"] for line in lines if "floor" in line]
   assert len(floor) == 1 and 0.3 < floor[0] < 1.0, floor  # the real-vs-real FID
   runs = {line["run"]["config"]: line["run"] for line in lines if "run" in line}
-  assert sorted(runs) == ["bigan", "conditional_dcgan", "main_job"]
+  assert sorted(runs) == ["bigan", "conditional_dcgan", "main_job", "stacked_mnist"]
   for config, run in runs.items():  # the main job is measured at its end only
     assert run["seed"] == 1 and f"seed1{os.sep}samples" in run["grid"], run
     assert [point["step"] for point in run["curve"]] == ([10] if config == "main_job"
@@ -178,8 +178,12 @@ def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
     assert run["grid"].endswith(".png") and os.path.exists(run["grid"])
   assert "label_accuracy" in runs["conditional_dcgan"]["curve"][-1]
   assert "encoder_1nn_accuracy" in runs["bigan"]["curve"][-1]
+  stacked = runs["stacked_mnist"]["curve"][-1]
+  assert 1 <= stacked["modes"] <= 500 and stacked["mode_kl"] >= 0, stacked
+  assert stacked["mode_samples"] == 500, stacked
   summaries = [line["summary"] for line in lines if "summary" in line]
-  assert [s["config"] for s in summaries] == ["main_job", "conditional_dcgan", "bigan"]
+  assert [s["config"] for s in summaries] == ["main_job", "conditional_dcgan", "bigan",
+                                              "stacked_mnist"]
   for summary in summaries:
     assert summary["seeds"] == 1 and summary["best_fid"][0] > 0
     assert {"reached_10x", "minutes_to_10x", "step_to_3x"} <= set(summary)
@@ -187,3 +191,5 @@ def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
   assert re.search(r"\| conditional_dcgan \| ≤ 2x; label accuracy ≥ 0.97 \| (met|not met) \| 10 \|",
                    proc.stdout), proc.stdout
   assert "final_label_accuracy" in summaries[1] and "final_encoder_1nn_accuracy" in summaries[2]
+  assert "final_modes" in summaries[3] and "final_mode_kl" in summaries[3]
+  assert "| stacked_mnist | ≥ 990 of 1,000 modes; KL ≤ 0.1 (26,000 samples) |" in proc.stdout

@@ -18,7 +18,8 @@ from ctl.tools import experiments
 
 from helpers import ROOT
 
-NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "tfgan_mnist", "wgan_gp"]
+NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "stacked_mnist", "tfgan_mnist",
+         "wgan_gp"]
 
 
 def test_the_kit_ships_every_example_config_by_name():

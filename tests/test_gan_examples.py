@@ -29,9 +29,9 @@ SMALL = [
 ]
 
 
-def test_all_six_examples_exist():
+def test_all_seven_examples_exist():
   assert CONFIGS == ["bigan.gin", "conditional_dcgan.gin", "dcgan.gin", "hinge_sn.gin",
-                     "tfgan_mnist.gin", "wgan_gp.gin"]
+                     "stacked_mnist.gin", "tfgan_mnist.gin", "wgan_gp.gin"]
 
 
 def _scalars(directory, tag):

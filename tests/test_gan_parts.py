@@ -400,7 +400,7 @@ def test_bigans_encoder_keeps_its_gradient_under_hinge():
 
 
 @pytest.mark.parametrize("config", ["dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan",
-                                    "tfgan_mnist"])
+                                    "tfgan_mnist", "stacked_mnist"])
 def test_no_shipped_config_sets_off_the_schedule_warning_and_a_planted_mistake_does(config,
                                                                                    caplog):
   import gin

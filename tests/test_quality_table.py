@@ -140,12 +140,14 @@ def test_rows_saved_before_runs_were_kept_still_render():
 def test_every_configs_target_can_be_judged(config):
   final = {"label_accuracy": 0.98, "encoder_1nn_accuracy": 0.9,
            "random_encoder_1nn_accuracy": 0.5, "pixels_1nn_accuracy": 0.8,
-           "reconstruction_ratio": 0.5, "classifier_score_32": 7.9, "real_score_32": 8.0}
+           "reconstruction_ratio": 0.5, "classifier_score_32": 7.9, "real_score_32": 8.0,
+           "modes": 995, "mode_kl": 0.05}
   good = [_run(config, 0, [(100, 60.0, 1.1, final)])]  # under 2x 0.6 in a minute
   assert gan_quality.met(gan_quality.summarize(config, good, FLOOR)) == "met"
   bad = [_run(config, 0, [(100, 60.0, 30.0, dict(final, label_accuracy=0.5,
                                                    reconstruction_ratio=0.9,
-                                                   classifier_score_32=5.0))])]
+                                                   classifier_score_32=5.0, modes=99,
+                                                   mode_kl=3.4))])]
   assert gan_quality.met(gan_quality.summarize(config, bad, FLOOR)) == "not met"
 
 

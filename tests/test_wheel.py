@@ -29,7 +29,8 @@ from helpers import ROOT
 from helpers import TINY_GAN
 
 pytestmark = pytest.mark.slow  # builds, installs, and trains in a subprocess
-NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "tfgan_mnist", "wgan_gp"]
+NAMES = ["bigan", "conditional_dcgan", "dcgan", "hinge_sn", "stacked_mnist", "tfgan_mnist",
+         "wgan_gp"]
 
 
 def _run(args, cwd, timeout=300):
