@@ -142,6 +142,16 @@ def test_eval_speed_prints_every_path_under_both_strategies():
   assert "| 100 | mirrored:2 | distributed, FID |" in proc.stdout
 
 
+def test_snapshot_cost_prints_each_way():
+  """bench/snapshot_cost.py, shrunk: every way's times (no timing asserts)."""
+  proc = helpers.python(["bench/snapshot_cost.py", "--variables", "3", "--megabytes", "1",
+                         "--repetitions", "2"], timeout=300)
+  [row] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+  assert {way: len(v) for way, v in row["seconds"].items()} == {"none": 2, "held": 2,
+                                                                "copied": 2}, row
+  assert "| copied |" in proc.stdout
+
+
 def test_save_stall_prints_each_way_and_the_ratio():
   """bench/save_stall.py, shrunk: the kit's dcgan row, complete (no timing asserts)."""
   proc = helpers.python(["bench/save_stall.py", "--models", "dcgan", "--steps", "5",
