@@ -111,6 +111,23 @@ def tiny_gan_training(runs):
 SUBPROCESS_TIMEOUT = 600
 
 
+def generator_runner(make_generator, strategy):
+  """A runner that trains nothing, of the model `make_generator()` as "generator"
+  (made in the strategy's scope, with Keras' seed 0): for evaluations over samples."""
+  import keras  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  import ctl  # pylint: disable=import-outside-toplevel
+
+  def build():
+    keras.utils.set_random_seed(0)
+    return {"generator": make_generator()}, {"generator": keras.optimizers.Adam()}
+
+  data = tf.data.Dataset.from_tensor_slices(np.zeros((8, 1), "float32")).batch(
+      4, drop_remainder=True).repeat()
+  return ctl.Runner(lambda ctx, batch: {}, build, data, strategy=strategy)
+
+
 def python(args, *, env=None, timeout=SUBPROCESS_TIMEOUT, check=True):
   """Runs `python args...` from the repo root; returns the CompletedProcess."""
   proc = subprocess.run([sys.executable] + list(args), cwd=ROOT, env=subprocess_env(env),

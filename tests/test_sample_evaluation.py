@@ -176,14 +176,7 @@ def test_classifier_metrics_match_the_host_side_ones_on_any_layout(tmp_path):
   action = gan.experiment.ClassifierFID(16, num_samples=70, batch_size=32)
   measured = []
   for strategy in ("default", "mirrored"):
-    def build():
-      keras.utils.set_random_seed(0)
-      generator = gan.dcgan_generator(16, 4)
-      return {"generator": generator}, {"generator": keras.optimizers.Adam()}
-
-    data = tf.data.Dataset.from_tensor_slices(np.zeros((8, 1), "float32")).batch(
-        4, drop_remainder=True).repeat()
-    runner = ctl.Runner(lambda ctx, batch: {}, build, data, strategy=strategy)
+    runner = helpers.generator_runner(lambda: gan.dcgan_generator(16, 4), strategy)
     measured.append(action.measure(runner.over_samples, str(tmp_path)))
   default, mirrored = measured
   assert default["num_samples"] == 70 and default["reference_samples"] == 5000

@@ -2,14 +2,14 @@
 mode counting with the shipped classifier (right on planted generators, and on
 real data), and `ModeCoverage`, the same on any layout."""
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import ctl
 import gan
 from gan import evaluation
+
+import helpers
 
 
 def _batches(dataset, count):
@@ -96,14 +96,8 @@ def test_mode_coverage_is_the_same_on_any_layout_and_matches_the_host(tmp_path):
   action = gan.experiment.ModeCoverage(16, num_samples=70, batch_size=32)
   measured = []
   for strategy in ("default", "mirrored"):
-    def build():
-      keras.utils.set_random_seed(0)
-      generator = gan.dcgan_generator(16, 4, image_shape=(28, 28, 3))
-      return {"generator": generator}, {"generator": keras.optimizers.Adam()}
-
-    data = tf.data.Dataset.from_tensor_slices(np.zeros((8, 1), "float32")).batch(
-        4, drop_remainder=True).repeat()
-    runner = ctl.Runner(lambda ctx, batch: {}, build, data, strategy=strategy)
+    runner = helpers.generator_runner(
+        lambda: gan.dcgan_generator(16, 4, image_shape=(28, 28, 3)), strategy)
     measured.append(action.measure(runner.over_samples, str(tmp_path)))
   default, mirrored = measured
   assert set(default) == {"modes", "mode_kl", "mode_samples", "classifier_fid", "num_samples"}
