@@ -99,9 +99,6 @@ def mnist_dataset(global_batch_size: int, *, split: str = "train", seed: int = 0
   return _epochs_of(int(images.shape[0]), global_batch_size, seed, gather)
 
 
-STACKED_MODES = 1000  # digit triples
-
-
 @gin.register(module="gan.data")
 def stacked_mnist_dataset(global_batch_size: int, *, split: str = "train", seed: int = 0,
                           with_labels: bool = False) -> tf.data.Dataset:
