@@ -3,18 +3,22 @@
 
     python bench/save_stall.py                 # the kit's dcgan and a 112M-parameter one
     python bench/save_stall.py --threads 1     # TF on one core: one left for the write
-    python bench/save_stall.py --models dcgan --steps 5 --repetitions 1   # a smoke run
+    python bench/save_stall.py --models dcgan --steps 6 --tail 2 --repetitions 1   # a smoke run
 
 Each model trains under `runner.fit` three ways, their repetitions interleaved
 (A, B, C, A, B, C, ...) so that drifts in machine load hit each alike: with no
 scheduled save (`none`), saving every `--every` steps written at once
 (`synchronous`), and the same saves written in the background (`asynchronous`).
-Every fit also saves at its end, written at once in all three. An action stamps
-the time after each step's work; a fit's time is from the stamp of its first
-step to that of its last, after the end's save (which waits for a background
-write still in flight). The stall per save is (fit time - the `none` fit's
-time of the same repetition) / the scheduled saves; the ratio is
-asynchronous / synchronous, from the medians over repetitions.
+The saves stop `--tail` steps before the fit's end, so that the last background
+write has steps to overlap. An action stamps the time after each step's work (a
+save at that step comes first). A fit's time runs from the stamp of its first
+step to that of the step before its end; that last stamp waits until the
+`checkpoint` pointer names the last scheduled save, so a write still in flight
+counts. The end's own save (written at once in every way) is outside the window:
+its time varies with the page cache by seconds, and it is not a scheduled save.
+The stall per save is (fit time - the `none` fit's time of the same repetition)
+/ the scheduled saves; the ratio is asynchronous / synchronous, from the medians
+over repetitions.
 
 Models: `dcgan`, the kit's (`gan.dcgan_generator(64, 64)` and
 `gan.dcgan_discriminator(64)`, batch 64, 28x28x1, Adam); `dcgan-wide`, the same
@@ -45,14 +49,36 @@ WAYS = ("none", "synchronous", "asynchronous")
 
 
 class Stamps(ctl.Action):
-  """The time after each step's work (a save at that step comes first)."""
+  """The time after each step's work (a save at that step comes first). At
+  `last_step`, first waits until `<workdir>/checkpoints` names `ckpt-<saved>` newest."""
 
-  def __init__(self):
+  def __init__(self, workdir, last_step, saved):
     self.every = ctl.Every(steps=1)
     self.times = []
+    self._checkpoints = os.path.join(workdir, "checkpoints")
+    self._last_step, self._saved = last_step, saved
 
   def __call__(self, context):
+    if context.step == self._last_step and self._saved:
+      import tensorflow as tf  # pylint: disable=import-outside-toplevel
+      name = f"ckpt-{self._saved}"
+      deadline = time.monotonic() + 600
+      while not (tf.train.latest_checkpoint(self._checkpoints) or "").endswith(name):
+        if time.monotonic() > deadline:
+          raise RuntimeError(f"{self._checkpoints}: {name} not the newest after 600 s")
+        time.sleep(0.005)
     self.times.append(time.perf_counter())
+
+
+class SavesUntil(ctl.Every):
+  """Every `steps` steps up to `last_step`, then no more."""
+
+  def __init__(self, steps, last_step):
+    super().__init__(steps=steps)
+    self.last_step = last_step
+
+  def due(self, step):
+    return step <= self.last_step and super().due(step)
 
 
 def make_runner(width, batch):
@@ -89,36 +115,40 @@ def parameters(runner):
   return models, state
 
 
-def fit_time(runner, way, steps, every, scratch):
-  """Seconds from the first step's stamp to the last's, for `steps` more steps."""
-  stamps = Stamps()
+def fit_time(runner, way, steps, every, tail, scratch):
+  """Seconds from the first step's stamp to that of the step before the end, for
+  `steps` more steps; and the scheduled saves in between."""
   workdir = tempfile.mkdtemp(dir=scratch)
   start = int(runner.state.global_step.numpy())
-  schedule = ctl.Every(steps=every if way != "none" else 10**9)
+  last_save = start + steps - tail
+  saves = last_save // every - start // every if way != "none" else 0
+  stamps = Stamps(workdir, start + steps - 1, saved=saves and last_save // every * every)
   runner.fit(start + steps, workdir, actions=[stamps], progress=False, summaries=False,
-             checkpoint=ctl.Checkpoint(schedule, keep=2, asynchronous=way == "asynchronous"))
+             checkpoint=ctl.Checkpoint(SavesUntil(every, last_save if saves else start),
+                                       keep=2, asynchronous=way == "asynchronous"))
   shutil.rmtree(workdir)
-  return stamps.times[-1] - stamps.times[0]
+  return stamps.times[-2] - stamps.times[0], saves
 
 
-def measure(name, steps, every, repetitions, scratch):
+def measure(name, steps, every, tail, repetitions, scratch):
   spec = MODELS[name]
   runner = make_runner(**spec)
   runner.train(2)  # traced and warm
   models, state = parameters(runner)
-  saves = len(range(every, steps, every))  # scheduled between the first step and the end
   times = {way: [] for way in WAYS}
+  stalls = {way: [] for way in WAYS[1:]}
   for _ in range(repetitions):
     for way in WAYS:
-      times[way].append(fit_time(runner, way, steps, every, scratch))
-  stalls = {way: [(t - base) / saves for t, base in zip(times[way], times["none"])]
-            for way in WAYS[1:]}
+      seconds, saves = fit_time(runner, way, steps, every, tail, scratch)
+      times[way].append(seconds)
+      if way != "none":
+        stalls[way].append((seconds - times["none"][-1]) / saves)
   median = {way: statistics.median(values) for way, values in stalls.items()}
-  step_seconds = statistics.median(times["none"]) / (steps - 1)
+  step_seconds = statistics.median(times["none"]) / (steps - 2)
   return {"model": name, "parameters": models, "saved_values": state,
           "checkpoint_mb": round(state * 4 / 2**20), "batch": spec["batch"], "steps": steps,
-          "save_every": every, "scheduled_saves": saves, "repetitions": repetitions,
-          "step_seconds": round(step_seconds, 4),
+          "save_every": every, "tail": tail, "scheduled_saves": saves,
+          "repetitions": repetitions, "step_seconds": round(step_seconds, 4),
           "stall_seconds": {way: round(v, 4) for way, v in median.items()},
           "stall_each": {way: [round(s, 4) for s in v] for way, v in stalls.items()},
           "asynchronous_over_synchronous": (round(median["asynchronous"] / median["synchronous"], 3)
@@ -129,8 +159,10 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--models", default=",".join(MODELS),
                       help=f"comma-separated subset of {', '.join(MODELS)}")
-  parser.add_argument("--steps", type=int, default=9, help="steps per timed fit")
+  parser.add_argument("--steps", type=int, default=20, help="steps per timed fit")
   parser.add_argument("--every", type=int, default=2, help="steps between scheduled saves")
+  parser.add_argument("--tail", type=int, default=3,
+                      help="steps after the last scheduled save, before the end")
   parser.add_argument("--threads", type=int, default=0,
                       help="TF's intra- and inter-op threads; 0: TF's default (every core)")
   parser.add_argument("--repetitions", type=int, default=3)
@@ -139,9 +171,13 @@ def main():
   unknown = [n for n in names if n not in MODELS]
   if unknown or not names:
     parser.error(f"--models {args.models!r}: unknown {unknown}; choose from {', '.join(MODELS)}")
-  if not 0 < args.every < args.steps - 1:
-    parser.error(f"--every {args.every} with --steps {args.steps}: a scheduled save needs "
-                 "steps after it before the end; use --every between 1 and --steps - 2")
+  if not 0 < args.tail < args.steps - 1:
+    parser.error(f"--tail {args.tail} with --steps {args.steps}: use --tail between 1 "
+                 "and --steps - 2")
+  if not 0 < args.every <= args.steps - args.tail - 1:
+    parser.error(f"--every {args.every} with --steps {args.steps} and --tail {args.tail}: "
+                 "a scheduled save must fall before the tail; use --every between 1 and "
+                 "--steps - --tail - 1")
   if args.threads:  # before TF's first op
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -150,7 +186,7 @@ def main():
   from run import cpu_features  # pylint: disable=import-outside-toplevel
   scratch = tempfile.mkdtemp(prefix="ctl-save-stall-")
   try:
-    rows = [dict(measure(n, args.steps, args.every, args.repetitions, scratch),
+    rows = [dict(measure(n, args.steps, args.every, args.tail, args.repetitions, scratch),
                  tf_threads=args.threads or "all") for n in names]
   finally:
     shutil.rmtree(scratch, ignore_errors=True)

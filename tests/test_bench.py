@@ -154,8 +154,8 @@ def test_snapshot_cost_prints_each_way():
 
 def test_save_stall_prints_each_way_and_the_ratio():
   """bench/save_stall.py, shrunk: the kit's dcgan row, complete (no timing asserts)."""
-  proc = helpers.python(["bench/save_stall.py", "--models", "dcgan", "--steps", "5",
-                         "--every", "2", "--repetitions", "1"], timeout=600)
+  proc = helpers.python(["bench/save_stall.py", "--models", "dcgan", "--steps", "6",
+                         "--every", "2", "--tail", "2", "--repetitions", "1"], timeout=600)
   rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
   assert [r["model"] for r in rows] == ["dcgan"], proc.stdout
   row = rows[0]
