@@ -72,6 +72,17 @@ def bigan_loss(loss: losses.LossFamily, real_logits: tf.Tensor,
   return loss.discriminator(fake_logits, real_logits)
 
 
+def summed_over_scores(fn: Callable, real_logits: tf.Tensor, fake_logits: tf.Tensor) -> tf.Tensor:
+  """`fn(real_logits, fake_logits)` per example; for logits `[B, K]`, K > 1 (the
+  joint and unary scores of `gan.models.bigan_discriminator(unary=True)`),
+  `fn` of each score's column, summed: BigBiGAN's losses (Donahue & Simonyan
+  2019, section 2)."""
+  if real_logits.shape.rank == 2 and real_logits.shape[-1] > 1:
+    return tf.add_n([fn(real_logits[:, k], fake_logits[:, k])
+                     for k in range(real_logits.shape[-1])])
+  return fn(real_logits, fake_logits)
+
+
 def make_step(*, loss: losses.LossFamily = losses.non_saturating,
               penalty: Callable = penalties.no_penalty, noise_dim: int = 64,
               discriminator_steps: int = 1, conditional: bool = False, encoder: bool = False,
@@ -85,7 +96,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   `encoder`, the discriminator scores pairs `(x, E(x))` against `(G(z), z)`,
   and the generator and encoder both minimise the discriminator loss with the
   labels swapped (Donahue et al. 2017, section 3), for hinge in its linear
-  form (`bigan_loss`). With `augment` (names of
+  form (`bigan_loss`); a discriminator of several scores per pair (BigBiGAN's
+  joint and unary ones) has each scored and summed (`summed_over_scores`). With `augment` (names of
   `gan.augment.POLICIES`), every image the discriminator sees, real or
   generated, in both updates, is augmented first (`gan.augment.augmentation`);
   the penalty's discriminator sees the reals through the same draws as the
@@ -134,7 +146,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         real_logits = real_critic(real)
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         extra = penalty(ctx, real_critic, real, fake)
-      d_loss = ctx.average(loss.discriminator(real_logits, fake_logits))
+      d_loss = ctx.average(summed_over_scores(loss.discriminator, real_logits, fake_logits))
       extra = ctx.average(extra)
       total = d_loss + extra
     ctx.minimize(total, "discriminator", tape=tape)
@@ -147,7 +159,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
         real_logits, fake_logits = pair_logits(ctx, real, fake, z)
-        g_loss = ctx.average(bigan_loss(loss, real_logits, fake_logits))
+        g_loss = ctx.average(summed_over_scores(functools.partial(bigan_loss, loss),
+                                                real_logits, fake_logits))
       else:
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         g_loss = ctx.average(loss.generator(fake_logits))

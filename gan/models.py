@@ -242,21 +242,27 @@ def dcgan_encoder(latent_dim: int = 64, width: int = 64, *,
 @gin.register(module="gan.models")
 def bigan_discriminator(latent_dim: int = 64, width: int = 64, *,
                         image_shape: Sequence[int] = (28, 28, 1), spectral_norm: bool = False,
-                        name: str = "discriminator") -> keras.Model:
-  """Pairs `[images, codes]` -> logits `[B, 1]`: real `(x, E(x))` vs fake `(G(z), z)`.
+                        unary: bool = False, name: str = "discriminator") -> keras.Model:
+  """Pairs `[images, codes]` -> logits `[B, 1]` (`[B, 3]` with `unary`): real `(x, E(x))`
+  vs fake `(G(z), z)`.
 
   Image features from the DCGAN trunk and code features from a dense layer
   are joined and scored together, as in BiGAN/ALI (Donahue et al. 2017).
+  With `unary`, logits `[B, 3]`: the joint score, then a score of the image
+  features alone and one of the code features alone, BigBiGAN's s_xz, s_x
+  and s_z (Donahue & Simonyan 2019, section 2), each a logit the loss scores
+  (`gan.experiment.make_step` sums the three).
   """
   images = keras.Input(tuple(image_shape), name="images")
   codes = keras.Input((latent_dim,), name="codes")
+  dense = lambda units, **kw: _maybe_spectral(layers.Dense(units, **kw), spectral_norm)  # noqa: E731
   x = _convolutions(images, width, _upsamplings(image_shape), spectral_norm)
-  z = _maybe_spectral(layers.Dense(4 * width), spectral_norm)(codes)
-  z = LeakyReLU(0.2)(z)
-  joint = layers.Concatenate()([x, z])
-  joint = _maybe_spectral(layers.Dense(4 * width), spectral_norm)(joint)
-  joint = LeakyReLU(0.2)(joint)
-  logits = _maybe_spectral(layers.Dense(1, dtype=_output_dtype()), spectral_norm)(joint)
+  z = LeakyReLU(0.2)(dense(4 * width)(codes))
+  joint = LeakyReLU(0.2)(dense(4 * width)(layers.Concatenate()([x, z])))
+  logits = dense(1, dtype=_output_dtype())(joint)
+  if unary:
+    logits = layers.Concatenate(dtype=_output_dtype())(
+        [logits, dense(1, dtype=_output_dtype())(x), dense(1, dtype=_output_dtype())(z)])
   return keras.Model([images, codes], logits, name=name)
 
 

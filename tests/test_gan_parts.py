@@ -42,6 +42,8 @@ def test_models_shapes(image_shape, num_classes):
   assert gan.models.dcgan_encoder(NOISE, 4, image_shape=image_shape)(images).shape == (2, NOISE)
   pair = gan.models.bigan_discriminator(NOISE, 4, image_shape=image_shape)
   assert pair([images, z]).shape == (2, 1)
+  unary = gan.models.bigan_discriminator(NOISE, 4, image_shape=image_shape, unary=True)
+  assert unary([images, z]).shape == (2, 3)
 
 
 def test_tfgan_mnist_models_shapes_and_shape_error():
@@ -145,6 +147,7 @@ KINDS = {
     "conditional_lazy_r1": dict(num_classes=10, penalty=functools.partial(
         gan.penalties.r1_penalty, weight=1.0, every=2)),
     "bigan": dict(encoder=True),
+    "bigan_unary_hinge": dict(encoder=True, unary=True, loss=gan.losses.hinge),
     "hinge_sn_r1": dict(loss=gan.losses.hinge, penalty=gan.penalties.r1_penalty,
                         spectral_norm=True),
 }
@@ -154,6 +157,7 @@ def _train(kind, strategy, steps=3):
   options = dict(KINDS[kind])
   num_classes = options.pop("num_classes", None)
   encoder = options.pop("encoder", False)
+  unary = options.pop("unary", False)
   spectral_norm = options.pop("spectral_norm", False)
   ema_decay = options.get("ema_decay")
   step = experiment.make_step(noise_dim=NOISE, conditional=bool(num_classes),
@@ -161,7 +165,7 @@ def _train(kind, strategy, steps=3):
 
   def discriminator(**kwargs):
     if encoder:
-      return gan.models.bigan_discriminator(width=4, **kwargs)
+      return gan.models.bigan_discriminator(width=4, unary=unary, **kwargs)
     return gan.dcgan_discriminator(4, spectral_norm=spectral_norm, **kwargs)
 
   build = experiment.make_build(
@@ -189,8 +193,8 @@ def test_steps_agree_default_and_mirrored(kind):
   for key in results:
     assert np.all(np.isfinite(results[key]))
     np.testing.assert_allclose(mirrored_results[key], results[key], atol=1e-5, err_msg=key)
-  expected = {"generator", "discriminator"} | {
-      "ema": {"generator_ema"}, "bigan": {"encoder"}}.get(kind, set())
+  expected = ({"generator", "discriminator"} | ({"generator_ema"} if kind == "ema" else set())
+              | ({"encoder"} if KINDS[kind].get("encoder") else set()))
   assert set(weights) == expected
   for name in weights:
     for a, b in zip(mirrored_weights[name], weights[name]):
@@ -397,6 +401,24 @@ def test_bigans_encoder_keeps_its_gradient_under_hinge():
                  gan.losses.wasserstein):
     np.testing.assert_allclose(experiment.bigan_loss(family, real, fake).numpy(),
                                family.discriminator(fake, real).numpy())
+
+
+def test_bigbigans_joint_and_unary_scores_are_each_a_loss_and_summed():
+  """BigBiGAN's three scores (joint, image, code): each column is scored by the
+  family's loss and the three summed, per example; one column is the loss itself."""
+  real = tf.constant([[1.0, -0.5, 2.0], [-2.0, 0.5, 0.0]])
+  fake = tf.constant([[0.5, 1.5, -1.0], [-0.5, -3.0, 0.2]])
+  for family in (gan.losses.hinge, gan.losses.non_saturating):
+    columns = [family.discriminator(real[:, k], fake[:, k]).numpy() for k in range(3)]
+    np.testing.assert_allclose(
+        experiment.summed_over_scores(family.discriminator, real, fake).numpy(),
+        np.sum(columns, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(
+        experiment.summed_over_scores(family.discriminator, real[:, :1], fake[:, :1]).numpy(),
+        columns[0], rtol=1e-6)
+  eg = functools.partial(experiment.bigan_loss, gan.losses.hinge)
+  np.testing.assert_allclose(experiment.summed_over_scores(eg, real, fake).numpy(),
+                             np.sum((real - fake).numpy(), axis=1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("config", ["dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan",
