@@ -231,17 +231,31 @@ def _encoder_beats_both(row):
 
 TARGETS = {
     MAIN: ("≤ 10x in ≤ 3 min", [_within(10, 3, whole_run=True)]),
-    "dcgan": ("≤ 3x in ≤ 30 min", [_within(3, 30)]),
+    "dcgan": ("≤ 2x in ≤ 30 min", [_within(2, 30)]),
     "conditional_dcgan": ("≤ 2x; label accuracy ≥ 0.97",
                           [_within(2, None), _final_at_least("label_accuracy", 0.97)]),
     "wgan_gp": ("≤ 5x in ≤ 15 min", [_within(5, 15)]),
     "hinge_sn": ("≤ 5x in ≤ 15 min", [_within(5, 15)]),
-    "bigan": ("≤ 5x; encoder 1-NN above pixels' and a random encoder's; reconstruction "
-              "ratio ≤ 0.55", [_within(5, None), _encoder_beats_both,
-                                _final_at_most("reconstruction_ratio", 0.55)]),
+    "bigan": ("≤ 5x; encoder 1-NN ≥ 0.95, above pixels' and a random encoder's; "
+              "reconstruction ratio ≤ 0.55",
+              [_within(5, None), _encoder_beats_both,
+               _final_at_least("encoder_1nn_accuracy", 0.95),
+               _final_at_most("reconstruction_ratio", 0.55)]),
     "tfgan_mnist": ("score_32 / real ≥ 0.95", [_final_at_least("score_32_ratio", 0.95)]),
     "stacked_mnist": ("≥ 990 of 1,000 modes; KL ≤ 0.1 (26,000 samples)",
                       [_final_at_least("modes", 990), _final_at_most("mode_kl", 0.1)]),
+}
+
+
+# What the field published for the same measure, under its own protocol (issue 56): beside
+# each row, not judged. Where the protocols differ, tuning.md and the config say how.
+ANCHORS = {
+    "bigan": "BiGAN (Donahue et al. 2017): its encoder's features beat a random "
+             "encoder's at 1-NN (full MNIST)",
+    "tfgan_mnist": "TF-GAN's tutorial: 0.89–0.90 (its own classifier: real digits 8.38; "
+                   "ours 8.10)",
+    "stacked_mnist": "PacGAN (Lin et al. 2018, Table 2): DCGAN 99 modes, KL 3.40; "
+                     "PacDCGAN2 1,000, KL 0.06",
 }
 
 
@@ -289,10 +303,9 @@ def markdown(results):
            "(`examples/mnist_dcgan.py`), measured at its end only. The benchmark machine "
            "is a shared VM whose speed drifts between invocations (by how much: "
            "[quality/tuning.md](quality/tuning.md)): compare times within one row.", "",
-           "| config | target | result | steps | minutes | to 10x: min (step) | to 5x | to 3x "
-           "| to 2x "
-           "| best FID (x floor) |",
-           "|---|---|---|---:|---:|---|---|---|---|---|"]
+           "| config | target | published anchor | result | steps | minutes | to 10x: min "
+           "(step) | to 5x | to 3x | to 2x | best FID (x floor) |",
+           "|---|---|---|---|---:|---:|---|---|---|---|---|"]
   for config in configs:
     r = results[config]["row"]
     cells = []
@@ -305,7 +318,8 @@ def markdown(results):
       else:
         cells.append(f"not reached (0/{r['seeds']})")
     best = r["best_fid"]
-    lines.append(f"| {config} | {TARGETS[_config_of(config)][0]} | {met(r)} | {r['steps']:,} | "
+    lines.append(f"| {config} | {TARGETS[_config_of(config)][0]} | "
+                 f"{ANCHORS.get(_config_of(config), '–')} | {met(r)} | {r['steps']:,} | "
                  f"{_pm(r['minutes'], 1)} | " + " | ".join(cells)
                  + f" | {_pm(best)} ({best[0] / r['floor']:.1f}x) |")
   keys = [k for k in FINAL if any(f"final_{k}" in results[c]["row"] for c in configs)]
