@@ -362,8 +362,15 @@ class ModeCoverage(ClassifierFID):
   mode_kl and mode_samples, and classifier_fid: the FID of the samples' 3N
   channel digits against the 5,000 held-out digits (their quality, whatever
   the triples), with num_samples. Sample i's noise is keyed by (seed, i), so
-  every value is the same on any number of replicas and workers.
+  every value is the same on any number of replicas and workers. No
+  `num_classes`: the generator is unconditional.
   """
+
+  def __init__(self, noise_dim: int, every: ctl.Every | None = None, *,
+               num_samples: int = 26000, model: str = "generator", seed: int = 1,
+               batch_size: int = 500):
+    super().__init__(noise_dim, every, num_samples=num_samples, model=model, seed=seed,
+                     batch_size=batch_size)
 
   def _make_sample_fn(self):
     from gan import evaluation
