@@ -198,8 +198,9 @@ def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
     assert summary["seeds"] == 1 and summary["best_fid"][0] > 0
     assert {"reached_10x", "minutes_to_10x", "step_to_3x"} <= set(summary)
   # Each config's row names its target and whether it was met (not asserted: quality).
-  assert re.search(r"\| conditional_dcgan \| ≤ 2x; label accuracy ≥ 0.97 \| (met|not met) \| 10 \|",
-                   proc.stdout), proc.stdout
+  assert re.search(r"\| conditional_dcgan \| ≤ 2x; label accuracy ≥ 0.97 \| – \| (met|not met) "
+                   r"\| 10 \|", proc.stdout), proc.stdout
   assert "final_label_accuracy" in summaries[1] and "final_encoder_1nn_accuracy" in summaries[2]
   assert "final_modes" in summaries[3] and "final_mode_kl" in summaries[3]
-  assert "| stacked_mnist | ≥ 990 of 1,000 modes; KL ≤ 0.1 (26,000 samples) |" in proc.stdout
+  assert ("| stacked_mnist | ≥ 990 of 1,000 modes; KL ≤ 0.1 (26,000 samples) | PacGAN (Lin et "
+          "al. 2018, Table 2)") in proc.stdout
