@@ -250,8 +250,8 @@ TARGETS = {
 # What the field published for the same measure, under its own protocol (issue 56): beside
 # each row, not judged. Where the protocols differ, tuning.md and the config say how.
 ANCHORS = {
-    "bigan": "BiGAN (Donahue et al. 2017): its encoder's features beat a random "
-             "encoder's at 1-NN (full MNIST)",
+    "bigan": "BiGAN (Donahue et al. 2017): 1-NN accuracy of its encoder's features on "
+             "full MNIST (their protocol; no figure of theirs is compared here)",
     "tfgan_mnist": "TF-GAN's tutorial: 0.89–0.90 (its own classifier: real digits 8.38; "
                    "ours 8.10)",
     "stacked_mnist": "PacGAN (Lin et al. 2018, Table 2): DCGAN 99 modes, KL 3.40; "

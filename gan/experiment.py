@@ -106,6 +106,10 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   """
   penalized = not _is(penalty, penalties.no_penalty)
   _check_penalty(penalty, encoder)
+  # Only a pair discriminator may give several scores (BigBiGAN's); a plain one's
+  # logits other than [B] or [B, 1] stay an error of the loss.
+  d_loss_of = (functools.partial(summed_over_scores, loss.discriminator) if encoder
+               else loss.discriminator)
   policy = augment_lib.check_policy(augment)
 
   def augmentation(ctx, images):
@@ -146,7 +150,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         real_logits = real_critic(real)
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         extra = penalty(ctx, real_critic, real, fake)
-      d_loss = ctx.average(summed_over_scores(loss.discriminator, real_logits, fake_logits))
+      d_loss = ctx.average(d_loss_of(real_logits, fake_logits))
       extra = ctx.average(extra)
       total = d_loss + extra
     ctx.minimize(total, "discriminator", tape=tape)
