@@ -71,7 +71,8 @@ MAIN_QUICK = ("--steps", "10", "--steps-per-loop", "5", "--samples-every", "10",
               "--fid-samples", "500")
 # What the final evaluation reports, when the config measures it.
 FINAL = ("classifier_fid", "classifier_kid", "precision", "recall", "density", "coverage",
-         "classifier_score_32", "score_32_ratio", "label_accuracy", "intra_class_fid",
+         "classifier_score_32", "score_32_ratio", "second_score_32_ratio", "label_accuracy",
+         "intra_class_fid",
          "encoder_1nn_accuracy", "random_encoder_1nn_accuracy", "pixels_1nn_accuracy",
          "reconstruction_ratio", "modes", "mode_kl")
 
@@ -195,6 +196,8 @@ def summarize(config, runs, floor_fid):
     final = run["curve"][-1] if run["curve"] else {}
     if final.get("classifier_score_32") and final.get("real_score_32"):
       final["score_32_ratio"] = final["classifier_score_32"] / final["real_score_32"]
+    if final.get("second_score_32") and final.get("second_real_score_32"):  # the check
+      final["second_score_32_ratio"] = final["second_score_32"] / final["second_real_score_32"]
   for key in FINAL:
     values = [r["curve"][-1].get(key) for r in runs if r["curve"]]
     if any(v is not None for v in values):

@@ -91,19 +91,27 @@ def _as_unit_images(images, name="images", *, size=(28, 28), channels=(1,)):
   return array
 
 
+def _load(second):
+  """A shipped classifier, its variables float32 whatever a run's dtype policy."""
+  import keras
+  policy = keras.config.dtype_policy()
+  keras.config.set_dtype_policy("float32")  # not a mixed-precision run's policy
+  try:
+    return classifier_lib.load_classifier(second=second)
+  finally:
+    keras.config.set_dtype_policy(policy)
+
+
 def classifier_model() -> keras.Model:
   """The shipped classifier as a Keras model of two outputs, (logits, features),
-  loaded once. Load it eagerly, outside a strategy's scope, before a function
-  run on every replica calls it (`classifier_outputs`): its variables are the
-  classifier's, not a model's being trained."""
+  loaded once, with the second classifier (`second_classifier_logits`). Load it
+  eagerly, outside a strategy's scope, before a function run on every replica
+  calls it (`classifier_outputs`): its variables are the classifier's, not a
+  model's being trained."""
   if "model" not in _cache:
     import keras
-    policy = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")  # not a mixed-precision run's policy
-    try:
-      model = classifier_lib.load_classifier()
-    finally:
-      keras.config.set_dtype_policy(policy)
+    model = _load(second=False)
+    _cache["second"] = _load(second=True)
     _cache["model"] = keras.Model(model.inputs[0],
                                   [model.get_layer("logits").output,
                                    model.get_layer(classifier_lib.FEATURES).output])
@@ -129,11 +137,23 @@ def classifier_outputs(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   Raises:
     RuntimeError: the classifier is not loaded (`classifier_model()` first).
   """
+  _require_loaded("classifier_outputs")
+  return _cache["model"](images, training=False)
+
+
+def second_classifier_logits(images: tf.Tensor) -> tf.Tensor:
+  """The second classifier's logits [B, 10] (`gan.classifier.second_classifier`:
+  another network, trained on other digits) of float32 images [B, 28, 28, 1]
+  in [-1, 1], as a tensor; `classifier_model()` first, as `classifier_outputs`."""
+  _require_loaded("second_classifier_logits")
+  return _cache["second"](images, training=False)
+
+
+def _require_loaded(name):
   if "model" not in _cache:
-    raise RuntimeError("classifier_outputs: call gan.evaluation.classifier_model() first, "
+    raise RuntimeError(f"{name}: call gan.evaluation.classifier_model() first, "
                        "eagerly: loading it inside a function run on every replica "
                        "would make its variables the strategy's.")
-  return _cache["model"](images, training=False)
 
 
 def stacked_outputs(images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -200,6 +220,14 @@ def _outputs(images, batch_size, name="images"):
   batches = [model(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
   return tuple(np.concatenate([np.asarray(b[k]) for b in batches]).astype(np.float64)
                for k in (0, 1))
+
+
+def _second_logits(images, batch_size):
+  """The second classifier's logits [N, 10] of digits, float64."""
+  classifier_model()
+  images = _as_unit_images(images)
+  return np.concatenate([np.asarray(second_classifier_logits(images[i:i + batch_size]))
+                         for i in range(0, len(images), batch_size)]).astype(np.float64)
 
 
 @gin.register(module="gan.evaluation")
@@ -581,7 +609,10 @@ def classifier_kid(images_a: np.ndarray, images_b: np.ndarray, *, num_subsets: i
 def _cache_name(split, num_samples):
   """The reference's cache file: what it depends on, in its name."""
   return (f"mnist_{split}_{num_samples}_classifier_v{VERSION}_"
-          f"{classifier_lib.SHA256[:12]}.npz")
+          f"{classifier_lib.SHA256[:12]}_second_{classifier_lib.SECOND_SHA256[:8]}.npz")
+
+
+_REFERENCE_KEYS = ("features", "logits", "second_logits")
 
 
 def reference_outputs(split: str = "test", num_samples: int | None = None, *,
@@ -616,7 +647,8 @@ def reference_outputs(split: str = "test", num_samples: int | None = None, *,
   outputs = _read_reference(path, count) if path else None
   if outputs is None:
     logits, features = _outputs(images, 500)
-    outputs = {"features": features, "logits": logits}
+    outputs = {"features": features, "logits": logits,
+               "second_logits": _second_logits(images, 500)}
     if path and write:
       _write_reference(path, outputs)
   return {**outputs, "moments": Moments.of(outputs["features"]), "num_samples": count,
@@ -627,7 +659,7 @@ def _digest(outputs):
   """What the cached arrays must hash to: a file changed after it was written
   (or half-copied) is computed again."""
   digest = hashlib.sha256()
-  for key in ("features", "logits"):
+  for key in _REFERENCE_KEYS:
     digest.update(np.ascontiguousarray(outputs[key], np.float64).tobytes())
   return digest.hexdigest()
 
@@ -637,12 +669,13 @@ def _read_reference(path, count):
   its name and digest say (it is then computed again, and rewritten)."""
   try:
     with np.load(path) as archive:
-      outputs = {k: archive[k].astype(np.float64) for k in ("features", "logits")}
+      outputs = {k: archive[k].astype(np.float64) for k in _REFERENCE_KEYS}
       name, digest = str(archive["name"]), str(archive["digest"])
   except Exception:  # noqa: BLE001  (empty, cut short, not an archive, a directory...)
     return None
   if (name != os.path.basename(path) or outputs["features"].shape != (count, 64)
-      or outputs["logits"].shape != (count, 10) or digest != _digest(outputs)):
+      or outputs["logits"].shape != (count, 10)
+      or outputs["second_logits"].shape != (count, 10) or digest != _digest(outputs)):
     return None
   return outputs
 
@@ -670,7 +703,7 @@ def classifier_metrics(generated: dict, reference: dict, *, k: int = 5,
 
   Args:
     generated: {"features": [N, 64], "feature_moments": `Moments`, "logits":
-      [N, 10]}, and "labels" [N] for a class-conditional generator (the
+      [N, 10], "second_logits": [N, 10]}, and "labels" [N] for a class-conditional generator (the
       classes it was asked for), as `gan.experiment.ClassifierFID.outputs`
       gives them.
     reference: `reference_outputs(...)`.
@@ -681,7 +714,10 @@ def classifier_metrics(generated: dict, reference: dict, *, k: int = 5,
     classifier_fid (from the merged moments); classifier_kid and its std over
     subsets; classifier_score (all samples at once), classifier_score_32
     (TF-GAN's way, `score_in_batches`; from 32 samples) and the real digits'
-    same two scores; precision, recall, density and coverage with their k
+    same two scores; with "second_logits" [N, 10] in `generated`,
+    second_score_32 and second_real_score_32, those under the second
+    classifier (so that a score ratio does not rest on one network);
+    precision, recall, density and coverage with their k
     (`precision_recall_density_coverage`); with labels, label_accuracy (the
     classifier's accuracy on the generated digits against the classes asked
     for; 0.981 on real held-out digits) and intra_class_fid; and num_samples and
@@ -703,8 +739,11 @@ def classifier_metrics(generated: dict, reference: dict, *, k: int = 5,
   metrics["real_score"] = score_of_logits(reference["logits"])
   # The split is stored class by class: batches of 32 real digits drawn in a
   # fixed random order, as an evaluation reads them shuffled.
-  metrics["real_score_32"] = score_in_batches(
-      reference["logits"][np.random.default_rng(0).permutation(reference["num_samples"])])
+  order = np.random.default_rng(0).permutation(reference["num_samples"])
+  metrics["real_score_32"] = score_in_batches(reference["logits"][order])
+  if "second_logits" in generated and count >= 32:  # the check on the one network
+    metrics["second_score_32"] = score_in_batches(generated["second_logits"])
+    metrics["second_real_score_32"] = score_in_batches(reference["second_logits"][order])
   if count > k:
     radii = reference.setdefault("radii", {})  # the reference's: once per k
     if k not in radii:

@@ -294,7 +294,8 @@ class ClassifierFID(ctl.Action):
       images = self._images(models, indices, ctl.normal_by_index(self._seed, indices,
                                                                  self._noise_dim))
       logits, features = evaluation.classifier_outputs(images)
-      out = {"features": features, "feature_moments": features, "logits": logits}
+      out = {"features": features, "feature_moments": features, "logits": logits,
+             "second_logits": evaluation.second_classifier_logits(images)}
       if self._num_classes:
         out["labels"] = indices % self._num_classes  # the classes asked for
       return out

@@ -9,6 +9,7 @@ classifier score behave likewise; the Frechet distance matches closed forms.
 """
 
 import hashlib
+import os
 import shutil
 
 import numpy as np
@@ -337,6 +338,46 @@ def test_missing_or_changed_classifier_weights(tmp_path, monkeypatch):
   monkeypatch.setattr(classifier_lib, "WEIGHTS", str(changed))  # as if it were shipped
   with pytest.raises(ValueError, match="not version 1's .* raise VERSION and SHA256"):
     classifier_lib.load_classifier(str(changed))
+
+
+def test_second_classifier_is_its_shipped_version_and_another_network():
+  """The check on the first classifier: its own pinned file, another architecture,
+  and confident on the held-out digits (which it never trained on)."""
+  second = classifier_lib.load_classifier(second=True)
+  assert second.name == f"mnist_second_classifier_v{classifier_lib.SECOND_VERSION}"
+  assert not second.trainable
+  with open(classifier_lib.SECOND_WEIGHTS, "rb") as f:
+    assert hashlib.sha256(f.read()).hexdigest() == classifier_lib.SECOND_SHA256
+  first = classifier_lib.load_classifier()
+  assert ([type(layer).__name__ for layer in second.layers]
+          != [type(layer).__name__ for layer in first.layers])
+  images, labels = gan.data.load_mnist("test")
+  logits = second.predict((images[..., None] - 127.5) / 127.5, batch_size=500, verbose=0)
+  assert np.mean(np.argmax(logits, -1) == labels) > 0.95
+
+
+def test_a_changed_second_classifier_is_refused_and_the_error_names_its_constants(
+    tmp_path, monkeypatch):
+  changed = tmp_path / os.path.basename(classifier_lib.SECOND_WEIGHTS)
+  shutil.copy(classifier_lib.SECOND_WEIGHTS, changed)
+  with open(changed, "ab") as f:
+    f.write(b"\0")
+  monkeypatch.setattr(classifier_lib, "SECOND_WEIGHTS", str(changed))  # as if shipped
+  with pytest.raises(ValueError, match="raise SECOND_VERSION and SECOND_SHA256"):
+    classifier_lib.load_classifier(second=True)
+  with pytest.raises(FileNotFoundError, match="--second MNIST_DIR"):
+    classifier_lib.load_classifier(str(tmp_path / "none.weights.h5"), second=True)
+
+
+def test_the_second_classifiers_digits_are_the_test_splits_others(tmp_path):
+  """Its training digits come from the official test files, checked by sha256,
+  and are the 5,000 that are not the held-out ones."""
+  with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz"):
+    classifier_lib.other_test_digits(str(tmp_path))
+  for name in classifier_lib.TEST_FILES:
+    (tmp_path / name).write_bytes(b"not MNIST")
+  with pytest.raises(ValueError, match="not the official file's"):
+    classifier_lib.other_test_digits(str(tmp_path))
 
 
 def test_inception_fid_without_weights_says_where_to_get_them(tmp_path):

@@ -36,11 +36,13 @@ def test_rows_of_two_invocations_share_one_table_and_are_judged(tmp_path):
                                  "python bench/gan_quality.py --configs main_job", CPU, RECIPE)
   main_row = results["main_job"]["row"]
   assert main_row["reached_10x"] == 3 and main_row["best_fid"][0] == pytest.approx(5.4667, 1e-4)
-  scores = {"classifier_score_32": 7.0, "real_score_32": 8.0}  # ratio 0.875 < 0.95
+  scores = {"classifier_score_32": 7.0, "real_score_32": 8.0,  # ratio 0.875 < 0.95
+            "second_score_32": 6.3, "second_real_score_32": 7.0}  # the check's: 0.9
   tfgan = [_run("tfgan_mnist", 0, [(500, 30.0, 40.0, {}), (5000, 300.0, 9.0, dict(scores))])]
   results = gan_quality.save_runs(docs, "tfgan_mnist", tfgan, FLOOR,
                                   "python bench/gan_quality.py --configs tfgan_mnist", CPU, RECIPE)
   assert results["tfgan_mnist"]["row"]["final_score_32_ratio"][0] == pytest.approx(0.875)
+  assert results["tfgan_mnist"]["row"]["final_second_score_32_ratio"][0] == pytest.approx(0.9)
   assert sorted(results) == ["main_job", "tfgan_mnist"]  # the first invocation's row kept
   with open(os.path.join(docs, "quality", "results.json")) as f:
     assert sorted(json.load(f)) == ["main_job", "tfgan_mnist"]

@@ -104,7 +104,9 @@ def test_the_wheel_installs_and_trains_a_shipped_config_outside_the_repo(install
   with zipfile.ZipFile(wheel) as archive:
     in_wheel = set(archive.namelist())
   for name in ["README.md", "gan/data/mnist_train_5k.npz", "gan/data/mnist_test_5k.npz",
-               "gan/data/mnist_classifier_v1.weights.h5", "ctl/py.typed", "gan/py.typed"] + [
+               "gan/data/mnist_classifier_v1.weights.h5",
+               "gan/data/mnist_second_classifier_v1.weights.h5", "ctl/py.typed",
+               "gan/py.typed"] + [
                    f"gan/configs/{n}.gin" for n in NAMES]:
     assert name in in_sdist, name
     assert name in in_wheel or name == "README.md", name
