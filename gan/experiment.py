@@ -87,7 +87,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
               penalty: Callable = penalties.no_penalty, noise_dim: int = 64,
               discriminator_steps: int = 1, conditional: bool = False, encoder: bool = False,
               ema_decay: float | None = None, ema_start_step: int = 0,
-              augment: Sequence[str] = ()) -> Callable:
+              augment: Sequence[str] = (), reconstruction_weight: float = 0.0,
+              latent_weight: float = 0.0) -> Callable:
   """A ctl step: `discriminator_steps` discriminator updates, then one generator update.
 
   Each discriminator update takes its own batch (the runner's
@@ -97,7 +98,12 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   and the generator and encoder both minimise the discriminator loss with the
   labels swapped (Donahue et al. 2017, section 3), for hinge in its linear
   form (`bigan_loss`); a discriminator of several scores per pair (BigBiGAN's
-  joint and unary ones) has each scored and summed (`summed_over_scores`). With `augment` (names of
+  joint and unary ones) has each scored and summed (`summed_over_scores`).
+  ALICE's explicit cycles (Li et al. 2017) join the generator's and encoder's
+  loss: `reconstruction_weight` * the mean squared error of G(E(x)) against x,
+  and `latent_weight` * that of E(G(z)) against z, per example. A model's Keras
+  weight penalties (`kernel_regularizer` and the like: `model.losses`) join the
+  loss of its update. With `augment` (names of
   `gan.augment.POLICIES`), every image the discriminator sees, real or
   generated, in both updates, is augmented first (`gan.augment.augmentation`);
   the penalty's discriminator sees the reals through the same draws as the
@@ -106,6 +112,8 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
   """
   penalized = not _is(penalty, penalties.no_penalty)
   _check_penalty(penalty, encoder)
+  cycles = _check_cycles(encoder, reconstruction_weight=reconstruction_weight,
+                         latent_weight=latent_weight)
   # Only a pair discriminator may give several scores (BigBiGAN's); a plain one's
   # logits other than [B] or [B, 1] stay an error of the loss.
   d_loss_of = (functools.partial(summed_over_scores, loss.discriminator) if encoder
@@ -128,11 +136,11 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
     return lambda x: discriminator(augment(x), training=True)
 
   def pair_logits(ctx, real, fake, z):
-    """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z)."""
+    """BiGAN/ALI: the discriminator's logits on (x, E(x)) and on (G(z), z); E(x)."""
     codes = ctx.models["encoder"](real, training=True)
     discriminator = ctx.models["discriminator"]
     return (discriminator([seen(ctx, real), codes], training=True),
-            discriminator([seen(ctx, fake), z], training=True))
+            discriminator([seen(ctx, fake), z], training=True), codes)
 
   def critic_update(ctx, real, labels):
     generator = ctx.models["generator"]
@@ -140,7 +148,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
     with tf.GradientTape() as tape:
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
-        real_logits, fake_logits = pair_logits(ctx, real, fake, z)
+        real_logits, fake_logits, _ = pair_logits(ctx, real, fake, z)
         extra = tf.zeros([tf.shape(real)[0]])
       else:
         # The penalty's discriminator sees the reals (or what it puts in their
@@ -152,7 +160,7 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
         extra = penalty(ctx, real_critic, real, fake)
       d_loss = ctx.average(d_loss_of(real_logits, fake_logits))
       extra = ctx.average(extra)
-      total = d_loss + extra
+      total = with_weight_penalty(ctx, d_loss + extra, "discriminator")
     ctx.minimize(total, "discriminator", tape=tape)
     return d_loss, extra
 
@@ -162,29 +170,54 @@ def make_step(*, loss: losses.LossFamily = losses.non_saturating,
     with tf.GradientTape(persistent=encoder) as tape:
       fake = generator([z, labels] if conditional else z, training=True)
       if encoder:
-        real_logits, fake_logits = pair_logits(ctx, real, fake, z)
+        real_logits, fake_logits, codes = pair_logits(ctx, real, fake, z)
         g_loss = ctx.average(summed_over_scores(functools.partial(bigan_loss, loss),
                                                 real_logits, fake_logits))
+        cycle = cycle_loss(ctx, real, codes, fake, z) if cycles else None
       else:
         fake_logits = critic(ctx, labels, augmentation(ctx, fake))(fake)
         g_loss = ctx.average(loss.generator(fake_logits))
-    ctx.minimize(g_loss, "generator", tape=tape)
-    if encoder:
-      ctx.minimize(g_loss, "encoder", tape=tape)
-    return g_loss
+        cycle = None
+      total = g_loss if cycle is None else g_loss + cycle
+      totals = {name: with_weight_penalty(ctx, total, name)
+                for name in (("generator", "encoder") if encoder else ("generator",))}
+    for name, total in totals.items():
+      ctx.minimize(total, name, tape=tape)
+    return g_loss, cycle
+
+  def cycle_loss(ctx, real, codes, fake, z):
+    """ALICE's cycles: G(E(x)) (x's `codes`) against x, E(G(z)) against z, weighted.
+    (Each term is an average over the global batch, so no constant is added.)"""
+    terms = []
+    if reconstruction_weight:
+      rebuilt = tf.cast(ctx.models["generator"](codes, training=True), real.dtype)
+      error = tf.reduce_mean(tf.reshape(tf.square(rebuilt - real), [tf.shape(real)[0], -1]), 1)
+      terms.append(reconstruction_weight * ctx.average(error))
+    if latent_weight:
+      recovered = tf.cast(ctx.models["encoder"](fake, training=True), z.dtype)
+      terms.append(latent_weight * ctx.average(tf.reduce_mean(tf.square(recovered - z), 1)))
+    return tf.add_n(terms)
+
+  def with_weight_penalty(ctx, loss, name):
+    """`loss` plus the model's Keras weight penalties (its layers' regularizers),
+    once over the replicas, if it has any."""
+    penalties = ctx.models[name].losses
+    return loss + ctx.average_regularization(penalties) if penalties else loss
 
   def step(ctx, batches):
     batches = batches if discriminator_steps > 1 else (batches,)
     for batch in batches:
       real, labels = batch if conditional else (batch, None)
       d_loss, extra = critic_update(ctx, real, labels)
-    g_loss = generator_update(ctx, real, labels)
+    g_loss, cycle = generator_update(ctx, real, labels)
     if ema_decay is not None:
       ema_lib.update_ema(ctx, ctx.models["generator_ema"], ctx.models["generator"],
                          decay=ema_decay, start_step=ema_start_step)
     results = {"discriminator_loss": d_loss, "generator_loss": g_loss}
     if penalized:
       results["penalty"] = extra
+    if cycles:
+      results["cycle_loss"] = cycle
     return results
 
   return step
@@ -640,6 +673,8 @@ class Experiment:
       `ctl parity` replays), to check a run against rounding: two float64
       runs that should agree do to about 1e-15, where float32 training
       amplifies rounding past any fixed tolerance.
+    reconstruction_weight, latent_weight: with an encoder, ALICE's explicit
+      cycles in the generator's and encoder's loss (`make_step`); 0: off.
   """
 
   dataset: Callable[[int], tf.data.Dataset] = data_lib.mnist_dataset
@@ -662,6 +697,8 @@ class Experiment:
   seed: int = 0
   augment: tuple[str, ...] = ()
   mixed_precision: str | None = None
+  reconstruction_weight: float = 0.0
+  latent_weight: float = 0.0
 
   def __post_init__(self) -> None:
     _check(self)
@@ -774,7 +811,8 @@ class Experiment:
                      discriminator_steps=self.discriminator_steps,
                      conditional=bool(self.num_classes), encoder=self.encoder is not None,
                      ema_decay=self.ema_decay, ema_start_step=self.ema_start_step,
-                     augment=self.augment)
+                     augment=self.augment, reconstruction_weight=self.reconstruction_weight,
+                     latent_weight=self.latent_weight)
     build = make_build(generator=self.generator, discriminator=self.discriminator,
                        encoder=self.encoder, image_shape=image_shape, noise_dim=self.noise_dim,
                        num_classes=self.num_classes,
@@ -813,6 +851,9 @@ def _check(experiment: Experiment) -> None:
                                             models_lib.dcgan_discriminator):
     raise ValueError("encoder is set, so the discriminator must score (image, code) "
                      "pairs; pass discriminator=gan.models.bigan_discriminator.")
+  _check_cycles(experiment.encoder is not None,
+                reconstruction_weight=experiment.reconstruction_weight,
+                latent_weight=experiment.latent_weight)
   arguments.integer("batch_size", experiment.batch_size, minimum=1)
   arguments.integer("discriminator_steps", experiment.discriminator_steps, minimum=1)
   arguments.integer("noise_dim", experiment.noise_dim, minimum=1)
@@ -875,6 +916,17 @@ def check_decay_steps(optimizers: dict, discriminator_steps: int, total_steps: i
         "discriminator_steps=%d: its decay ends at generator step %d of %d. For a "
         "decay over the run bind %s%d.", length, k, length // k, total_steps, binding,
         length * k)
+
+
+def _check_cycles(encoder: bool, **weights: float) -> bool:
+  """Whether ALICE's cycles are on; raises, naming the weight, unless each is a
+  number >= 0 and an encoder is there for any that is not 0."""
+  for name, weight in weights.items():
+    arguments.number(name, weight, minimum=0.0, meaning="0: off")
+    if weight and not encoder:
+      raise ValueError(f"{name}={weight!r} weighs a cycle through the encoder, and there "
+                       f"is none; set an encoder (a BiGAN), or {name} = 0.")
+  return any(weights.values())
 
 
 def _check_penalty(penalty: Callable, encoder: bool) -> None:

@@ -268,48 +268,62 @@ def bigan_discriminator(latent_dim: int = 64, width: int = 64, *,
 
 @gin.register(module="gan.models")
 def tfgan_mnist_generator(noise_dim: int = 64, *, image_shape: Sequence[int] = (28, 28, 1),
-                          name: str = "generator") -> keras.Model:
+                          weight_decay: float = 2.5e-5, name: str = "generator") -> keras.Model:
   """Noise `[B, noise_dim]` -> digits `[B, 28, 28, 1]`: the TF-GAN MNIST tutorial's generator.
 
   Dense 1024 and dense 7x7x256 (batch norm, ReLU), two 4x4 stride-2 transposed
   convolutions of 64 channels (ReLU), a 4x4 convolution to one channel, tanh;
-  Glorot-uniform weights. As in `tensorflow_gan/examples/mnist/networks.py`
-  (TF-GAN, 2019) but without its L2 weight decay of 2.5e-5, which this kit's
-  step does not add (`gan/configs/tfgan_mnist.gin` says so). Batch-norm
-  statistics are synchronized over replicas, as in `dcgan_generator`.
+  Glorot-uniform weights. As in the TF-GAN tutorial (tensorflow_gan/examples/
+  colab_notebooks/tfgan_tutorial.ipynb, 2019), with its L2 weight decay:
+  `weight_decay` * the sum of squares of every kernel and bias but the last
+  convolution's, in `model.losses` (which `gan.make_step` adds to the loss).
+  Batch-norm statistics are synchronized over replicas, as in `dcgan_generator`.
   """
   if tuple(image_shape) != (28, 28, 1):
     raise ValueError(f"tfgan_mnist_generator makes 28x28x1 digits only, got image_shape "
                      f"{tuple(image_shape)}; use gan.dcgan_generator for other shapes.")
+  decay = _weight_decay(weight_decay)
   norm = lambda: layers.BatchNormalization(momentum=0.999, epsilon=1e-3,  # noqa: E731
                                            synchronized=True)
   noise = keras.Input((noise_dim,), name="noise")
-  x = layers.ReLU()(norm()(layers.Dense(1024)(noise)))
-  x = layers.ReLU()(norm()(layers.Dense(7 * 7 * 256)(x)))
+  x = layers.ReLU()(norm()(layers.Dense(1024, **decay)(noise)))
+  x = layers.ReLU()(norm()(layers.Dense(7 * 7 * 256, **decay)(x)))
   x = layers.Reshape((7, 7, 256))(x)
   for _ in range(2):
-    x = layers.Conv2DTranspose(64, 4, strides=2, padding="same", activation="relu")(x)
+    x = layers.Conv2DTranspose(64, 4, strides=2, padding="same", activation="relu",
+                               **decay)(x)
   images = layers.Conv2D(1, 4, padding="same", activation="tanh", dtype=_output_dtype())(x)
   return keras.Model(noise, images, name=name)
 
 
+def _weight_decay(weight_decay):
+  """A layer's arguments for the TF-GAN tutorial's L2 penalty on its kernel and bias."""
+  arguments.number("weight_decay", weight_decay, minimum=0.0)
+  if not weight_decay:
+    return {}
+  return {"kernel_regularizer": keras.regularizers.L2(weight_decay),
+          "bias_regularizer": keras.regularizers.L2(weight_decay)}
+
+
 @gin.register(module="gan.models")
 def tfgan_mnist_discriminator(*, image_shape: Sequence[int] = (28, 28, 1),
+                              weight_decay: float = 2.5e-5,
                               name: str = "discriminator") -> keras.Model:
   """Digits `[B, 28, 28, 1]` -> logits `[B, 1]`: the TF-GAN MNIST tutorial's discriminator.
 
   4x4 stride-2 convolutions of 64 and 128 channels, dense 1024 with batch
-  norm, LeakyReLU(0.01) after each, a linear output (see
-  `tfgan_mnist_generator` for the source and the one difference).
+  norm, LeakyReLU(0.01) after each, a linear output; the tutorial's L2 weight
+  decay on every kernel and bias (see `tfgan_mnist_generator`).
   """
   if tuple(image_shape) != (28, 28, 1):
     raise ValueError(f"tfgan_mnist_discriminator scores 28x28x1 digits only, got "
                      f"image_shape {tuple(image_shape)}; use gan.dcgan_discriminator.")
+  decay = _weight_decay(weight_decay)
   images = keras.Input((28, 28, 1), name="images")
-  x = LeakyReLU(0.01)(layers.Conv2D(64, 4, strides=2, padding="same")(images))
-  x = LeakyReLU(0.01)(layers.Conv2D(128, 4, strides=2, padding="same")(x))
-  x = layers.Dense(1024)(layers.Flatten()(x))
+  x = LeakyReLU(0.01)(layers.Conv2D(64, 4, strides=2, padding="same", **decay)(images))
+  x = LeakyReLU(0.01)(layers.Conv2D(128, 4, strides=2, padding="same", **decay)(x))
+  x = layers.Dense(1024, **decay)(layers.Flatten()(x))
   x = LeakyReLU(0.01)(layers.BatchNormalization(momentum=0.999, epsilon=1e-3,
                                                 synchronized=True)(x))
-  logits = layers.Dense(1, dtype=_output_dtype())(x)
+  logits = layers.Dense(1, dtype=_output_dtype(), **decay)(x)
   return keras.Model(images, logits, name=name)

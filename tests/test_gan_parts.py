@@ -148,6 +148,7 @@ KINDS = {
         gan.penalties.r1_penalty, weight=1.0, every=2)),
     "bigan": dict(encoder=True),
     "bigan_unary_hinge": dict(encoder=True, unary=True, loss=gan.losses.hinge),
+    "bigan_cycles": dict(encoder=True, reconstruction_weight=1.0, latent_weight=0.5),
     "hinge_sn_r1": dict(loss=gan.losses.hinge, penalty=gan.penalties.r1_penalty,
                         spectral_norm=True),
 }
@@ -419,6 +420,79 @@ def test_bigbigans_joint_and_unary_scores_are_each_a_loss_and_summed():
   eg = functools.partial(experiment.bigan_loss, gan.losses.hinge)
   np.testing.assert_allclose(experiment.summed_over_scores(eg, real, fake).numpy(),
                              np.sum((real - fake).numpy(), axis=1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+def test_a_models_weight_penalties_reach_its_update_once_over_the_replicas(strategy):
+  """The TF-GAN discriminator's L2 weight decay (Keras regularizers, `model.losses`)
+  joins its loss: after one SGD update its kernels differ from those of the same
+  update without decay by -lr * 2 * decay * the initial kernel, on one replica
+  and on two (each adds half), and its biases (zero at first) not at all."""
+  lr, decay = 0.1, 0.01
+
+  def first_update(weight_decay):
+    build = experiment.make_build(
+        generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+        discriminator=lambda **kw: gan.models.tfgan_mnist_discriminator(
+            weight_decay=weight_decay, **kw),
+        image_shape=SHAPE, noise_dim=NOISE,
+        discriminator_optimizer=lambda: keras.optimizers.SGD(lr))
+    runner = ctl.Runner(experiment.make_step(noise_dim=NOISE), build, _data(False),
+                        strategy=ctl.make_strategy(strategy), seed=3)
+    variables = runner.models["discriminator"].trainable_variables
+    penalties = runner.models["discriminator"].losses
+    before = [np.asarray(v) for v in variables]
+    runner.train(1)
+    return [v.path.endswith(("kernel", "bias")) for v in variables], before, [
+        np.asarray(v) for v in variables], penalties
+
+  decayed_ones, before, decayed, penalties = first_update(decay)
+  _, same_before, plain, no_penalties = first_update(0.0)
+  assert len(penalties) == 8 and not no_penalties  # 2 convolutions, 2 dense: kernel, bias
+  assert sum(decayed_ones) == 8
+  for is_decayed, initial, same, a, b in zip(decayed_ones, before, same_before, decayed, plain):
+    np.testing.assert_array_equal(same, initial)
+    expected = -lr * 2 * decay * initial if is_decayed else 0 * initial
+    np.testing.assert_allclose(a - b, expected, atol=2e-7)
+  assert max(np.abs(a - b).max() for a, b in zip(decayed, plain)) > 1e-5
+
+
+def _bigan_runner(**step_options):
+  build = experiment.make_build(
+      generator=lambda **kw: gan.dcgan_generator(width=4, **kw),
+      discriminator=lambda **kw: gan.models.bigan_discriminator(width=4, **kw),
+      encoder=lambda **kw: gan.models.dcgan_encoder(width=4, **kw),
+      image_shape=SHAPE, noise_dim=NOISE)
+  return ctl.Runner(experiment.make_step(noise_dim=NOISE, encoder=True, **step_options),
+                    build, _data(False))
+
+
+def test_alices_reconstruction_cycle_is_the_weighted_mean_squared_error_of_g_of_e_of_x():
+  """Reported as cycle_loss: weight * the mean over the batch of each digit's
+  mean squared error against G(E(x)), the models as the step found them."""
+  runner = _bigan_runner(reconstruction_weight=2.5)
+  x = next(iter(_data(False)))
+  codes = runner.models["encoder"](x, training=True)
+  rebuilt = np.asarray(runner.models["generator"](codes, training=True))
+  expected = 2.5 * np.mean(np.square(rebuilt - np.asarray(x)))
+  np.testing.assert_allclose(runner.train(1)["cycle_loss"], expected, rtol=1e-5)
+  assert "cycle_loss" not in _bigan_runner().train(1)  # off by default
+
+
+@pytest.mark.parametrize("options, error, message", [
+    (dict(reconstruction_weight=1.0), ValueError,
+     r"reconstruction_weight=1.0 weighs a cycle through the encoder, and there is none"),
+    (dict(latent_weight=-1.0, encoder=gan.models.dcgan_encoder,
+          discriminator=gan.models.bigan_discriminator), ValueError, "latent_weight"),
+    (dict(latent_weight="1"), TypeError, "latent_weight")])
+def test_alices_cycle_weights_are_checked_when_the_experiment_is_made(options, error, message):
+  with pytest.raises(error, match=message):
+    gan.Experiment(**options)
+
+
+def test_tfgan_weight_decay_is_checked():
+  with pytest.raises(ValueError, match="weight_decay"):
+    gan.models.tfgan_mnist_generator(weight_decay=-1.0)
 
 
 @pytest.mark.parametrize("config", ["dcgan", "conditional_dcgan", "wgan_gp", "hinge_sn", "bigan",
