@@ -244,7 +244,10 @@ TARGETS = {
               [_within(5, None), _encoder_beats_both,
                _final_at_least("encoder_1nn_accuracy", 0.95),
                _final_at_most("reconstruction_ratio", 0.55)]),
-    "tfgan_mnist": ("score_32 / real ≥ 0.95", [_final_at_least("score_32_ratio", 0.95)]),
+    # Issue 56: TF-GAN's own figure, under the shipped classifier and the second one.
+    "tfgan_mnist": ("score_32 / real ≥ 0.90 under each classifier",
+                    [_final_at_least("score_32_ratio", 0.90),
+                     _final_at_least("second_score_32_ratio", 0.90)]),
     "stacked_mnist": ("≥ 990 of 1,000 modes; KL ≤ 0.1 (26,000 samples)",
                       [_final_at_least("modes", 990), _final_at_most("mode_kl", 0.1)]),
 }
@@ -256,7 +259,7 @@ ANCHORS = {
     "bigan": "BiGAN (Donahue et al. 2017): 1-NN accuracy of its encoder's features on "
              "full MNIST (their protocol; no figure of theirs is compared here)",
     "tfgan_mnist": "TF-GAN's tutorial: 0.89–0.90 (its own classifier: real digits 8.38; "
-                   "ours 8.10)",
+                   "ours 8.10, the second 8.24)",
     "stacked_mnist": "PacGAN (Lin et al. 2018, Table 2): DCGAN 99 modes, KL 3.40; "
                      "PacDCGAN2 1,000, KL 0.06",
 }
@@ -368,7 +371,8 @@ def save_runs(docs, name, runs, floor_fid, command, cpu, recipe):
   if old and not differences:
     seeds = {run["seed"] for run in runs}
     kept = [run for run in old["runs"] if run["seed"] not in seeds]
-    commands = [c for c in old["commands"] if c != command] + [command]
+    # Another command's runs kept: it made the row too (none kept: only this one did).
+    commands = [c for c in old["commands"] if c != command and kept] + [command]
   elif old:
     print(f"gan_quality: {name}'s stored row ({len(old.get('runs', ())) or old['row']['seeds']} "
           f"seeds) replaced, not joined: {'; '.join(differences)}", file=sys.stderr)

@@ -73,6 +73,11 @@ def test_seeds_measured_apart_join_one_row_of_the_same_recipe_and_cpu(tmp_path):
                                 FLOOR, later, CPU, RECIPE)[config]
   assert [run["seed"] for run in again["runs"]] == [0, 1, 2]
   assert again["row"]["best_fid"][0] == pytest.approx(4.0) and again["commands"] == [first, later]
+  # Every seed run again by one command: the row is that command's alone.
+  whole = "python bench/gan_quality.py --configs tfgan_mnist --seeds 3"
+  redone = gan_quality.save_runs(docs, config, [_run(config, s, [(5000, 300.0, 5.0, {})])
+                                                for s in range(3)], FLOOR, whole, CPU, RECIPE)
+  assert redone[config]["commands"] == [whole]
   # Another recipe, or another CPU, starts the row again: their figures do not mix.
   other = gan_quality.save_runs(docs, config, [_run(config, 1, [(2000, 100.0, 9.0, {})])],
                                 FLOOR, "... --steps 2000", CPU,
@@ -143,9 +148,12 @@ def test_every_configs_target_can_be_judged(config):
   final = {"label_accuracy": 0.98, "encoder_1nn_accuracy": 0.96,
            "random_encoder_1nn_accuracy": 0.5, "pixels_1nn_accuracy": 0.8,
            "reconstruction_ratio": 0.5, "classifier_score_32": 7.9, "real_score_32": 8.0,
-           "modes": 995, "mode_kl": 0.05}
+           "second_score_32": 7.9, "second_real_score_32": 8.0, "modes": 995, "mode_kl": 0.05}
   good = [_run(config, 0, [(100, 60.0, 1.1, final)])]  # under 2x 0.6 in a minute
   assert gan_quality.met(gan_quality.summarize(config, good, FLOOR)) == "met"
+  if config == "tfgan_mnist":  # the second classifier's ratio counts as much as the first's
+    second_misses = [_run(config, 0, [(100, 60.0, 1.1, dict(final, second_score_32=7.0))])]
+    assert gan_quality.met(gan_quality.summarize(config, second_misses, FLOOR)) == "not met"
   bad = [_run(config, 0, [(100, 60.0, 30.0, dict(final, label_accuracy=0.5,
                                                    reconstruction_ratio=0.9,
                                                    classifier_score_32=5.0, modes=99,
