@@ -924,8 +924,8 @@ def _check_cycles(encoder: bool, **weights: float) -> bool:
   for name, weight in weights.items():
     arguments.number(name, weight, minimum=0.0, meaning="0: off")
     if weight and not encoder:
-      raise ValueError(f"{name}={weight!r} weighs a cycle through the encoder, and there "
-                       f"is none; set an encoder (a BiGAN), or {name} = 0.")
+      raise ValueError(f"{name} is {weight!r}, the weight of a cycle through the encoder, "
+                       f"and there is no encoder; set one (a BiGAN), or {name} = 0.")
   return any(weights.values())
 
 

@@ -481,7 +481,8 @@ def test_alices_reconstruction_cycle_is_the_weighted_mean_squared_error_of_g_of_
 
 @pytest.mark.parametrize("options, error, message", [
     (dict(reconstruction_weight=1.0), ValueError,
-     r"reconstruction_weight=1.0 weighs a cycle through the encoder, and there is none"),
+     r"reconstruction_weight is 1.0, the weight of a cycle through the encoder, and there "
+     r"is no encoder"),
     (dict(latent_weight=-1.0, encoder=gan.models.dcgan_encoder,
           discriminator=gan.models.bigan_discriminator), ValueError, "latent_weight"),
     (dict(latent_weight="1"), TypeError, "latent_weight")])
