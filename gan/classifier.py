@@ -155,9 +155,15 @@ def train_classifier(path: str = WEIGHTS, *, epochs: int = 8, seed: int = 0) -> 
   # Shifts of up to 2 pixels: generated digits are not centred as exactly as
   # MNIST's, and the features should not care.
   shifted = keras.Sequential([layers.RandomTranslation(2 / 28, 2 / 28, seed=seed)])
-  model = mnist_classifier()
+  return _fit_and_save(mnist_classifier(), shifted, images, labels, path, epochs)
+
+
+def _fit_and_save(model, augment, images, labels, path, epochs):
+  """Trains `model` on `augment`ed uint8 `images` (Adam(1e-3), batch 64), saves its
+  weights to `path`; its accuracy on the held-out digits."""
+  from gan import data
   inputs = keras.Input((28, 28, 1))
-  trainer = keras.Model(inputs, model(shifted(inputs)))
+  trainer = keras.Model(inputs, model(augment(inputs)))
   trainer.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   trainer.fit(_to_unit(images), labels.astype("int32"), batch_size=64, epochs=epochs,
@@ -200,21 +206,11 @@ def train_second_classifier(mnist_dir: str, path: str = SECOND_WEIGHTS, *, epoch
   turn (14 degrees); everything random drawn from `seed` via
   `keras.utils.set_random_seed`. Returns its accuracy on the held-out digits.
   """
-  from gan import data
   keras.utils.set_random_seed(seed)
   images, labels = other_test_digits(mnist_dir)
   model = second_classifier()
-  inputs = keras.Input((28, 28, 1))
   rotated = layers.RandomRotation(0.04, fill_value=-1.0, fill_mode="constant", seed=seed)
-  trainer = keras.Model(inputs, model(rotated(inputs)))
-  trainer.compile(keras.optimizers.Adam(1e-3),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-  trainer.fit(_to_unit(images), labels.astype("int32"), batch_size=64, epochs=epochs,
-              shuffle=True, verbose=2)
-  model.save_weights(path)
-  test_images, test_labels = data.load_mnist("test")
-  logits = model.predict(_to_unit(test_images), batch_size=500, verbose=0)
-  return float(np.mean(np.argmax(logits, -1) == test_labels))
+  return _fit_and_save(model, rotated, images, labels, path, epochs)
 
 
 def main(argv: list[str]) -> None:
