@@ -3,6 +3,7 @@
 
     python bench/save_stall.py                 # the kit's dcgan and a 112M-parameter one
     python bench/save_stall.py --threads 1     # TF on one core: one left for the write
+    python bench/save_stall.py --models dcgan-wide --device-step 3.7   # the host idle
     python bench/save_stall.py --models dcgan --steps 6 --tail 2 --repetitions 1   # a smoke run
 
 Each model trains under `runner.fit` three ways, their repetitions interleaved
@@ -28,8 +29,13 @@ networks at width 1024 (112M parameters, 335M values with Adam's two slots:
 Where the write runs matters: on a CPU the background write needs the cores the
 step uses (its thread runs at a lower priority on Linux, so training goes first
 and the write finishes later). `--threads 1` runs TF's ops on one thread, which
-leaves a core to the write, as an accelerator's host leaves its CPU while the
-device steps. Prints a table, then one JSON object per line.
+leaves a core to the write. `--device-step SECONDS` goes further: the step's work
+is replaced by that long a wait with the host idle, as an accelerator's host waits
+while the device steps (the models, their optimizers' slots and so each
+checkpoint stay the same), so the stall measured is what the save itself takes
+from the loop: its snapshot and the write's share of Python's lock, without the
+step's own compute competing with the write for the CPU. (A device's copy of the
+values to the host is not in it.) Prints a table, then one JSON object per line.
 """
 
 import argparse
@@ -81,8 +87,12 @@ class SavesUntil(ctl.Every):
     return step <= self.last_step and super().due(step)
 
 
-def make_runner(width, batch):
+def make_runner(width, batch, device_step=0.0):
+  """The model's runner; with `device_step` seconds, its step only waits that long
+  (the host idle, as while an accelerator steps) and the optimizers' slots are
+  made at build, so that a checkpoint holds the same values."""
   import keras  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
   import gan  # pylint: disable=import-outside-toplevel
@@ -90,7 +100,19 @@ def make_runner(width, batch):
   def build():
     models = {"generator": gan.dcgan_generator(64, width),
               "discriminator": gan.dcgan_discriminator(width)}
-    return models, {name: keras.optimizers.Adam(2e-4, beta_1=0.5) for name in models}
+    optimizers = {name: keras.optimizers.Adam(2e-4, beta_1=0.5) for name in models}
+    if device_step:
+      for name, model in models.items():
+        optimizers[name].build(model.trainable_variables)
+    return models, optimizers
+
+  def wait():
+    time.sleep(device_step)  # Python's lock is let go: the writer's thread runs
+    return np.float32(device_step)
+
+  def waiting_step(ctx, real):
+    del ctx, real
+    return {"waited": tf.reshape(tf.numpy_function(wait, [], tf.float32, stateful=True), [])}
 
   def step(ctx, real):
     generator, discriminator = ctx.models["generator"], ctx.models["discriminator"]
@@ -105,7 +127,7 @@ def make_runner(width, batch):
 
   images = tf.random.stateless_uniform([batch * 4, 28, 28, 1], [1, 2], -1.0, 1.0)
   data = tf.data.Dataset.from_tensor_slices(images).repeat().batch(batch, drop_remainder=True)
-  return ctl.Runner(step, build, data, steps_per_loop=1)
+  return ctl.Runner(waiting_step if device_step else step, build, data, steps_per_loop=1)
 
 
 def parameters(runner):
@@ -130,9 +152,9 @@ def fit_time(runner, way, steps, every, tail, scratch):
   return stamps.times[-2] - stamps.times[0], saves
 
 
-def measure(name, steps, every, tail, repetitions, scratch):
+def measure(name, steps, every, tail, repetitions, scratch, device_step=0.0):
   spec = MODELS[name]
-  runner = make_runner(**spec)
+  runner = make_runner(**spec, device_step=device_step)
   runner.train(2)  # traced and warm
   models, state = parameters(runner)
   times = {way: [] for way in WAYS}
@@ -148,7 +170,8 @@ def measure(name, steps, every, tail, repetitions, scratch):
   return {"model": name, "parameters": models, "saved_values": state,
           "checkpoint_mb": round(state * 4 / 2**20), "batch": spec["batch"], "steps": steps,
           "save_every": every, "tail": tail, "scheduled_saves": saves,
-          "repetitions": repetitions, "step_seconds": round(step_seconds, 4),
+          "repetitions": repetitions, "device_step": device_step or None,
+          "step_seconds": round(step_seconds, 4),
           "stall_seconds": {way: round(v, 4) for way, v in median.items()},
           "stall_each": {way: [round(s, 4) for s in v] for way, v in stalls.items()},
           "asynchronous_over_synchronous": (round(median["asynchronous"] / median["synchronous"], 3)
@@ -166,6 +189,9 @@ def main():
   parser.add_argument("--threads", type=int, default=0,
                       help="TF's intra- and inter-op threads; 0: TF's default (every core)")
   parser.add_argument("--repetitions", type=int, default=3)
+  parser.add_argument("--device-step", type=float, default=0.0, metavar="SECONDS",
+                      help="replace the step's work by SECONDS of waiting, the host idle "
+                      "(an accelerator's host while the device steps); 0: the real step")
   args = parser.parse_args()
   names = [n for n in args.models.split(",") if n]
   unknown = [n for n in names if n not in MODELS]
@@ -178,6 +204,8 @@ def main():
     parser.error(f"--every {args.every} with --steps {args.steps} and --tail {args.tail}: "
                  "a scheduled save must fall before the tail; use --every between 1 and "
                  "--steps - --tail - 1")
+  if args.device_step < 0:
+    parser.error(f"--device-step {args.device_step}: use seconds >= 0 (0: the real step)")
   if args.threads:  # before TF's first op
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -186,14 +214,15 @@ def main():
   from run import cpu_features  # pylint: disable=import-outside-toplevel
   scratch = tempfile.mkdtemp(prefix="ctl-save-stall-")
   try:
-    rows = [dict(measure(n, args.steps, args.every, args.tail, args.repetitions, scratch),
-                 tf_threads=args.threads or "all") for n in names]
+    rows = [dict(measure(n, args.steps, args.every, args.tail, args.repetitions, scratch,
+                         args.device_step), tf_threads=args.threads or "all") for n in names]
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
   cpu = cpu_features()
   print(f"# {cpu['cpu']}, {cpu['cores']} cores, Python {platform.python_version()}; TF's "
         f"threads: {args.threads or 'its default'}; the write's speed depends on the disk "
-        "and its page cache")
+        "and its page cache" + (f"; each step waits {args.device_step} s, the host idle, "
+                                "in place of its work" if args.device_step else ""))
   print("| model | parameters | checkpoint | step | stall per save, synchronous | "
         "asynchronous | ratio |")
   print("|---|---|---|---|---|---|---|")

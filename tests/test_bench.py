@@ -165,6 +165,22 @@ def test_save_stall_prints_each_way_and_the_ratio():
   assert "| dcgan | 0.8M |" in proc.stdout
 
 
+def test_save_stall_with_an_idle_host_saves_the_same_values():
+  """--device-step: the step only waits, and each checkpoint holds what the real
+  step's does (the optimizers' slots made at build); a negative wait is refused."""
+  command = ["bench/save_stall.py", "--models", "dcgan", "--steps", "6", "--every", "2",
+             "--tail", "2", "--repetitions", "1"]
+  real, idle = (helpers.python(command + extra, timeout=600)
+                for extra in ([], ["--device-step", "0.05"]))
+  rows = [[json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+          for proc in (real, idle)]
+  assert rows[1][0]["device_step"] == 0.05 and rows[0][0]["device_step"] is None
+  assert rows[1][0]["saved_values"] == rows[0][0]["saved_values"], rows
+  assert "each step waits 0.05 s" in idle.stdout
+  proc = helpers.python(command + ["--device-step", "-1"], check=False)
+  assert proc.returncode == 2 and "--device-step -1.0: use seconds >= 0" in proc.stderr
+
+
 def test_gan_quality_quick_records_every_run_and_summary(tmp_path):
   """bench/gan_quality.py --quick on the main job (unconditional, its own step) and three
   kinds of config (conditional, BiGAN, stacked MNIST): every record complete (no quality
