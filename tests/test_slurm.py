@@ -27,9 +27,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
+import ctl
 from ctl import cli
 from ctl.distribute import private_network
 
@@ -162,10 +164,11 @@ def _job(env, job_id):
   return dict(re.findall(r"(\w+)=(\S*)", text))
 
 
-def submit(env, workdir, log, *args):
-  """Submits the shipped script for one node; the job's id."""
+def submit(env, workdir, log, *args, sbatch=()):
+  """Submits the shipped script for one node (`sbatch` options after those, which
+  they override); the job's id."""
   proc = subprocess.run(
-      ["sbatch", "--parsable", *ONE_NODE, f"--output={log}", f"--chdir={ROOT}",
+      ["sbatch", "--parsable", *ONE_NODE, *sbatch, f"--output={log}", f"--chdir={ROOT}",
        f"--export=ALL,CONFIG={CONFIG},WORKDIR={workdir},"
        f"CTL_SLURM_PORT_BASE={helpers.free_ports(1)[0]}",
        SCRIPT, *RUN, *args], env=env, capture_output=True, text=True, check=True)
@@ -236,6 +239,45 @@ def test_shipped_script_trains_on_two_tasks_is_preempted_requeued_and_resumes_eq
     value = expected.get_tensor(name)
     if hasattr(value, "dtype") and value.dtype.kind == "f":
       assert (actual.get_tensor(name) == value).all(), name
+
+
+def test_a_job_preempted_on_two_tasks_resumes_when_resubmitted_on_one(slurm, tmp_path):
+  # A cluster that comes back smaller: the job on two tasks is sent SIGTERM once
+  # ckpt-100 exists and, submitted without requeueing, ends there (exit 42);
+  # the same script submitted again on one task resumes from its checkpoint.
+  # The first steps after the resume equal the uninterrupted two-task run's to
+  # float32 rounding (one replica sums in another order than two; over hundreds
+  # of steps a GAN amplifies that, docs/reliability.md).
+  straight, straight_log = tmp_path / "straight", tmp_path / "straight.out"
+  work, out, resumed_out = tmp_path / "resized", tmp_path / "two.out", tmp_path / "one.out"
+  straight_id = submit(slurm, straight, straight_log)
+  job_id = submit(slurm, work, out, sbatch=["--no-requeue"])
+  wait_until(lambda: os.path.exists(work / "checkpoints" / "ckpt-100.index"), "ckpt-100")
+  subprocess.run(["scancel", "--signal=TERM", job_id], env=slurm, check=True)
+  job = finished(slurm, job_id, out)
+  log = out.read_text()
+  assert job["ExitCode"] == "42:0" and job["Restarts"] == "0", (job, log[-4000:])
+  saved = int(re.findall(r"saved a checkpoint at step (\d+)", log)[0])
+  assert 100 <= saved < STEPS, log[-4000:]
+
+  resumed = finished(slurm, submit(slurm, work, resumed_out, sbatch=["--ntasks-per-node=1"]),
+                     resumed_out)
+  straight_job = finished(slurm, straight_id, straight_log)
+  log = resumed_out.read_text()
+  assert resumed["JobState"] == "COMPLETED" and resumed["ExitCode"] == "0:0", log[-4000:]
+  assert straight_job["JobState"] == "COMPLETED", straight_log.read_text()[-4000:]
+  assert "strategy 'auto' chose 'default'" in log, log[-4000:]
+  assert "strategy.replicas was 2 and is now 1" in log, log[-4000:]  # said, and allowed
+  assert f"ctl: restored {work / 'checkpoints' / 'ckpt-'}{saved} (step {saved})" in log, (
+      log[-4000:])
+  assert log.count(f"ctl train: step {STEPS}") == 1, log[-4000:]
+  expected, actual = (ctl.read_history(str(d)) for d in (straight, work))
+  np.testing.assert_array_equal(actual.steps, np.arange(STEPS))
+  after = slice(saved, saved + 3)
+  for key in ("discriminator_loss", "generator_loss"):
+    np.testing.assert_array_equal(actual[key][:saved], expected[key][:saved], err_msg=key)
+    np.testing.assert_allclose(actual[key][after], expected[key][after], rtol=1e-4, atol=1e-6,
+                               err_msg=key)
 
 
 def test_a_sweeps_array_trains_a_run_per_task_requeues_a_preempted_one_then_the_table(
