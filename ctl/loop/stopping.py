@@ -419,7 +419,10 @@ def _steps(count):
 
 
 def _write(line):
-  sys.stderr.write(line + "\n")
+  # Through tqdm's lock, as the "ctl" logger's lines (`ctl.cli`), so that a signal's
+  # line, written from the signal thread, never lands inside one of theirs.
+  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+  tqdm.write(line, file=sys.stderr)
   sys.stderr.flush()
 
 
