@@ -877,6 +877,14 @@ def gin_learning_rate_as_a_string(s):
        "keras.optimizers.Adam.learning_rate = '2e-4'")
 
 
+def gin_schedule_rate_as_a_string(s):
+  _train_own_config(s, ["keras.optimizers.Adam.learning_rate = "
+                        "@keras.optimizers.schedules.CosineDecay()",
+                        "generator/keras.optimizers.schedules.CosineDecay.initial_learning_rate"
+                        " = '5e-4'",
+                        "keras.optimizers.schedules.CosineDecay.decay_steps = 10"])
+
+
 def gin_keras_2_parameter_name(s):
   _train_own_config(s, ["generator/keras.optimizers.Adam.lr = 2e-4"])
 
@@ -1695,6 +1703,15 @@ CASES = [
          ("exit code 2", "binding `keras.optimizers.Adam.learning_rate = '2e-4'` (--gin)",
           "'2e-4' is a string, but learning_rate takes a number",
           "Write it without quotes: keras.optimizers.Adam.learning_rate = 2e-4.")),
+    Case("gin-schedule-rate-as-a-string",
+         "ctl train exits 2 before building: mine.gin, line 3: `generator/keras.optimizers."
+         "schedules.CosineDecay.initial_learning_rate = '5e-4'`: '5e-4' is a string, but "
+         "initial_learning_rate takes a number; write it without quotes (was: exit 1, a TF "
+         "traceback from the step's first trace)",
+         gin_schedule_rate_as_a_string, CommandFailed,
+         ("exit code 2", "'5e-4' is a string, but initial_learning_rate takes a number. ",
+          "Write it without quotes: generator/keras.optimizers.schedules.CosineDecay."
+          "initial_learning_rate = 5e-4.")),
     Case("gin-keras-2-parameter-name",
          "ctl train exits 2 before building: mine.gin, line 2: `generator/"
          "keras.optimizers.Adam.lr = 2e-4`: ... 'lr', which is Keras 2's name: Keras 3 calls "
@@ -1842,6 +1859,7 @@ SLOW_CASES = ("malformed-tf-config", "launcher-port-in-use", "multi-worker-peer-
 # of dozens to thousands of lines): the error's own text, or for a command its
 # stderr without log lines (`ctl: ...`).
 ONE_LINE_CASES = ("gin-include-loop", "gin-learning-rate-as-a-string",
+                  "gin-schedule-rate-as-a-string",
                   "gin-keras-2-parameter-name", "average-of-a-scalar", "fit-empty-workdir",
                   "empty-workdir-on-the-command-line", "eval-checkpoint-of-a-step-not-kept",
                   "integer-step-result", "integer-step-result-on-two-replicas")

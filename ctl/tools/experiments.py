@@ -252,7 +252,9 @@ _RENAMED = {"lr": "learning_rate"}
 def _check_binding_values(files, bindings):
   """Raises ConfigError for a binding gin accepts but the call would refuse only once
   the run builds it: a parameter by its Keras 2 name (`Adam.lr`), or a number as a
-  string (`learning_rate = '2e-4'`) where the parameter's default is a number."""
+  string (`learning_rate = '2e-4'`) where the parameter's default is a number or
+  it has none (`CosineDecay.initial_learning_rate`: Keras would fail inside the
+  step's first trace)."""
   for (scope, selector), values in _tf_internal.gin_bindings_and_uses()[0].items():
     if selector == "gin.macro":
       continue
@@ -266,13 +268,14 @@ def _check_binding_values(files, bindings):
             f"name: Keras 3 calls it {new_name!r}. Write "
             f"{_key(scope, selector, new_name)} = {text}.")
       default = getattr(parameters.get(parameter), "default", None)
-      if (isinstance(value, str) and _is_number(value) and not isinstance(default, bool)
-          and isinstance(default, (int, float))):
+      numeric = not isinstance(default, bool) and isinstance(default, (int, float))
+      if (isinstance(value, str) and _is_number(value)
+          and (numeric or default is inspect.Parameter.empty)):
         where, _ = _binding_source(scope, selector, parameter, value, files, bindings)
         raise ConfigError(
-            f"{where}: {value!r} is a string, but {parameter} takes a number (its "
-            f"default is {default!r}). Write it without quotes: "
-            f"{_key(scope, selector, parameter)} = {value.strip()}.")
+            f"{where}: {value!r} is a string, but {parameter} takes a number"
+            + (f" (its default is {default!r})" if numeric else "") + ". Write it without "
+            f"quotes: {_key(scope, selector, parameter)} = {value.strip()}.")
 
 
 def _signature_of(selector):
