@@ -132,6 +132,30 @@ def test_a_relative_config_path_parses_without_gins_path_not_found(tmp_path, mon
   assert "Path not found" not in caplog.text  # gin tried cfg/cfg/my.gin first
 
 
+@pytest.mark.parametrize("binding, refused", [
+    ("keras.optimizers.schedules.CosineDecay.initial_learning_rate = '5e-4'", True),
+    ("keras.optimizers.schedules.CosineDecay.decay_steps = '3000'", True),
+    ("gan.mnist_dataset.global_batch_size = '64'", True),  # annotated int
+    ("gan.data.image_folder_dataset.directory = '2024'", False),  # annotated str: a name
+    ("gan.data.records_dataset.path = '17'", False),
+    ("gan.data.tfds_dataset.name = '3'", False),
+    ("keras.optimizers.schedules.CosineDecay.name = '7'", False),  # its default is a str
+])
+def test_a_number_in_quotes_is_refused_only_where_a_number_is_taken(binding, refused):
+  import gin  # pylint: disable=import-outside-toplevel
+
+  import gan  # pylint: disable=import-outside-toplevel
+  assert gan.data  # imported: gan's configurables are registered
+  try:
+    if refused:
+      with pytest.raises(experiments.ConfigError, match="is a string, but .* takes a number"):
+        experiments.parse_gin([], [binding])
+    else:
+      experiments.parse_gin([], [binding])
+  finally:
+    gin.clear_config()
+
+
 def test_a_gin_configurable_failing_in_a_compiled_step_gets_no_autograph_warning(caplog):
   import gin  # pylint: disable=import-outside-toplevel
   import keras  # pylint: disable=import-outside-toplevel

@@ -252,9 +252,10 @@ _RENAMED = {"lr": "learning_rate"}
 def _check_binding_values(files, bindings):
   """Raises ConfigError for a binding gin accepts but the call would refuse only once
   the run builds it: a parameter by its Keras 2 name (`Adam.lr`), or a number as a
-  string (`learning_rate = '2e-4'`) where the parameter's default is a number or
-  it has none (`CosineDecay.initial_learning_rate`: Keras would fail inside the
-  step's first trace)."""
+  string (`learning_rate = '2e-4'`) where the parameter takes a number: its default
+  is one, or it has no default and its annotation says a number or nothing
+  (`CosineDecay.initial_learning_rate`: Keras would fail inside the step's first
+  trace; `image_folder_dataset.directory = '2024'`, annotated `str`, is a name)."""
   for (scope, selector), values in _tf_internal.gin_bindings_and_uses()[0].items():
     if selector == "gin.macro":
       continue
@@ -270,12 +271,22 @@ def _check_binding_values(files, bindings):
       default = getattr(parameters.get(parameter), "default", None)
       numeric = not isinstance(default, bool) and isinstance(default, (int, float))
       if (isinstance(value, str) and _is_number(value)
-          and (numeric or default is inspect.Parameter.empty)):
+          and (numeric or (default is inspect.Parameter.empty
+                           and _may_take_a_number(parameters[parameter])))):
         where, _ = _binding_source(scope, selector, parameter, value, files, bindings)
         raise ConfigError(
             f"{where}: {value!r} is a string, but {parameter} takes a number"
             + (f" (its default is {default!r})" if numeric else "") + ". Write it without "
             f"quotes: {_key(scope, selector, parameter)} = {value.strip()}.")
+
+
+def _may_take_a_number(parameter):
+  """Whether `parameter`'s annotation names int or float, or there is none."""
+  annotation = parameter.annotation
+  if annotation is inspect.Parameter.empty:
+    return True
+  text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+  return re.search(r"\b(int|float)\b", text) is not None
 
 
 def _signature_of(selector):
