@@ -12,14 +12,6 @@ import gan
 from gan import evaluation
 
 
-def both_logits(digits, batch_size=500):
-  """The shipped and the second classifier's logits of float digits in [-1, 1]."""
-  evaluation.classifier_model()
-  batches = [digits[i:i + batch_size, ..., None] for i in range(0, len(digits), batch_size)]
-  return (np.concatenate([np.asarray(evaluation.classifier_outputs(b)[0]) for b in batches]),
-          np.concatenate([np.asarray(evaluation.second_classifier_logits(b)) for b in batches]))
-
-
 def main():
   reference = evaluation.reference_outputs("test")
   order = np.random.default_rng(0).permutation(reference["num_samples"])
@@ -43,8 +35,9 @@ def main():
       rng = np.random.default_rng(seed)
       digits = make(rng)
       digits = digits[rng.permutation(len(digits))]
-      ratios.append([evaluation.score_in_batches(logits) / score
-                     for logits, score in zip(both_logits(digits), real)])
+      ratios.append([evaluation.score_in_batches(evaluation.classifier_logits(digits,
+                                                                              second=second))
+                     / score for second, score in zip((False, True), real)])
     mean, std = np.mean(ratios, 0), np.std(ratios, 0)
     print(f"| {name} | {mean[0]:.3f} ± {std[0]:.3f} | {mean[1]:.3f} ± {std[1]:.3f} |")
 
