@@ -320,7 +320,8 @@ class Stopper:
                 self._seconds_per_step * steps - (time.monotonic() - started))
         kept = ("the compiled call in flight ends" + (
             f" in about {max(left, 0):.0f} s" if left is not None else
-            f" (at most {_steps(steps)})") + ", then a checkpoint is saved and the cell stops "
+            f" (at most {steps} step{'s' if steps != 1 else ''})") + ", then a checkpoint "
+            "is saved and the cell stops "
             f"(restarting the kernel stops it now: {lost})")
         if left is not None and left <= SECOND_CTRL_C_WAIT_SECONDS and not notebook.in_notebook():
           _write(f"ctl: second Ctrl-C: the compiled call in flight ends in about "
@@ -376,8 +377,9 @@ class Stopper:
       when = f"{stop} after the {doing} in progress"
     else:
       call = self._call  # fit cuts calls to land on saves and actions
-      when = (f"when the compiled call in flight ends (at most "
-              f"{_steps(call[0] if call else self._steps_per_loop)}): "
+      n = call[0] if call else self._steps_per_loop
+      when = (f"when the compiled call in flight ends (at most {n} step"
+              f"{'s' if n != 1 else ''}): "
               f"{'saving a checkpoint, then ' if saving else ''}running the actions "
               "due at that step (a second signal skips them), then stopping")
     _write(f"ctl: {name}: {when}{again}.")
@@ -412,10 +414,6 @@ def _quietly(fn):
 
 def _is_terminal(fd):  # a seam for tests
   return os.isatty(fd)
-
-
-def _steps(count):
-  return f"{count} step" if count == 1 else f"{count} steps"
 
 
 def _write(line):
